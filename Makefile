@@ -1,0 +1,40 @@
+# Quick start: `make demo` and `make test`. Both bootstrap .venv from nothing.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+export VIRTUAL_ENV := $(abspath $(VENV))
+export PATH := $(abspath $(VENV))/bin:$(PATH)
+RUST_SRC := $(shell find crates -name '*.rs' -o -name Cargo.toml) Cargo.toml pyproject.toml
+
+.PHONY: demo test test-rust test-python build bench clean
+
+$(VENV)/.deps: requirements-dev.txt
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements-dev.txt
+	touch $@
+
+# maturin builds the Rust extension (release) and installs the package in editable mode.
+$(VENV)/.built: $(VENV)/.deps $(RUST_SRC)
+	$(VENV)/bin/maturin develop --release -q
+	touch $@
+
+build: $(VENV)/.built
+
+demo: build
+	$(VENV)/bin/collsched demo
+
+test-rust:
+	cargo test -p collsched-core --release -q
+
+test-python: build
+	$(PY) -m pytest -q -p no:cacheprovider
+
+test: build test-rust test-python
+
+bench: build
+	cargo bench -p collsched-core
+	$(PY) benchmarks/run_all.py
+
+clean:
+	rm -rf $(VENV) target

@@ -1,0 +1,1 @@
+//! Lower bound on all-to-all(v) completion time (FAST Theorem 1 generalised). Being built.

@@ -1,0 +1,1 @@
+//! Max-flow and bipartite matching. Being built.

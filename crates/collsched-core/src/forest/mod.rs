@@ -1,0 +1,1 @@
+//! ForestColl: spanning-tree packing for allgather/reduce-scatter/allreduce. Being built.

@@ -1,0 +1,283 @@
+//! The Plan: what every algorithm produces and every consumer (verifier,
+//! simulator, executor, exporters, drawings) reads.
+//!
+//! Flat layout: `transfers` index ranges of the shared `segments` and `deps`
+//! arrays, so a plan with millions of segments is three vectors, not a tree.
+pub mod hash;
+pub mod serialize;
+pub mod verify;
+
+use crate::error::Result;
+use crate::invalid;
+use crate::topology::Tier;
+use crate::traffic::Traffic;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Which per-rank buffer a segment touches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[repr(u8)]
+pub enum Buf {
+    Input = 0,
+    Output = 1,
+    Scratch = 2,
+}
+
+impl Buf {
+    pub fn from_u8(v: u8) -> Option<Buf> {
+        match v {
+            0 => Some(Buf::Input),
+            1 => Some(Buf::Output),
+            2 => Some(Buf::Scratch),
+            _ => None,
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Buf::Input => "input",
+            Buf::Output => "output",
+            Buf::Scratch => "scratch",
+        }
+    }
+}
+
+/// What the receiver does with the bytes: overwrite, or add element-wise.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[repr(u8)]
+pub enum Op {
+    Copy = 0,
+    ReduceSum = 1,
+}
+
+impl Op {
+    pub fn from_u8(v: u8) -> Option<Op> {
+        match v {
+            0 => Some(Op::Copy),
+            1 => Some(Op::ReduceSum),
+            _ => None,
+        }
+    }
+}
+
+/// One contiguous piece: `len` bytes from the sender's `src_buf[src_off..]`
+/// to the receiver's `dst_buf[dst_off..]`. A transfer's segments are gathered
+/// into one message by the sender and scattered by the receiver (Fusco's
+/// segment descriptors), so a layout change costs nothing extra.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Segment {
+    pub src_buf: Buf,
+    pub src_off: u64,
+    pub dst_buf: Buf,
+    pub dst_off: u64,
+    pub len: u64,
+}
+
+/// One message from `src` to `dst` (equal for a local copy).
+/// `segs`/`deps` are half-open index ranges into `Plan::segments` / `Plan::deps`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Transfer {
+    pub src: u32,
+    pub dst: u32,
+    pub op: Op,
+    pub tier: Tier,
+    /// Synchronous execution order: all transfers of step s run as one batch after step s-1.
+    pub step: u32,
+    pub seg_begin: u32,
+    pub seg_end: u32,
+    pub dep_begin: u32,
+    pub dep_end: u32,
+}
+
+impl Transfer {
+    pub fn seg_range(&self) -> std::ops::Range<usize> {
+        self.seg_begin as usize..self.seg_end as usize
+    }
+    pub fn dep_range(&self) -> std::ops::Range<usize> {
+        self.dep_begin as usize..self.dep_end as usize
+    }
+}
+
+/// What the plan computes. The verifier derives the expected final buffers from it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Collective {
+    /// `all_to_all_single` with the given matrix.
+    AllToAll { traffic: Traffic },
+    /// Every rank contributes `shard_bytes`; output is all shards in rank order.
+    AllGather { ranks: u32, shard_bytes: u64 },
+    /// Input is `ranks × shard_bytes`; rank r's output is the element-wise sum of shard r over ranks.
+    ReduceScatter { ranks: u32, shard_bytes: u64, elem_bytes: u32 },
+    /// Input and output `bytes`; output is the element-wise sum of all inputs.
+    AllReduce { ranks: u32, bytes: u64, elem_bytes: u32 },
+}
+
+impl Collective {
+    pub fn num_ranks(&self) -> u32 {
+        match self {
+            Collective::AllToAll { traffic } => traffic.n() as u32,
+            Collective::AllGather { ranks, .. } | Collective::ReduceScatter { ranks, .. } | Collective::AllReduce { ranks, .. } => *ranks,
+        }
+    }
+    pub fn input_size(&self, rank: u32) -> u64 {
+        match self {
+            Collective::AllToAll { traffic } => traffic.row_sum(rank as usize),
+            Collective::AllGather { shard_bytes, .. } => *shard_bytes,
+            Collective::ReduceScatter { ranks, shard_bytes, .. } => *ranks as u64 * shard_bytes,
+            Collective::AllReduce { bytes, .. } => *bytes,
+        }
+    }
+    pub fn output_size(&self, rank: u32) -> u64 {
+        match self {
+            Collective::AllToAll { traffic } => traffic.col_sum(rank as usize),
+            Collective::AllGather { ranks, shard_bytes } => *ranks as u64 * shard_bytes,
+            Collective::ReduceScatter { shard_bytes, .. } => *shard_bytes,
+            Collective::AllReduce { bytes, .. } => *bytes,
+        }
+    }
+    pub fn name(&self) -> &'static str {
+        match self {
+            Collective::AllToAll { .. } => "all_to_all",
+            Collective::AllGather { .. } => "allgather",
+            Collective::ReduceScatter { .. } => "reduce_scatter",
+            Collective::AllReduce { .. } => "allreduce",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Plan {
+    /// Producer name, e.g. "fanout" or "fast".
+    pub algorithm: String,
+    pub collective: Collective,
+    /// GPUs per server of the cluster planned for (tiers are checked against it).
+    pub gpus_per_server: u32,
+    /// Scratch bytes each rank must provide.
+    pub scratch_bytes: Vec<u64>,
+    pub transfers: Vec<Transfer>,
+    pub segments: Vec<Segment>,
+    pub deps: Vec<u32>,
+    /// Hash of everything the plan was computed from (matrix, cluster, algorithm, options).
+    pub input_hash: u64,
+    /// Producer facts for people and selectors: stage count, choice and reason, predicted time.
+    pub meta: BTreeMap<String, String>,
+}
+
+impl Plan {
+    pub fn num_ranks(&self) -> u32 {
+        self.collective.num_ranks()
+    }
+    pub fn num_steps(&self) -> u32 {
+        self.transfers.iter().map(|t| t.step + 1).max().unwrap_or(0)
+    }
+    pub fn segments_of(&self, t: &Transfer) -> &[Segment] {
+        &self.segments[t.seg_range()]
+    }
+    pub fn deps_of(&self, t: &Transfer) -> &[u32] {
+        &self.deps[t.dep_range()]
+    }
+    /// Bytes carried by one transfer.
+    pub fn transfer_bytes(&self, t: &Transfer) -> u64 {
+        self.segments_of(t).iter().map(|s| s.len).sum()
+    }
+    /// Bytes moved on each tier, indexed by `Tier as usize`.
+    pub fn bytes_per_tier(&self) -> [u64; 3] {
+        let mut b = [0u64; 3];
+        for t in &self.transfers {
+            b[t.tier as usize] += self.transfer_bytes(t);
+        }
+        b
+    }
+    /// Content hash: equal on every rank that planned the same thing.
+    pub fn hash(&self) -> u64 {
+        let mut h = hash::Fnv64::new();
+        h.write(&self.to_binary());
+        h.finish()
+    }
+}
+
+/// Builds a Plan transfer by transfer. Producers call `transfer()` and get the id to depend on.
+pub struct PlanBuilder {
+    plan: Plan,
+}
+
+impl PlanBuilder {
+    pub fn new(algorithm: &str, collective: Collective, gpus_per_server: u32) -> PlanBuilder {
+        let n = collective.num_ranks() as usize;
+        PlanBuilder {
+            plan: Plan {
+                algorithm: algorithm.to_string(),
+                collective,
+                gpus_per_server,
+                scratch_bytes: vec![0; n],
+                transfers: Vec::new(),
+                segments: Vec::new(),
+                deps: Vec::new(),
+                input_hash: 0,
+                meta: BTreeMap::new(),
+            },
+        }
+    }
+    pub fn collective(&self) -> &Collective {
+        &self.plan.collective
+    }
+    pub fn reserve(&mut self, transfers: usize, segments: usize) {
+        self.plan.transfers.reserve(transfers);
+        self.plan.segments.reserve(segments);
+    }
+    /// Make sure `rank` has at least `bytes` of scratch.
+    pub fn need_scratch(&mut self, rank: u32, bytes: u64) {
+        let s = &mut self.plan.scratch_bytes[rank as usize];
+        *s = (*s).max(bytes);
+    }
+    /// Append a transfer and return its id. Empty segments are dropped; a transfer
+    /// left with no segment is still recorded (it may order others) only if it has deps
+    /// or is explicitly wanted, so callers should skip empty transfers themselves.
+    pub fn transfer(&mut self, src: u32, dst: u32, op: Op, tier: Tier, step: u32, segs: &[Segment], deps: &[u32]) -> u32 {
+        let id = self.plan.transfers.len() as u32;
+        let seg_begin = self.plan.segments.len() as u32;
+        self.plan.segments.extend(segs.iter().filter(|s| s.len > 0));
+        let dep_begin = self.plan.deps.len() as u32;
+        self.plan.deps.extend_from_slice(deps);
+        self.plan.transfers.push(Transfer {
+            src,
+            dst,
+            op,
+            tier,
+            step,
+            seg_begin,
+            seg_end: self.plan.segments.len() as u32,
+            dep_begin,
+            dep_end: self.plan.deps.len() as u32,
+        });
+        id
+    }
+    pub fn num_transfers(&self) -> usize {
+        self.plan.transfers.len()
+    }
+    pub fn set_meta(&mut self, key: &str, value: impl ToString) {
+        self.plan.meta.insert(key.to_string(), value.to_string());
+    }
+    pub fn set_input_hash(&mut self, h: u64) {
+        self.plan.input_hash = h;
+    }
+    pub fn finish(self) -> Plan {
+        self.plan
+    }
+}
+
+/// Free-form algorithm options (`key -> value`), so producers add knobs without
+/// touching a shared struct. Unknown keys are rejected by the producer that reads them.
+pub type Options = BTreeMap<String, String>;
+
+/// Read an integer option with a default; errors name the option.
+pub fn option_u64(opts: &Options, key: &str, default: u64) -> Result<u64> {
+    match opts.get(key) {
+        None => Ok(default),
+        Some(v) => match crate::units::parse_bytes(v) {
+            Ok(x) => Ok(x),
+            Err(_) => invalid!("option '{key}' must be a non-negative integer or size, got '{v}'"),
+        },
+    }
+}

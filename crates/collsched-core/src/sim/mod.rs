@@ -1,0 +1,1 @@
+//! Event-driven simulator over a Plan's dependency DAG. Being built.

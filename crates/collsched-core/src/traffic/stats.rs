@@ -1,0 +1,1 @@
+//! Skew statistics: SABRE's max-to-mean ratios (send, recv, overall) and Gini.

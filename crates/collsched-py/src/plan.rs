@@ -1,0 +1,165 @@
+use crate::cluster::PyCluster;
+use crate::guarded;
+use collsched_core::plan::Options;
+use collsched_core::{Plan, Traffic};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict};
+use std::collections::BTreeMap;
+
+/// A communication plan: transfers of segments between rank buffers.
+#[pyclass(module = "collsched._core", name = "Plan", frozen)]
+pub struct PyPlan {
+    pub inner: Plan,
+}
+
+#[pymethods]
+impl PyPlan {
+    /// Content hash as 16 hex digits; ranks compare it before moving data.
+    #[getter]
+    fn hash(&self) -> String {
+        format!("{:016x}", self.inner.hash())
+    }
+    /// Hash of the plan's inputs (matrix, cluster, algorithm, options).
+    #[getter]
+    fn input_hash(&self) -> String {
+        format!("{:016x}", self.inner.input_hash)
+    }
+    #[getter]
+    fn algorithm(&self) -> String {
+        self.inner.algorithm.clone()
+    }
+    #[getter]
+    fn collective(&self) -> &'static str {
+        self.inner.collective.name()
+    }
+    #[getter]
+    fn num_ranks(&self) -> u32 {
+        self.inner.num_ranks()
+    }
+    #[getter]
+    fn gpus_per_server(&self) -> u32 {
+        self.inner.gpus_per_server
+    }
+    #[getter]
+    fn num_transfers(&self) -> usize {
+        self.inner.transfers.len()
+    }
+    #[getter]
+    fn num_segments(&self) -> usize {
+        self.inner.segments.len()
+    }
+    #[getter]
+    fn num_steps(&self) -> u32 {
+        self.inner.num_steps()
+    }
+    #[getter]
+    fn scratch_bytes(&self) -> Vec<u64> {
+        self.inner.scratch_bytes.clone()
+    }
+    #[getter]
+    fn input_sizes(&self) -> Vec<u64> {
+        (0..self.inner.num_ranks()).map(|r| self.inner.collective.input_size(r)).collect()
+    }
+    #[getter]
+    fn output_sizes(&self) -> Vec<u64> {
+        (0..self.inner.num_ranks()).map(|r| self.inner.collective.output_size(r)).collect()
+    }
+    /// Producer facts: stage count, choice and reason, predicted time...
+    #[getter]
+    fn meta(&self) -> BTreeMap<String, String> {
+        self.inner.meta.clone()
+    }
+    /// Bytes moved per tier: {"local": .., "scale_up": .., "scale_out": ..}.
+    fn bytes_per_tier(&self) -> BTreeMap<&'static str, u64> {
+        let b = self.inner.bytes_per_tier();
+        BTreeMap::from([("local", b[0]), ("scale_up", b[1]), ("scale_out", b[2])])
+    }
+    /// Symbolically execute the plan; raise VerificationError naming the first violating transfer.
+    fn verify<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let r = py.allow_threads(|| guarded(|| collsched_core::plan::verify::verify(&self.inner)))?;
+        let d = PyDict::new(py);
+        d.set_item("transfers", r.transfers)?;
+        d.set_item("segments", r.segments)?;
+        d.set_item("bytes_moved", r.bytes_moved)?;
+        Ok(d)
+    }
+    fn to_json(&self) -> String {
+        self.inner.to_json()
+    }
+    #[staticmethod]
+    fn from_json(s: &str) -> PyResult<PyPlan> {
+        Ok(PyPlan { inner: guarded(|| Plan::from_json(s))? })
+    }
+    fn to_binary<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        PyBytes::new(py, &self.inner.to_binary())
+    }
+    #[staticmethod]
+    fn from_binary(b: &[u8]) -> PyResult<PyPlan> {
+        Ok(PyPlan { inner: guarded(|| Plan::from_binary(b))? })
+    }
+    /// Raw little-endian columns for the executor: `collsched.plan.plan_arrays` turns them into numpy.
+    /// transfers: (src u32, dst u32, op u32, tier u32, step u32, seg_begin u32, seg_end u32, dep_begin u32, dep_end u32) per row;
+    /// segments: (src_buf u64, src_off u64, dst_buf u64, dst_off u64, len u64) per row; deps: u32.
+    fn _raw_arrays<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let p = &self.inner;
+        let mut t = Vec::with_capacity(p.transfers.len() * 36);
+        for x in &p.transfers {
+            for v in [x.src, x.dst, x.op as u32, x.tier as u32, x.step, x.seg_begin, x.seg_end, x.dep_begin, x.dep_end] {
+                t.extend_from_slice(&v.to_le_bytes());
+            }
+        }
+        let mut s = Vec::with_capacity(p.segments.len() * 40);
+        for x in &p.segments {
+            for v in [x.src_buf as u64, x.src_off, x.dst_buf as u64, x.dst_off, x.len] {
+                s.extend_from_slice(&v.to_le_bytes());
+            }
+        }
+        let dbytes: Vec<u8> = p.deps.iter().flat_map(|d| d.to_le_bytes()).collect();
+        let d = PyDict::new(py);
+        d.set_item("transfers", PyBytes::new(py, &t))?;
+        d.set_item("segments", PyBytes::new(py, &s))?;
+        d.set_item("deps", PyBytes::new(py, &dbytes))?;
+        Ok(d)
+    }
+    fn __repr__(&self) -> String {
+        format!(
+            "Plan({} {} on {} ranks: {} transfers, {} segments, {} steps, hash {:016x})",
+            self.inner.algorithm,
+            self.inner.collective.name(),
+            self.inner.num_ranks(),
+            self.inner.transfers.len(),
+            self.inner.segments.len(),
+            self.inner.num_steps(),
+            self.inner.hash()
+        )
+    }
+}
+
+/// Plan an all-to-all(v). `data` is the row-major little-endian u64 matrix.
+#[pyfunction]
+#[pyo3(signature = (n, data, cluster, algorithm, options=None))]
+fn plan_all_to_all(py: Python<'_>, n: usize, data: &[u8], cluster: &PyCluster, algorithm: &str, options: Option<BTreeMap<String, String>>) -> PyResult<PyPlan> {
+    let opts: Options = options.unwrap_or_default();
+    let data = data.to_vec();
+    let c = cluster.inner.clone();
+    let plan = py.allow_threads(move || {
+        guarded(|| {
+            let t = Traffic::from_le_bytes(n, &data)?;
+            collsched_core::algo::plan_all_to_all(&t, &c, algorithm, &opts)
+        })
+    })?;
+    Ok(PyPlan { inner: plan })
+}
+
+/// `[(name, description)]` of the all-to-all algorithms.
+#[pyfunction]
+fn all_to_all_algorithms() -> Vec<(String, String)> {
+    collsched_core::algo::ALL_TO_ALL_ALGORITHMS.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect()
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyPlan>()?;
+    m.add_function(wrap_pyfunction!(plan_all_to_all, m)?)?;
+    m.add_function(wrap_pyfunction!(all_to_all_algorithms, m)?)?;
+    Ok(())
+}

@@ -1,0 +1,42 @@
+use crate::guarded;
+use collsched_core::traffic::generators as gen;
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+
+fn out<'py>(py: Python<'py>, t: collsched_core::Traffic) -> Bound<'py, PyBytes> {
+    PyBytes::new(py, &t.to_le_bytes())
+}
+
+/// Generators return little-endian u64 bytes; `collsched.traffic` wraps them in numpy.
+#[pyfunction]
+fn gen_balanced<'py>(py: Python<'py>, n: usize, bytes: u64) -> PyResult<Bound<'py, PyBytes>> {
+    Ok(out(py, guarded(|| gen::balanced(n, bytes))?))
+}
+#[pyfunction]
+fn gen_uniform<'py>(py: Python<'py>, n: usize, mean: u64, seed: u64) -> PyResult<Bound<'py, PyBytes>> {
+    Ok(out(py, guarded(|| gen::uniform(n, mean, seed))?))
+}
+#[pyfunction]
+fn gen_zipf<'py>(py: Python<'py>, n: usize, s: f64, mean: u64, seed: u64) -> PyResult<Bound<'py, PyBytes>> {
+    Ok(out(py, guarded(|| gen::zipf(n, s, mean, seed))?))
+}
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+fn gen_hot_experts<'py>(py: Python<'py>, n: usize, tokens_per_rank: u64, top_k: u32, experts: u32, skew: f64, hidden: u64, dtype_bytes: u64, seed: u64) -> PyResult<Bound<'py, PyBytes>> {
+    let r = gen::MoeRouting { tokens_per_rank, top_k, experts, skew, hidden, dtype_bytes };
+    Ok(out(py, guarded(|| gen::hot_experts(n, &r, seed))?))
+}
+/// Validate a matrix (sizes, u64 overflow of sums) and return its content hash.
+#[pyfunction]
+fn traffic_hash(n: usize, data: &[u8]) -> PyResult<u64> {
+    guarded(|| Ok(collsched_core::Traffic::from_le_bytes(n, data)?.hash()))
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(gen_balanced, m)?)?;
+    m.add_function(wrap_pyfunction!(gen_uniform, m)?)?;
+    m.add_function(wrap_pyfunction!(gen_zipf, m)?)?;
+    m.add_function(wrap_pyfunction!(gen_hot_experts, m)?)?;
+    m.add_function(wrap_pyfunction!(traffic_hash, m)?)?;
+    Ok(())
+}

@@ -1,0 +1,23 @@
+"""collsched: planner and runtime for collective communication on two-tier GPU clusters.
+
+The spine: an algorithm turns a demand (traffic matrix or collective) on a
+topology into a :class:`Plan`; the same Plan is verified, simulated, executed,
+exported and drawn.
+"""
+from collsched._core import Cluster, Plan, VerificationError
+from collsched import traffic
+from collsched.planning import plan_all_to_all, all_to_all_algorithms
+from collsched.units import parse_bytes, parse_bandwidth, format_bytes
+
+__all__ = [
+    "Cluster",
+    "Plan",
+    "VerificationError",
+    "traffic",
+    "plan_all_to_all",
+    "all_to_all_algorithms",
+    "parse_bytes",
+    "parse_bandwidth",
+    "format_bytes",
+]
+__version__ = "0.1.0"

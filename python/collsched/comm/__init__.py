@@ -1,0 +1,1 @@
+"""torch.distributed runtime: executes any Plan (being built)."""

@@ -1,0 +1,1 @@
+"""Exporters: MSCCL XML and others (being built)."""
