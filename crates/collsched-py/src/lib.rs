@@ -4,6 +4,8 @@ use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 
 mod cluster;
+mod collectives;
+mod fast;
 mod forest;
 mod plan;
 mod sim;
@@ -47,5 +49,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     sim::register(m)?;
     stats::register(m)?;
     forest::register(m)?;
+    fast::register(m)?;
+    collectives::register(m)?;
     Ok(())
 }

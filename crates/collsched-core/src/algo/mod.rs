@@ -7,6 +7,7 @@ use crate::topology::Cluster;
 use crate::traffic::Traffic;
 
 pub mod auto;
+pub mod collective;
 pub mod balanced_direct;
 pub mod fanout;
 pub mod fast;

@@ -1,0 +1,1 @@
+//! Baseline producers for allgather / reduce-scatter / allreduce (ring, single-root tree). Being built.

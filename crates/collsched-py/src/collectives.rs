@@ -1,0 +1,6 @@
+//! Bindings for collectives (being built).
+use pyo3::prelude::*;
+
+pub fn register(_m: &Bound<'_, PyModule>) -> PyResult<()> {
+    Ok(())
+}
