@@ -1,17 +1,112 @@
-//! Being built.
-use crate::error::{Error, Result};
-use crate::plan::{Options, Plan};
+//! SABRE (ICS'26): skew-aware all-to-allv.
+//!
+//! - `plan_skewed` (§5.3): greedy per-destination-node balancing of each node's
+//!   inter-node volume over proxy GPUs (Algorithm 1), intra-node gather, batched
+//!   node-to-node exchange per communication group, intra-node distribution.
+//! - `plan_light` (§6.2): two overlapping phases: direct exchange inside the
+//!   inter-node group while local GPUs forward to proxies, then proxy forwarding
+//!   beside the intra-node exchange.
+//! - `plan` (§7.1): choose between them by the MTM ratio (default threshold 2.2).
+use crate::error::Result;
+use crate::invalid;
+use crate::plan::{option_u64, Options, Plan, Segment};
 use crate::topology::Cluster;
+use crate::traffic::stats;
 use crate::traffic::Traffic;
+use std::cmp::Ordering;
 
-pub fn plan(_traffic: &Traffic, _cluster: &Cluster, _opts: &Options) -> Result<Plan> {
-    Err(Error::Unsupported("sabre is not implemented yet".into()))
+pub mod balance;
+mod light;
+mod skewed;
+
+/// SABRE's default load tolerance α = 1.05 (§5.3.2), in thousandths.
+pub const DEFAULT_ALPHA_PERMILLE: u64 = 1050;
+/// SABRE's default selection threshold MTM = 2.2 (§7.1), in thousandths.
+pub const DEFAULT_MTM_THRESHOLD_MILLI: u64 = 2200;
+
+fn check_keys(opts: &Options, known: &[&str], algorithm: &str) -> Result<()> {
+    for k in opts.keys() {
+        if !known.contains(&k.as_str()) {
+            return invalid!("{algorithm}: unknown option '{k}' (known: {})", known.join(", "));
+        }
+    }
+    Ok(())
 }
 
-pub fn plan_skewed(_traffic: &Traffic, _cluster: &Cluster, _opts: &Options) -> Result<Plan> {
-    Err(Error::Unsupported("sabre_skewed is not implemented yet".into()))
+fn alpha_permille(opts: &Options) -> Result<u64> {
+    let a = option_u64(opts, "alpha_permille", DEFAULT_ALPHA_PERMILLE)?;
+    if !(1000..=1_000_000).contains(&a) {
+        return invalid!("option 'alpha_permille' must be in 1000..=1000000 (α ≥ 1 so every block fits), got {a}");
+    }
+    Ok(a)
 }
 
-pub fn plan_light(_traffic: &Traffic, _cluster: &Cluster, _opts: &Options) -> Result<Plan> {
-    Err(Error::Unsupported("sabre_light is not implemented yet".into()))
+fn mtm_threshold_milli(opts: &Options) -> Result<u32> {
+    let t = option_u64(opts, "mtm_threshold_milli", DEFAULT_MTM_THRESHOLD_MILLI)?;
+    if t > u32::MAX as u64 {
+        return invalid!("option 'mtm_threshold_milli' is too large: {t}");
+    }
+    Ok(t as u32)
+}
+
+/// Highly-skewed three-phase algorithm (§5.3). Option: `alpha_permille` (default 1050).
+pub fn plan_skewed(traffic: &Traffic, cluster: &Cluster, opts: &Options) -> Result<Plan> {
+    check_keys(opts, &["alpha_permille"], "sabre_skewed")?;
+    let alpha = alpha_permille(opts)?;
+    skewed::plan(traffic, cluster, alpha, "sabre_skewed")
+}
+
+/// Lightly-skewed two-phase 2D algorithm (§6.2). No options.
+pub fn plan_light(traffic: &Traffic, cluster: &Cluster, opts: &Options) -> Result<Plan> {
+    check_keys(opts, &[], "sabre_light")?;
+    light::plan(traffic, cluster, "sabre_light")
+}
+
+/// SABRE's selector (§7.1): `sabre_skewed` when MTM exceeds the threshold, else `sabre_light`.
+/// Options: `mtm_threshold_milli` (default 2200), `alpha_permille` (for the skewed algorithm).
+pub fn plan(traffic: &Traffic, cluster: &Cluster, opts: &Options) -> Result<Plan> {
+    check_keys(opts, &["alpha_permille", "mtm_threshold_milli"], "sabre")?;
+    let alpha = alpha_permille(opts)?;
+    let threshold = mtm_threshold_milli(opts)?;
+    let m = stats::mtm(traffic, cluster)?.overall();
+    let skewed = m.cmp_milli(threshold) == Ordering::Greater;
+    let mut plan = if skewed { skewed::plan(traffic, cluster, alpha, "sabre")? } else { light::plan(traffic, cluster, "sabre")? };
+    let mtm_text = format_milli(m.milli());
+    let thr_text = format_milli(threshold as u128);
+    let (choice, reason) = if skewed {
+        ("sabre_skewed", format!("MTM {mtm_text} > threshold {thr_text}: highly skewed, balance NIC load"))
+    } else {
+        ("sabre_light", format!("MTM {mtm_text} <= threshold {thr_text}: lightly skewed, pipelined 2D exchange"))
+    };
+    plan.meta.insert("choice".into(), choice.into());
+    plan.meta.insert("reason".into(), reason);
+    plan.meta.insert("mtm".into(), mtm_text);
+    plan.meta.insert("mtm_milli".into(), m.milli().to_string());
+    Ok(plan)
+}
+
+/// `2200` → `"2.200"`.
+fn format_milli(v: u128) -> String {
+    format!("{}.{:03}", v / 1000, v % 1000)
+}
+
+/// Append a segment, merging it into the previous one when both sides are contiguous
+/// (fewer descriptors for the executor; the bytes moved are the same).
+pub(crate) fn push_seg(segs: &mut Vec<Segment>, s: Segment) {
+    if s.len == 0 {
+        return;
+    }
+    if let Some(p) = segs.last_mut() {
+        if p.src_buf == s.src_buf && p.dst_buf == s.dst_buf && p.src_off + p.len == s.src_off && p.dst_off + p.len == s.dst_off {
+            p.len += s.len;
+            return;
+        }
+    }
+    segs.push(s);
+}
+
+/// Sorted, deduplicated dependency list.
+pub(crate) fn dedup_deps(d: &mut Vec<u32>) {
+    d.sort_unstable();
+    d.dedup();
 }

@@ -1,0 +1,139 @@
+//! SABRE Algorithm 1: intra-node greedy traffic balancing and splitting, for one
+//! (source node, destination node) subproblem.
+//!
+//! Blocks (source GPU → destination GPU on the destination node) are taken largest
+//! first. A block goes to the proxy GPU with the destination's local index if it fits
+//! under that proxy's limit L_max, else to the proxy with the most room left; if it
+//! does not fit there either, that proxy takes what fits and the remainder goes back
+//! to the front of the queue.
+//!
+//! With G > m GPUs sharing m NICs the balanced quantity is NIC load (§4): proxy g's
+//! limit is α · L_total / (m · k) where k is the number of GPUs on g's NIC, so each
+//! NIC's proxies together carry at most α/m of the node-pair volume. With G = m this
+//! is the paper's L_max = α · L_total / G.
+use std::collections::VecDeque;
+
+/// A block of one (source node, destination node) pair, by local indices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Block {
+    pub src_local: u32,
+    pub dst_local: u32,
+    pub len: u64,
+}
+
+/// A piece of a block assigned to a proxy: bytes `[offset, offset + len)` of the block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Piece {
+    pub src_local: u32,
+    pub dst_local: u32,
+    pub offset: u64,
+    pub len: u64,
+}
+
+/// Per-proxy load limits for a subproblem of `total` bytes (integer, rounded up so the
+/// limits always sum to at least `total`).
+pub fn limits(total: u64, gpus: u32, nics: u32, alpha_permille: u64) -> Vec<u64> {
+    let mut per_nic = vec![0u128; nics as usize];
+    for g in 0..gpus {
+        per_nic[(g % nics) as usize] += 1;
+    }
+    (0..gpus)
+        .map(|g| {
+            let den = 1000u128 * nics as u128 * per_nic[(g % nics) as usize];
+            let num = alpha_permille as u128 * total as u128;
+            num.div_ceil(den).min(u64::MAX as u128) as u64
+        })
+        .collect()
+}
+
+/// Assign `blocks` to `gpus` proxies; returns the pieces of each proxy in assignment order.
+/// Deterministic: blocks are ordered by (size desc, source, destination), ties between
+/// proxies go to the lowest index.
+pub fn assign(blocks: &[Block], gpus: u32, nics: u32, alpha_permille: u64) -> Vec<Vec<Piece>> {
+    let g = gpus as usize;
+    let mut out: Vec<Vec<Piece>> = vec![Vec::new(); g];
+    let mut sorted: Vec<Block> = blocks.iter().copied().filter(|b| b.len > 0).collect();
+    sorted.sort_by(|a, b| b.len.cmp(&a.len).then(a.src_local.cmp(&b.src_local)).then(a.dst_local.cmp(&b.dst_local)));
+    let total: u64 = sorted.iter().map(|b| b.len).sum();
+    let cap = limits(total, gpus, nics, alpha_permille.max(1000));
+    let mut load = vec![0u64; g];
+    let mut queue: VecDeque<Piece> =
+        sorted.iter().map(|b| Piece { src_local: b.src_local, dst_local: b.dst_local, offset: 0, len: b.len }).collect();
+    while let Some(p) = queue.pop_front() {
+        let pref = p.dst_local as usize;
+        let room = |x: usize, load: &[u64]| cap[x] - load[x];
+        if p.len <= room(pref, &load) {
+            load[pref] += p.len;
+            out[pref].push(p);
+            continue;
+        }
+        // Most room left = least loaded when limits are equal; lowest index on ties.
+        let mut best = 0usize;
+        for x in 1..g {
+            if room(x, &load) > room(best, &load) {
+                best = x;
+            }
+        }
+        let avail = room(best, &load);
+        if p.len <= avail {
+            load[best] += p.len;
+            out[best].push(p);
+        } else {
+            // Limits sum to ≥ total and bytes remain unassigned, so some proxy has room.
+            debug_assert!(avail > 0, "limits must leave room while bytes remain");
+            let avail = avail.max(1).min(p.len);
+            load[best] += avail;
+            out[best].push(Piece { len: avail, ..p });
+            queue.push_front(Piece { offset: p.offset + avail, len: p.len - avail, ..p });
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn loads(a: &[Vec<Piece>]) -> Vec<u64> {
+        a.iter().map(|v| v.iter().map(|p| p.len).sum()).collect()
+    }
+
+    #[test]
+    fn one_hot_block_is_split_evenly() {
+        let blocks = [Block { src_local: 0, dst_local: 1, len: 4000 }];
+        let a = assign(&blocks, 4, 4, 1050);
+        // L_max = 1050: proxy 1 (preferred) is full so the block goes to the least loaded.
+        assert_eq!(loads(&a), vec![1050, 1050, 1050, 850]);
+        // Every byte exactly once, pieces contiguous in the block.
+        let mut pieces: Vec<Piece> = a.iter().flatten().copied().collect();
+        pieces.sort_by_key(|p| p.offset);
+        let mut at = 0;
+        for p in pieces {
+            assert_eq!(p.offset, at);
+            at += p.len;
+        }
+        assert_eq!(at, 4000);
+    }
+
+    #[test]
+    fn preferred_proxy_wins_when_it_fits() {
+        let blocks: Vec<Block> = (0..4).map(|d| Block { src_local: 3 - d, dst_local: d, len: 100 }).collect();
+        let a = assign(&blocks, 4, 4, 1050);
+        for (g, v) in a.iter().enumerate() {
+            assert_eq!(v.len(), 1);
+            assert_eq!(v[0].dst_local, g as u32);
+        }
+    }
+
+    #[test]
+    fn shared_nics_balance_nic_load() {
+        // 6 GPUs on 4 NICs: NICs 0 and 1 have two GPUs, NICs 2 and 3 one each.
+        let l = limits(1200, 6, 4, 1000);
+        assert_eq!(l, vec![150, 150, 300, 300, 150, 150]);
+        let blocks = [Block { src_local: 5, dst_local: 0, len: 1200 }];
+        let a = assign(&blocks, 6, 4, 1000);
+        let ld = loads(&a);
+        let nic: Vec<u64> = (0..4).map(|n| (0..6).filter(|g| g % 4 == n).map(|g| ld[g]).sum()).collect();
+        assert_eq!(nic, vec![300, 300, 300, 300]);
+    }
+}
