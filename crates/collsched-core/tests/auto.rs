@@ -1,0 +1,95 @@
+//! `auto`: the choice is the candidate with the smallest predicted time, ties go to
+//! the fixed candidate order, the plan is the winner's plan, and caching never changes
+//! a plan. (Accuracy against the simulator is in `auto_sim.rs`.)
+mod common;
+use collsched_core::algo::auto::{self, cost, CANDIDATES};
+use collsched_core::algo::plan_all_to_all;
+use collsched_core::plan::Options;
+use collsched_core::traffic::generators;
+use collsched_core::Cluster;
+use common::{check, cluster, opts, sparse_matrix};
+
+fn predicted(p: &collsched_core::Plan, alg: &str) -> Option<u64> {
+    p.meta.get(&format!("predicted_{alg}_ns")).map(|v| v.parse().unwrap())
+}
+
+#[test]
+fn picks_the_smallest_prediction_and_returns_that_plan() {
+    let no_cache = opts(&[("cache", "0")]);
+    for (spec, seed) in [("h200:2,gpus=4", 1u64), ("perlmutter:3", 2), ("mi300x:2,gpus=4,nics=2", 3)] {
+        let c = Cluster::parse(spec).unwrap();
+        let n = c.num_gpus() as usize;
+        for t in [generators::uniform(n, 1 << 16, seed).unwrap(), generators::zipf(n, 0.99, 1 << 16, seed).unwrap(), sparse_matrix(n, 1 << 20, 30, seed)] {
+            let p = plan_all_to_all(&t, &c, "auto", &no_cache).unwrap();
+            check(&p, &t, &c, seed);
+            let choice = p.meta["choice"].clone();
+            assert!(p.meta["reason"].contains("predicted"));
+            let best = predicted(&p, &choice).expect("the winner has a prediction");
+            let mut seen = 0;
+            for (i, alg) in CANDIDATES.iter().enumerate() {
+                if let Some(ns) = predicted(&p, alg) {
+                    seen += 1;
+                    let pos = CANDIDATES.iter().position(|a| *a == choice).unwrap();
+                    assert!(best < ns || (best == ns && pos <= i), "{choice} ({best} ns) beaten by {alg} ({ns} ns)");
+                    // The prediction is the cost model applied to that candidate's own plan.
+                    let own = plan_all_to_all(&t, &c, alg, &Options::new()).unwrap();
+                    assert_eq!(cost::predict_ns(&own, &c), ns);
+                    if *alg == choice {
+                        assert_eq!(own.transfers, p.transfers);
+                        assert_eq!(own.segments, p.segments);
+                        assert_eq!(own.deps, p.deps);
+                    }
+                }
+            }
+            assert!(seen >= 3, "fanout and both SABRE algorithms always predict");
+        }
+    }
+}
+
+#[test]
+fn cache_hits_give_byte_identical_plans() {
+    let c = cluster(2, 4, 4);
+    let t = generators::zipf(8, 0.8, 1 << 18, 11).unwrap();
+    // `cache` is an option, so it enters the input hash; everything else must be equal.
+    let content = |mut p: collsched_core::Plan| {
+        p.input_hash = 0;
+        p.hash()
+    };
+    let cold = content(plan_all_to_all(&t, &c, "auto", &opts(&[("cache", "0")])).unwrap());
+    let first = plan_all_to_all(&t, &c, "auto", &Options::new()).unwrap();
+    let second = plan_all_to_all(&t, &c, "auto", &Options::new()).unwrap();
+    assert_eq!(cold, content(first.clone()));
+    assert_eq!(first.hash(), second.hash());
+    assert!(!auto::decision_cache().is_empty());
+    // A different cluster is a different key.
+    let c2 = Cluster::parse("h200:2,gpus=4,nic=25Gbps").unwrap();
+    let other = plan_all_to_all(&t, &c2, "auto", &Options::new()).unwrap();
+    let other_cold = plan_all_to_all(&t, &c2, "auto", &opts(&[("cache", "0")])).unwrap();
+    assert_eq!(content(other), content(other_cold));
+}
+
+#[test]
+fn candidate_subset_and_bad_options() {
+    let c = cluster(2, 4, 2);
+    let t = generators::uniform(8, 1000, 4).unwrap();
+    let p = plan_all_to_all(&t, &c, "auto", &opts(&[("candidates", "sabre_light, fanout"), ("cache", "0")])).unwrap();
+    assert!(["sabre_light", "fanout"].contains(&p.meta["choice"].as_str()));
+    assert!(predicted(&p, "sabre_skewed").is_none());
+    assert!(plan_all_to_all(&t, &c, "auto", &opts(&[("candidates", "warp")])).unwrap_err().to_string().contains("unknown candidate"));
+    assert!(plan_all_to_all(&t, &c, "auto", &opts(&[("candidates", "")])).is_err());
+    assert!(plan_all_to_all(&t, &c, "auto", &opts(&[("cache", "2")])).is_err());
+    assert!(plan_all_to_all(&t, &c, "auto", &opts(&[("alpha", "1")])).unwrap_err().to_string().contains("unknown option"));
+}
+
+#[test]
+fn skew_moves_the_choice_away_from_fanout() {
+    // One hot receiver on 4 nodes: fanout is bottlenecked on one NIC; auto must not pick it.
+    let c = Cluster::parse("perlmutter:4").unwrap();
+    let mut t = generators::balanced(16, 1 << 20).unwrap();
+    for i in 4..16 {
+        t.set(i, 1, 16 << 20);
+    }
+    let p = plan_all_to_all(&t, &c, "auto", &opts(&[("cache", "0")])).unwrap();
+    assert_ne!(p.meta["choice"], "fanout");
+    assert!(predicted(&p, "fanout").unwrap() > predicted(&p, &p.meta["choice"]).unwrap());
+}
