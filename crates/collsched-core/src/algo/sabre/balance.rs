@@ -46,46 +46,68 @@ pub fn limits(total: u64, gpus: u32, nics: u32, alpha_permille: u64) -> Vec<u64>
         .collect()
 }
 
-/// Assign `blocks` to `gpus` proxies; returns the pieces of each proxy in assignment order.
-/// Deterministic: blocks are ordered by (size desc, source, destination), ties between
-/// proxies go to the lowest index.
-pub fn assign(blocks: &[Block], gpus: u32, nics: u32, alpha_permille: u64) -> Vec<Vec<Piece>> {
-    let g = gpus as usize;
-    let mut out: Vec<Vec<Piece>> = vec![Vec::new(); g];
-    let mut sorted: Vec<Block> = blocks.iter().copied().filter(|b| b.len > 0).collect();
-    sorted.sort_by(|a, b| b.len.cmp(&a.len).then(a.src_local.cmp(&b.src_local)).then(a.dst_local.cmp(&b.dst_local)));
-    let total: u64 = sorted.iter().map(|b| b.len).sum();
-    let cap = limits(total, gpus, nics, alpha_permille.max(1000));
-    let mut load = vec![0u64; g];
-    let mut queue: VecDeque<Piece> =
-        sorted.iter().map(|b| Piece { src_local: b.src_local, dst_local: b.dst_local, offset: 0, len: b.len }).collect();
-    while let Some(p) = queue.pop_front() {
-        let pref = p.dst_local as usize;
-        let room = |x: usize, load: &[u64]| cap[x] - load[x];
-        if p.len <= room(pref, &load) {
-            load[pref] += p.len;
-            out[pref].push(p);
-            continue;
-        }
-        // Most room left = least loaded when limits are equal; lowest index on ties.
-        let mut best = 0usize;
-        for x in 1..g {
-            if room(x, &load) > room(best, &load) {
-                best = x;
+/// Reusable buffers for Algorithm 1 (one planner solves N·(N−1) subproblems).
+#[derive(Default)]
+pub struct Balancer {
+    sorted: Vec<Block>,
+    queue: VecDeque<Piece>,
+    load: Vec<u64>,
+    out: Vec<(u32, Piece)>,
+}
+
+impl Balancer {
+    /// Assign `blocks` to `gpus` proxies; returns (proxy, piece) in assignment order.
+    /// Deterministic: blocks are ordered by (size desc, source, destination), ties between
+    /// proxies go to the lowest index.
+    pub fn assign(&mut self, blocks: &[Block], gpus: u32, nics: u32, alpha_permille: u64) -> &[(u32, Piece)] {
+        let g = gpus as usize;
+        self.out.clear();
+        self.sorted.clear();
+        self.sorted.extend(blocks.iter().copied().filter(|b| b.len > 0));
+        self.sorted.sort_unstable_by(|a, b| b.len.cmp(&a.len).then(a.src_local.cmp(&b.src_local)).then(a.dst_local.cmp(&b.dst_local)));
+        let total: u64 = self.sorted.iter().map(|b| b.len).sum();
+        let cap = limits(total, gpus, nics, alpha_permille.max(1000));
+        self.load.clear();
+        self.load.resize(g, 0);
+        let load = &mut self.load;
+        self.queue.clear();
+        self.queue.extend(self.sorted.iter().map(|b| Piece { src_local: b.src_local, dst_local: b.dst_local, offset: 0, len: b.len }));
+        while let Some(p) = self.queue.pop_front() {
+            let pref = p.dst_local as usize;
+            if p.len <= cap[pref] - load[pref] {
+                load[pref] += p.len;
+                self.out.push((pref as u32, p));
+                continue;
+            }
+            // Most room left = least loaded when limits are equal; lowest index on ties.
+            let mut best = 0usize;
+            for x in 1..g {
+                if cap[x] - load[x] > cap[best] - load[best] {
+                    best = x;
+                }
+            }
+            let avail = cap[best] - load[best];
+            if p.len <= avail {
+                load[best] += p.len;
+                self.out.push((best as u32, p));
+            } else {
+                // Limits sum to ≥ total and bytes remain unassigned, so some proxy has room.
+                debug_assert!(avail > 0, "limits must leave room while bytes remain");
+                let avail = avail.max(1).min(p.len);
+                load[best] += avail;
+                self.out.push((best as u32, Piece { len: avail, ..p }));
+                self.queue.push_front(Piece { offset: p.offset + avail, len: p.len - avail, ..p });
             }
         }
-        let avail = room(best, &load);
-        if p.len <= avail {
-            load[best] += p.len;
-            out[best].push(p);
-        } else {
-            // Limits sum to ≥ total and bytes remain unassigned, so some proxy has room.
-            debug_assert!(avail > 0, "limits must leave room while bytes remain");
-            let avail = avail.max(1).min(p.len);
-            load[best] += avail;
-            out[best].push(Piece { len: avail, ..p });
-            queue.push_front(Piece { offset: p.offset + avail, len: p.len - avail, ..p });
-        }
+        &self.out
+    }
+}
+
+/// Algorithm 1 for one subproblem: the pieces of each proxy, in assignment order.
+pub fn assign(blocks: &[Block], gpus: u32, nics: u32, alpha_permille: u64) -> Vec<Vec<Piece>> {
+    let mut out: Vec<Vec<Piece>> = vec![Vec::new(); gpus as usize];
+    for &(p, piece) in Balancer::default().assign(blocks, gpus, nics, alpha_permille) {
+        out[p as usize].push(piece);
     }
     out
 }

@@ -13,29 +13,52 @@
 //!         GPU's Output (final assembly at torch offsets).
 //!
 //! Sender and receiver derive the same layout from the shared matrix: it is one Plan.
-use super::balance::{self, Block, Piece};
+use super::balance::{Balancer, Block, Piece};
 use super::{dedup_deps, push_seg};
 use crate::error::Result;
 use crate::plan::{Buf, Collective, Op, Plan, PlanBuilder, Segment};
 use crate::topology::{Cluster, Tier};
 use crate::traffic::Traffic;
 
-/// Where a gathered piece sits before scale-out.
+/// A piece of node u's traffic to node w, carried by proxy `proxy` of u.
 #[derive(Clone, Copy)]
 struct Held {
     piece: Piece,
-    /// Offset in the proxy's Scratch (gather region), or None when the proxy is the source.
-    scratch_off: Option<u64>,
-    gather_tid: Option<u32>,
+    w: u32,
+    proxy: u32,
+    /// Offset in the proxy's Scratch (gather region); u64::MAX when the proxy is the source.
+    scratch_off: u64,
+    gather_tid: u32,
 }
 
 /// A piece received by a non-final GPU, waiting for intra-node distribution.
 #[derive(Clone, Copy)]
 struct Inbound {
+    holder: u32,
+    final_local: u32,
     scratch_off: u64,
     out_off: u64,
     len: u64,
     tid: u32,
+}
+
+/// Stable counting sort of `0..items` by `key(i) < buckets`: returns (order, bucket starts).
+fn bucket_order(items: usize, buckets: usize, key: impl Fn(usize) -> usize) -> (Vec<u32>, Vec<usize>) {
+    let mut start = vec![0usize; buckets + 1];
+    for i in 0..items {
+        start[key(i) + 1] += 1;
+    }
+    for k in 0..buckets {
+        start[k + 1] += start[k];
+    }
+    let mut fill = start.clone();
+    let mut order = vec![0u32; items];
+    for i in 0..items {
+        let k = key(i);
+        order[fill[k]] = i as u32;
+        fill[k] += 1;
+    }
+    (order, start)
 }
 
 pub(super) fn plan(traffic: &Traffic, cluster: &Cluster, alpha_permille: u64, name: &str) -> Result<Plan> {
@@ -48,15 +71,15 @@ pub(super) fn plan(traffic: &Traffic, cluster: &Cluster, alpha_permille: u64, na
     let rank = |node: usize, local: usize| node * g + local;
     let mut b = PlanBuilder::new(name, Collective::AllToAll { traffic: traffic.clone() }, cluster.gpus_per_server);
 
-    // Algorithm 1 for every (source node, destination node ≠ source) pair:
-    // held[u][w][p] = pieces proxy p of node u carries to node w.
-    let mut held: Vec<Vec<Vec<Vec<Held>>>> = Vec::with_capacity(nodes);
+    // Algorithm 1 for every (source node u, destination node w ≠ u). held[node_begin[u]..node_begin[u+1]]
+    // are node u's pieces ordered by (w, proxy, assignment order).
+    let mut held: Vec<Held> = Vec::with_capacity(n * g + nodes * nodes * g);
+    let mut node_begin = vec![0usize; nodes + 1];
+    let mut balancer = Balancer::default();
     let mut blocks: Vec<Block> = Vec::with_capacity(g * g);
     for u in 0..nodes {
-        let mut per_w = Vec::with_capacity(nodes);
         for w in 0..nodes {
             if w == u {
-                per_w.push(vec![Vec::new(); g]);
                 continue;
             }
             blocks.clear();
@@ -68,10 +91,14 @@ pub(super) fn plan(traffic: &Traffic, cluster: &Cluster, alpha_permille: u64, na
                     }
                 }
             }
-            let a = balance::assign(&blocks, cluster.gpus_per_server, nics, alpha_permille);
-            per_w.push(a.into_iter().map(|v| v.into_iter().map(|piece| Held { piece, scratch_off: None, gather_tid: None }).collect()).collect());
+            let out = balancer.assign(&blocks, cluster.gpus_per_server, nics, alpha_permille);
+            let (order, _) = bucket_order(out.len(), g, |i| out[i].0 as usize);
+            held.extend(order.iter().map(|&i| {
+                let (proxy, piece) = out[i as usize];
+                Held { piece, w: w as u32, proxy, scratch_off: u64::MAX, gather_tid: u32::MAX }
+            }));
         }
-        held.push(per_w);
+        node_begin[u + 1] = held.len();
     }
 
     let mut segs: Vec<Segment> = Vec::new();
@@ -91,34 +118,29 @@ pub(super) fn plan(traffic: &Traffic, cluster: &Cluster, alpha_permille: u64, na
     // (destination node, assignment order).
     let mut gather_tid = vec![u32::MAX; n * g]; // [rank(u,s) * g + p]
     for u in 0..nodes {
+        let base = node_begin[u];
+        let mine = &held[base..node_begin[u + 1]];
+        let (order, start) = bucket_order(mine.len(), g * g, |i| mine[i].piece.src_local as usize * g + mine[i].proxy as usize);
         for s in 0..g {
             for p in 0..g {
-                if p == s {
+                let bucket = &order[start[s * g + p]..start[s * g + p + 1]];
+                if p == s || bucket.is_empty() {
                     continue;
                 }
-                segs.clear();
                 let dst_rank = rank(u, p);
                 let tid = b.num_transfers() as u32;
-                let mut any = false;
-                for w in 0..nodes {
-                    for h in held[u][w][p].iter_mut() {
-                        if h.piece.src_local as usize != s {
-                            continue;
-                        }
-                        let d = h.piece.dst_local as usize;
-                        let off = scratch_used[dst_rank];
-                        scratch_used[dst_rank] += h.piece.len;
-                        h.scratch_off = Some(off);
-                        h.gather_tid = Some(tid);
-                        any = true;
-                        let src_off = send[rank(u, s) * n + rank(w, d)] + h.piece.offset;
-                        push_seg(&mut segs, Segment { src_buf: Buf::Input, src_off, dst_buf: Buf::Scratch, dst_off: off, len: h.piece.len });
-                    }
+                segs.clear();
+                for &k in bucket {
+                    let h = &mut held[base + k as usize];
+                    let off = scratch_used[dst_rank];
+                    scratch_used[dst_rank] += h.piece.len;
+                    h.scratch_off = off;
+                    h.gather_tid = tid;
+                    let src_off = send[rank(u, s) * n + rank(h.w as usize, h.piece.dst_local as usize)] + h.piece.offset;
+                    push_seg(&mut segs, Segment { src_buf: Buf::Input, src_off, dst_buf: Buf::Scratch, dst_off: off, len: h.piece.len });
                 }
-                if any {
-                    b.transfer(rank(u, s) as u32, dst_rank as u32, Op::Copy, Tier::ScaleUp, 0, &segs, &[]);
-                    gather_tid[rank(u, s) * g + p] = tid;
-                }
+                b.transfer(rank(u, s) as u32, dst_rank as u32, Op::Copy, Tier::ScaleUp, 0, &segs, &[]);
+                gather_tid[rank(u, s) * g + p] = tid;
             }
         }
     }
@@ -142,63 +164,60 @@ pub(super) fn plan(traffic: &Traffic, cluster: &Cluster, alpha_permille: u64, na
         }
     }
 
-    // Step 1: scale-out, proxy p of u → GPU p of w. Inbound regions follow the gather regions.
-    let gather_end = scratch_used.clone();
-    let mut inbound: Vec<Vec<Inbound>> = vec![Vec::new(); n * g]; // [holder rank * g + final local]
-    for u in 0..nodes {
-        for p in 0..g {
-            for w in 0..nodes {
-                if w == u || held[u][w][p].is_empty() {
-                    continue;
-                }
-                let (src, dst) = (rank(u, p), rank(w, p));
-                let tid = b.num_transfers() as u32;
-                segs.clear();
-                deps.clear();
-                for h in &held[u][w][p] {
-                    let (s, d) = (h.piece.src_local as usize, h.piece.dst_local as usize);
-                    let (i, j) = (rank(u, s), rank(w, d));
-                    let (src_buf, src_off) = match h.scratch_off {
-                        Some(off) => (Buf::Scratch, off),
-                        None => (Buf::Input, send[i * n + j] + h.piece.offset),
-                    };
-                    if let Some(t) = h.gather_tid {
-                        deps.push(t);
-                    }
-                    let out_off = recv[i * n + j] + h.piece.offset;
-                    if d == p {
-                        push_seg(&mut segs, Segment { src_buf, src_off, dst_buf: Buf::Output, dst_off: out_off, len: h.piece.len });
-                    } else {
-                        let off = scratch_used[dst];
-                        scratch_used[dst] += h.piece.len;
-                        push_seg(&mut segs, Segment { src_buf, src_off, dst_buf: Buf::Scratch, dst_off: off, len: h.piece.len });
-                        inbound[dst * g + d].push(Inbound { scratch_off: off, out_off, len: h.piece.len, tid });
-                    }
-                }
-                dedup_deps(&mut deps);
-                b.transfer(src as u32, dst as u32, Op::Copy, Tier::ScaleOut, 1, &segs, &deps);
+    // Step 1: scale-out, proxy p of u → GPU p of w, one message per (u, w, p) run of `held`.
+    // Inbound regions follow the gather regions in each receiver's Scratch.
+    let mut inbound: Vec<Inbound> = Vec::new();
+    let mut k = 0;
+    while k < held.len() {
+        let (w, p) = (held[k].w as usize, held[k].proxy as usize);
+        let u = node_begin.partition_point(|&x| x <= k) - 1;
+        let mut e = k;
+        while e < held.len() && e < node_begin[u + 1] && held[e].w as usize == w && held[e].proxy as usize == p {
+            e += 1;
+        }
+        let (src, dst) = (rank(u, p), rank(w, p));
+        let tid = b.num_transfers() as u32;
+        segs.clear();
+        deps.clear();
+        for h in &held[k..e] {
+            let (s, d) = (h.piece.src_local as usize, h.piece.dst_local as usize);
+            let (i, j) = (rank(u, s), rank(w, d));
+            let (src_buf, src_off) = if h.scratch_off != u64::MAX { (Buf::Scratch, h.scratch_off) } else { (Buf::Input, send[i * n + j] + h.piece.offset) };
+            if h.gather_tid != u32::MAX {
+                deps.push(h.gather_tid);
+            }
+            let out_off = recv[i * n + j] + h.piece.offset;
+            if d == p {
+                push_seg(&mut segs, Segment { src_buf, src_off, dst_buf: Buf::Output, dst_off: out_off, len: h.piece.len });
+            } else {
+                let off = scratch_used[dst];
+                scratch_used[dst] += h.piece.len;
+                push_seg(&mut segs, Segment { src_buf, src_off, dst_buf: Buf::Scratch, dst_off: off, len: h.piece.len });
+                inbound.push(Inbound { holder: dst as u32, final_local: d as u32, scratch_off: off, out_off, len: h.piece.len, tid });
             }
         }
+        dedup_deps(&mut deps);
+        b.transfer(src as u32, dst as u32, Op::Copy, Tier::ScaleOut, 1, &segs, &deps);
+        k = e;
     }
-    debug_assert!(gather_end.iter().zip(&scratch_used).all(|(a, b)| a <= b));
 
-    // Step 2: intra-node distribution to the final GPU's Output.
-    for holder in 0..n {
-        let node = holder / g;
-        for d in 0..g {
-            let list = &inbound[holder * g + d];
-            if list.is_empty() {
-                continue;
-            }
-            segs.clear();
-            deps.clear();
-            for x in list {
-                push_seg(&mut segs, Segment { src_buf: Buf::Scratch, src_off: x.scratch_off, dst_buf: Buf::Output, dst_off: x.out_off, len: x.len });
-                deps.push(x.tid);
-            }
-            dedup_deps(&mut deps);
-            b.transfer(holder as u32, rank(node, d) as u32, Op::Copy, Tier::ScaleUp, 2, &segs, &deps);
+    // Step 2: intra-node distribution to the final GPU's Output, one message per (holder, final GPU).
+    let (order, start) = bucket_order(inbound.len(), n * g, |i| inbound[i].holder as usize * g + inbound[i].final_local as usize);
+    for key in 0..n * g {
+        let bucket = &order[start[key]..start[key + 1]];
+        if bucket.is_empty() {
+            continue;
         }
+        let (holder, d) = (key / g, key % g);
+        segs.clear();
+        deps.clear();
+        for &x in bucket {
+            let x = &inbound[x as usize];
+            push_seg(&mut segs, Segment { src_buf: Buf::Scratch, src_off: x.scratch_off, dst_buf: Buf::Output, dst_off: x.out_off, len: x.len });
+            deps.push(x.tid);
+        }
+        dedup_deps(&mut deps);
+        b.transfer(holder as u32, rank(holder / g, d) as u32, Op::Copy, Tier::ScaleUp, 2, &segs, &deps);
     }
 
     for (r, &bytes) in scratch_used.iter().enumerate() {
