@@ -1,11 +1,14 @@
 //! Closed-form, integer cost model for a Plan: a contention-aware critical path.
 //!
 //! Each transfer gets a dependency level (0 without deps, else 1 + the deepest dep).
-//! Transfers of one level are taken to run together, so a transfer's duration is the
-//! time its most loaded link needs to drain everything that level puts on it
-//! (bytes / bandwidth), and it finishes at max(finish of its deps) + its tier's alpha
-//! + that duration. The prediction is the latest finish. O(transfers + segments + deps
-//! + link hops), integer nanoseconds throughout, no floating point.
+//! Transfers of one level are taken to run together and share their links fairly, so
+//! a transfer needs at least the time its most loaded link takes to drain everything
+//! that level puts on it: finish ≥ max(finish of deps) + alpha + level load / bw.
+//! A link also carries the earlier levels' bytes, and a link drains work at its
+//! bandwidth whatever the sharing: finish ≥ alpha + (bytes of levels ≤ its level on the
+//! link) / bw. The transfer finishes at the larger of the two; the prediction is the
+//! latest finish. O((transfers + segments + deps + link hops) · log) and integer
+//! nanoseconds throughout: no floating point.
 //!
 //! Links mirror the simulator's fluid model: a scale-out transfer uses its sender's
 //! NIC uplink and its receiver's NIC downlink; scale-up uses the two switch ports
@@ -110,7 +113,8 @@ pub fn predict_ns(plan: &Plan, cluster: &Cluster) -> u64 {
     let mut bytes = vec![0u64; m];
     let mut link_begin = Vec::with_capacity(m + 1);
     let mut links: Vec<(u64, u64)> = Vec::with_capacity(2 * m);
-    let mut load: FastMap<(u32, u64), u64> = FastMap::default();
+    // (level, link) -> [bytes of that level, bytes of levels ≤ it]
+    let mut load: FastMap<(u32, u64), [u64; 2]> = FastMap::default();
     load.reserve(2 * m);
     for (id, t) in plan.transfers.iter().enumerate() {
         let lv = plan.deps_of(t).iter().filter(|&&d| (d as usize) < id).map(|&d| level[d as usize] + 1).max().unwrap_or(0);
@@ -119,22 +123,37 @@ pub fn predict_ns(plan: &Plan, cluster: &Cluster) -> u64 {
         link_begin.push(links.len());
         links_of(cluster, t.src, t.dst, t.tier, &mut links);
         for &(l, _) in &links[link_begin[id]..] {
-            let e = load.entry((lv, l)).or_insert(0);
-            *e = e.saturating_add(bytes[id]);
+            let e = load.entry((lv, l)).or_insert([0, 0]);
+            e[0] = e[0].saturating_add(bytes[id]);
         }
     }
     link_begin.push(links.len());
+    // Prefix sums over levels per link (sorted keys: deterministic, and needed for the order).
+    let mut keys: Vec<(u64, u32)> = load.keys().map(|&(lv, l)| (l, lv)).collect();
+    keys.sort_unstable();
+    let mut acc = 0u64;
+    for (i, &(l, lv)) in keys.iter().enumerate() {
+        if i == 0 || keys[i - 1].0 != l {
+            acc = 0;
+        }
+        let e = load.get_mut(&(lv, l)).expect("key from the map");
+        acc = acc.saturating_add(e[0]);
+        e[1] = acc;
+    }
     let mut finish = vec![0u64; m];
     let mut end = 0u64;
     for (id, t) in plan.transfers.iter().enumerate() {
         let ready = plan.deps_of(t).iter().filter(|&&d| (d as usize) < id).map(|&d| finish[d as usize]).max().unwrap_or(0);
-        let mut dur = 0u64;
+        let (mut share, mut drain) = (0u64, 0u64);
         if bytes[id] > 0 {
             for &(l, bw) in &links[link_begin[id]..link_begin[id + 1]] {
-                dur = dur.max(drain_ns(load[&(level[id], l)], bw));
+                let e = load[&(level[id], l)];
+                share = share.max(drain_ns(e[0], bw));
+                drain = drain.max(drain_ns(e[1], bw));
             }
         }
-        finish[id] = ready.saturating_add(cluster.alpha_ns(t.tier)).saturating_add(dur);
+        let alpha = cluster.alpha_ns(t.tier);
+        finish[id] = ready.saturating_add(alpha).saturating_add(share).max(alpha.saturating_add(drain));
         end = end.max(finish[id]);
     }
     end
@@ -153,6 +172,19 @@ mod tests {
         let p = crate::algo::fanout::plan(&t, &c, &Options::new()).unwrap();
         // Each NIC sends 8 × 1 MB to the other server: 8e6 B / 50e9 B/s = 160 µs.
         assert_eq!(predict_ns(&p, &c), 6_000 + 160_000);
+    }
+
+    #[test]
+    fn links_shared_across_levels_add_up() {
+        // sabre_light on a balanced matrix: phase-2 forwarding shares the NICs with the
+        // phase-1 direct exchange, so the NIC must drain both.
+        let c = Cluster::parse("h200:2,gpus=4").unwrap();
+        let t = generators::balanced(8, 1_000_000).unwrap();
+        let p = crate::algo::sabre::plan_light(&t, &c, &Options::new()).unwrap();
+        // Each NIC sends 4 × 1 MB to the other server: 80 µs at 50 GB/s.
+        let ns = predict_ns(&p, &c);
+        assert!(ns >= 80_000 + 6_000, "{ns}");
+        assert!(ns < 80_000 + 6_000 + 20_000, "{ns}");
     }
 
     #[test]
