@@ -4,6 +4,7 @@ use collsched_core::algo::plan_all_to_all;
 use collsched_core::plan::verify::verify;
 use collsched_core::plan::Options;
 use collsched_core::{Buf, Cluster, Collective, Op, Plan, PlanBuilder, Segment, Tier, Traffic};
+use proptest::prelude::*;
 
 /// 2 servers × 4 GPUs, every pair non-empty and of a different size.
 fn cluster() -> Cluster {
@@ -50,6 +51,7 @@ fn without(plan: &Plan, drop: u32) -> Plan {
 }
 
 /// Append one transfer at the end of a plan.
+#[allow(clippy::too_many_arguments)]
 fn with_extra(plan: &Plan, src: u32, dst: u32, op: Op, tier: Tier, step: u32, segs: &[Segment], deps: &[u32]) -> Plan {
     let mut p = plan.clone();
     let seg_begin = p.segments.len() as u32;
@@ -370,6 +372,63 @@ fn malformed_plans_are_verification_errors() {
     let mut p = planned("fanout");
     p.transfers[0].seg_end = p.segments.len() as u32 + 5;
     assert!(rejected(&p).starts_with("malformed plan: transfer 0"));
+}
+
+/// A value for a mutated field: small, near a real value, or extreme.
+fn pick(choice: u8, near: u64) -> u64 {
+    match choice % 6 {
+        0 => 0,
+        1 => near.wrapping_add(1),
+        2 => near.saturating_sub(1),
+        3 => near.wrapping_add(16),
+        4 => u64::MAX - 3,
+        _ => u32::MAX as u64,
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+    /// Any single-field corruption of a plan gives Ok or a Verification error, never a panic.
+    #[test]
+    fn random_corruption_never_panics(algo in 0usize..3, field in 0u8..16, index in any::<u32>(), choice in any::<u8>()) {
+        let mut p = planned(["fanout", "spreadout", "hierarchical"][algo]);
+        let t = index as usize % p.transfers.len();
+        let s = index as usize % p.segments.len();
+        let v = |near: u64| pick(choice, near);
+        let x = &mut p.transfers[t];
+        match field {
+            0 => x.src = v(x.src as u64) as u32,
+            1 => x.dst = v(x.dst as u64) as u32,
+            2 => x.op = if choice % 2 == 0 { Op::ReduceSum } else { Op::Copy },
+            3 => x.tier = [Tier::Local, Tier::ScaleUp, Tier::ScaleOut][choice as usize % 3],
+            4 => x.step = v(x.step as u64) as u32,
+            5 => x.seg_begin = v(x.seg_begin as u64) as u32,
+            6 => x.seg_end = v(x.seg_end as u64) as u32,
+            7 => x.dep_begin = v(x.dep_begin as u64) as u32,
+            8 => x.dep_end = v(x.dep_end as u64) as u32,
+            9 => p.segments[s].src_off = v(p.segments[s].src_off),
+            10 => p.segments[s].dst_off = v(p.segments[s].dst_off),
+            11 => p.segments[s].len = v(p.segments[s].len),
+            12 => p.segments[s].src_buf = [Buf::Input, Buf::Output, Buf::Scratch][choice as usize % 3],
+            13 => p.segments[s].dst_buf = [Buf::Input, Buf::Output, Buf::Scratch][choice as usize % 3],
+            14 => {
+                let r = index as usize % p.scratch_bytes.len();
+                p.scratch_bytes[r] = v(p.scratch_bytes[r]);
+            }
+            _ => {
+                if !p.deps.is_empty() {
+                    let d = index as usize % p.deps.len();
+                    p.deps[d] = v(p.deps[d] as u64) as u32;
+                } else {
+                    p.gpus_per_server = v(p.gpus_per_server as u64) as u32;
+                }
+            }
+        }
+        match verify(&p) {
+            Ok(_) | Err(collsched_core::Error::Verification(_)) => {}
+            Err(e) => prop_assert!(false, "unexpected error kind: {e:?}"),
+        }
+    }
 }
 
 /// Timing of the verifier on big fan-out plans (release: `cargo test --release -- --ignored --nocapture verify_speed`).
