@@ -431,6 +431,99 @@ proptest! {
     }
 }
 
+/// Ring reduce-scatter (then, for allreduce, ring allgather) built by hand: chunk c starts
+/// at rank c+1 and is reduced hop by hop until it reaches rank c, accumulating in scratch.
+/// `skip` drops the ring transfer of that index (to check the verifier notices).
+fn ring_plan(ranks: u32, shard: u64, elem: u32, allreduce: bool, skip: Option<usize>) -> Plan {
+    let p = ranks;
+    let c = if allreduce {
+        Collective::AllReduce { ranks, bytes: p as u64 * shard, elem_bytes: elem }
+    } else {
+        Collective::ReduceScatter { ranks, shard_bytes: shard, elem_bytes: elem }
+    };
+    let mut b = PlanBuilder::new("ring", c, 4);
+    let tier = |a: u32, d: u32| if a == d { Tier::Local } else if a / 4 == d / 4 { Tier::ScaleUp } else { Tier::ScaleOut };
+    let seg = |src_buf, src_off, dst_buf, dst_off| Segment { src_buf, src_off, dst_buf, dst_off, len: shard };
+    let mut init = Vec::new();
+    for r in 0..p {
+        b.need_scratch(r, p as u64 * shard);
+        let whole = Segment { src_buf: Buf::Input, src_off: 0, dst_buf: Buf::Scratch, dst_off: 0, len: p as u64 * shard };
+        init.push(b.transfer(r, r, Op::Copy, Tier::Local, 0, &[whole], &[]));
+    }
+    // prev[r]: the transfer that last reduced into rank r's scratch.
+    let mut prev: Vec<Option<u32>> = vec![None; p as usize];
+    let mut count = 0;
+    for k in 0..p.saturating_sub(1) {
+        let mut next = prev.clone();
+        for r in 0..p {
+            let (to, chunk) = ((r + 1) % p, (r + 2 * p - 1 - k) % p);
+            let deps: Vec<u32> = prev[r as usize].into_iter().chain([init[r as usize], init[to as usize]]).chain(prev[to as usize]).collect();
+            let off = chunk as u64 * shard;
+            if skip != Some(count) {
+                next[to as usize] = Some(b.transfer(r, to, Op::ReduceSum, tier(r, to), k + 1, &[seg(Buf::Scratch, off, Buf::Scratch, off)], &deps));
+            }
+            count += 1;
+        }
+        prev = next;
+    }
+    // Reduced chunk r sits in rank r's scratch.
+    let mut done = Vec::new();
+    for r in 0..p {
+        let off = r as u64 * shard;
+        let dst_off = if allreduce { off } else { 0 };
+        let deps: Vec<u32> = prev[r as usize].into_iter().chain([init[r as usize]]).collect();
+        done.push(b.transfer(r, r, Op::Copy, Tier::Local, p, &[seg(Buf::Scratch, off, Buf::Output, dst_off)], &deps));
+    }
+    if allreduce {
+        // Ring allgather of the reduced chunks through the outputs.
+        let mut last = done.clone();
+        for k in 0..p.saturating_sub(1) {
+            let mut next = last.clone();
+            for r in 0..p {
+                let (to, chunk) = ((r + 1) % p, (r + p - k) % p);
+                let off = chunk as u64 * shard;
+                next[to as usize] = b.transfer(r, to, Op::Copy, tier(r, to), p + 1 + k, &[seg(Buf::Output, off, Buf::Output, off)], &[last[r as usize], last[to as usize]]);
+            }
+            last = next;
+        }
+    }
+    b.finish()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+    /// Ring reductions on up to 130 ranks (multi-word rank sets) verify; dropping any one
+    /// reduction step is caught.
+    #[test]
+    fn ring_reductions_verify(ranks in 1u32..=130, elems in 1u64..4, elem_pick in 0usize..4, allreduce in any::<bool>(), skip in any::<u32>()) {
+        let elem = [1u32, 2, 4, 8][elem_pick];
+        let shard = elems * elem as u64;
+        let p = ring_plan(ranks, shard, elem, allreduce, None);
+        let report = verify(&p).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        prop_assert!(report.conflicts > 0);
+        if ranks > 1 {
+            let ring_transfers = (ranks * (ranks - 1)) as usize;
+            let broken = ring_plan(ranks, shard, elem, allreduce, Some(skip as usize % ring_transfers));
+            let msg = rejected(&broken);
+            // The missing contribution shows in the final sums.
+            prop_assert!(msg.starts_with("final state: output of rank"), "{}", msg);
+            let expected = format!("expected the sum over all {ranks} ranks' inputs");
+            prop_assert!(msg.contains(&expected), "{}", msg);
+            prop_assert!(msg.contains("found the sum of ranks {") || msg.contains("found rank "), "{}", msg);
+        }
+    }
+}
+
+#[test]
+fn ring_reduce_scatter_with_a_wrong_chunk_is_rejected() {
+    let mut p = ring_plan(5, 8, 4, false, None);
+    // The first ring transfer (rank 0 → 1) reduces chunk 4; send chunk 3 instead.
+    let id = find(&p, |t| t.op == Op::ReduceSum);
+    let seg = p.transfers[id as usize].seg_begin as usize;
+    p.segments[seg].src_off -= 8;
+    assert_names(&rejected(&p), id, "the input offsets differ");
+}
+
 /// Timing of the verifier on big fan-out plans (release: `cargo test --release -- --ignored --nocapture verify_speed`).
 #[test]
 #[ignore]
