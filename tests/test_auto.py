@@ -17,11 +17,7 @@ def test_choice_is_the_argmin_of_predictions(spec, kind):
          "zipf": lambda: traffic.zipf(n, 0.99, 1 << 18, seed=3),
          "hot": lambda: traffic.hot_experts(n, skew=1.5, tokens_per_rank=256, hidden=512, seed=3)}[kind]()
     p = plan_all_to_all(m, c, "auto", cache=0)
-    try:
-        p.verify()
-    except ValueError as e:  # TEMP until the verifier lands on main
-        if "not implemented" not in str(e):
-            raise
+    p.verify()
     pred = {a: int(p.meta[f"predicted_{a}_ns"]) for a in CANDIDATES if f"predicted_{a}_ns" in p.meta}
     assert {"fanout", "sabre_skewed", "sabre_light"} <= set(pred)
     best = min(pred.values())
