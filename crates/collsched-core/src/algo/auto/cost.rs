@@ -48,11 +48,26 @@ const KIND_NIC_DOWN: u64 = 4;
 const KIND_LINK: u64 = 5;
 const KIND_COPY: u64 = 6;
 
+/// Flag on a link key: the transfer puts half its bytes on this link.
+pub const HALF: u64 = 1 << 60;
+
 fn key(kind: u64, server: u32, a: u32, b: u32) -> u64 {
     (kind << 61) | ((server as u64) << 40) | ((a as u64) << 20) | b as u64
 }
 
+/// The link a key names and the bytes a transfer of `bytes` puts on it.
+fn split(k: u64, bytes: u64) -> (u64, u64) {
+    let link = k & !HALF;
+    if k & HALF != 0 {
+        (link, bytes.div_ceil(2))
+    } else {
+        (link, bytes)
+    }
+}
+
 /// Append the (link key, bandwidth) pairs transfer `src → dst` of `tier` occupies.
+/// An antipodal ring transfer goes half each way: its links get the high key bit
+/// `HALF`, meaning they carry half of its bytes.
 pub fn links_of(c: &Cluster, src: u32, dst: u32, tier: Tier, out: &mut Vec<(u64, u64)>) {
     match tier {
         Tier::Local => out.push((key(KIND_COPY, 0, 0, src), c.local_copy_bw)),
@@ -71,14 +86,23 @@ pub fn links_of(c: &Cluster, src: u32, dst: u32, tier: Tier, out: &mut Vec<(u64,
                 }
                 ScaleUp::FullMesh { link_bw } => out.push((key(KIND_LINK, server, a, b), link_bw)),
                 ScaleUp::Ring { link_bw } => {
-                    // Shorter direction; clockwise on ties.
+                    // Shorter direction; an antipodal transfer splits evenly over both.
                     let fwd = (b + g - a) % g;
-                    let step = if fwd <= g - fwd { 1 } else { g - 1 };
-                    let mut x = a;
-                    while x != b {
-                        let y = (x + step) % g;
-                        out.push((key(KIND_LINK, server, x, y), link_bw));
-                        x = y;
+                    let mut walk = |step: u32, flag: u64| {
+                        let mut x = a;
+                        while x != b {
+                            let y = (x + step) % g;
+                            out.push((key(KIND_LINK, server, x, y) | flag, link_bw));
+                            x = y;
+                        }
+                    };
+                    if g <= 2 || fwd < g - fwd {
+                        walk(1, 0);
+                    } else if fwd > g - fwd {
+                        walk(g - 1, 0);
+                    } else {
+                        walk(1, HALF);
+                        walk(g - 1, HALF);
                     }
                 }
                 ScaleUp::HybridCubeMesh { link_bw } => {
@@ -108,55 +132,154 @@ fn drain_ns(bytes: u64, bw: u64) -> u64 {
 
 /// Predicted completion time of `plan` on `cluster`, integer nanoseconds.
 pub fn predict_ns(plan: &Plan, cluster: &Cluster) -> u64 {
-    let m = plan.transfers.len();
-    let mut level = vec![0u32; m];
-    let mut bytes = vec![0u64; m];
-    let mut link_begin = Vec::with_capacity(m + 1);
-    let mut links: Vec<(u64, u64)> = Vec::with_capacity(2 * m);
-    // (level, link) -> [bytes of that level, bytes of levels ≤ it]
-    let mut load: FastMap<(u32, u64), [u64; 2]> = FastMap::default();
-    load.reserve(2 * m);
-    for (id, t) in plan.transfers.iter().enumerate() {
-        let lv = plan.deps_of(t).iter().filter(|&&d| (d as usize) < id).map(|&d| level[d as usize] + 1).max().unwrap_or(0);
-        level[id] = lv;
-        bytes[id] = plan.transfer_bytes(t);
-        link_begin.push(links.len());
-        links_of(cluster, t.src, t.dst, t.tier, &mut links);
-        for &(l, _) in &links[link_begin[id]..] {
-            let e = load.entry((lv, l)).or_insert([0, 0]);
-            e[0] = e[0].saturating_add(bytes[id]);
-        }
-    }
-    link_begin.push(links.len());
-    // Prefix sums over levels per link (sorted keys: deterministic, and needed for the order).
-    let mut keys: Vec<(u64, u32)> = load.keys().map(|&(lv, l)| (l, lv)).collect();
-    keys.sort_unstable();
-    let mut acc = 0u64;
-    for (i, &(l, lv)) in keys.iter().enumerate() {
-        if i == 0 || keys[i - 1].0 != l {
-            acc = 0;
-        }
-        let e = load.get_mut(&(lv, l)).expect("key from the map");
-        acc = acc.saturating_add(e[0]);
-        e[1] = acc;
-    }
-    let mut finish = vec![0u64; m];
-    let mut end = 0u64;
-    for (id, t) in plan.transfers.iter().enumerate() {
-        let ready = plan.deps_of(t).iter().filter(|&&d| (d as usize) < id).map(|&d| finish[d as usize]).max().unwrap_or(0);
-        let (mut share, mut drain) = (0u64, 0u64);
-        if bytes[id] > 0 {
-            for &(l, bw) in &links[link_begin[id]..link_begin[id + 1]] {
-                let e = load[&(level[id], l)];
-                share = share.max(drain_ns(e[0], bw));
-                drain = drain.max(drain_ns(e[1], bw));
+    predict_finish_ns(plan, cluster).into_iter().max().unwrap_or(0)
+}
+
+/// Predicted finish time of every transfer, integer nanoseconds.
+pub fn predict_finish_ns(plan: &Plan, cluster: &Cluster) -> Vec<u64> {
+    Model::new(plan, cluster).run()
+}
+
+struct Model<'a> {
+    plan: &'a Plan,
+    cluster: &'a Cluster,
+    level: Vec<u32>,
+    bytes: Vec<u64>,
+    /// Transfer id → its slots in `links` (`link_begin[id]..link_begin[id + 1]`).
+    link_begin: Vec<usize>,
+    links: Vec<(u64, u64)>,
+    /// (level, link) → bytes of levels ≤ level on the link.
+    cum: FastMap<(u32, u64), u64>,
+    /// Transfer ids ordered by level (stable).
+    by_level: Vec<u32>,
+}
+
+impl<'a> Model<'a> {
+    fn new(plan: &'a Plan, cluster: &'a Cluster) -> Model<'a> {
+        let m = plan.transfers.len();
+        let mut level = vec![0u32; m];
+        let mut bytes = vec![0u64; m];
+        let mut link_begin = Vec::with_capacity(m + 1);
+        let mut links: Vec<(u64, u64)> = Vec::with_capacity(2 * m);
+        let mut cum: FastMap<(u32, u64), u64> = FastMap::default();
+        cum.reserve(2 * m);
+        for (id, t) in plan.transfers.iter().enumerate() {
+            let lv = plan.deps_of(t).iter().filter(|&&d| (d as usize) < id).map(|&d| level[d as usize] + 1).max().unwrap_or(0);
+            level[id] = lv;
+            bytes[id] = plan.transfer_bytes(t);
+            link_begin.push(links.len());
+            links_of(cluster, t.src, t.dst, t.tier, &mut links);
+            for &(k, _) in &links[link_begin[id]..] {
+                let (l, b) = split(k, bytes[id]);
+                let e = cum.entry((lv, l)).or_insert(0);
+                *e = e.saturating_add(b);
             }
         }
-        let alpha = cluster.alpha_ns(t.tier);
-        finish[id] = ready.saturating_add(alpha).saturating_add(share).max(alpha.saturating_add(drain));
-        end = end.max(finish[id]);
+        link_begin.push(links.len());
+        // Prefix sums over levels per link (sorted keys: the order matters for the sums).
+        let mut keys: Vec<(u64, u32)> = cum.keys().map(|&(lv, l)| (l, lv)).collect();
+        keys.sort_unstable();
+        let mut acc = 0u64;
+        for (i, &(l, lv)) in keys.iter().enumerate() {
+            if i == 0 || keys[i - 1].0 != l {
+                acc = 0;
+            }
+            let e = cum.get_mut(&(lv, l)).expect("key from the map");
+            acc = acc.saturating_add(*e);
+            *e = acc;
+        }
+        let mut by_level: Vec<u32> = (0..m as u32).collect();
+        by_level.sort_by_key(|&i| level[i as usize]);
+        Model { plan, cluster, level, bytes, link_begin, links, cum, by_level }
     }
-    end
+
+    /// Finish times, level by level.
+    fn run(&self) -> Vec<u64> {
+        let (plan, links, m) = (self.plan, &self.links, self.plan.transfers.len());
+        let mut finish = vec![0u64; m];
+        let mut release = vec![0u64; m];
+        // Per level: (link, release, bytes on link, slot) of every transfer of the level.
+        let mut uses: Vec<(u64, u64, u64, u32)> = Vec::new();
+        // Per slot: processor-sharing bytes (Σ_j min(b_j, b) over the level), the link's
+        // work-conserving completion over the level, and the level's bytes on the link.
+        let mut shared = vec![0u64; links.len()];
+        let mut drained = vec![0u64; links.len()];
+        let mut level_total = vec![0u64; links.len()];
+        let mut lo = 0;
+        while lo < m {
+            let lv = self.level[self.by_level[lo] as usize];
+            let mut hi = lo;
+            while hi < m && self.level[self.by_level[hi] as usize] == lv {
+                hi += 1;
+            }
+            uses.clear();
+            for &id in &self.by_level[lo..hi] {
+                let id = id as usize;
+                let t = &plan.transfers[id];
+                let ready = plan.deps_of(t).iter().filter(|&&d| (d as usize) < id).map(|&d| finish[d as usize]).max().unwrap_or(0);
+                release[id] = ready.saturating_add(self.cluster.alpha_ns(t.tier));
+                if self.bytes[id] > 0 {
+                    for slot in self.link_begin[id]..self.link_begin[id + 1] {
+                        let (l, b) = split(links[slot].0, self.bytes[id]);
+                        uses.push((l, release[id], b, slot as u32));
+                    }
+                }
+            }
+            // Work-conserving completion of each link over its level:
+            // max_j (release_j + bytes released at or after release_j / bw).
+            uses.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)).then(a.3.cmp(&b.3)));
+            let mut i = 0;
+            while i < uses.len() {
+                let (l, begin) = (uses[i].0, i);
+                let bw = links[uses[i].3 as usize].1;
+                let (mut acc, mut done) = (0u64, 0u64);
+                while i < uses.len() && uses[i].0 == l {
+                    acc = acc.saturating_add(uses[i].2);
+                    done = done.max(uses[i].1.saturating_add(drain_ns(acc, bw)));
+                    i += 1;
+                }
+                for u in &uses[begin..i] {
+                    drained[u.3 as usize] = done;
+                    level_total[u.3 as usize] = acc;
+                }
+            }
+            // Processor sharing: with equal shares a transfer of b bytes finishes once
+            // Σ_j min(b_j, b) bytes went through the link.
+            uses.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(a.2.cmp(&b.2)).then(a.3.cmp(&b.3)));
+            let mut i = 0;
+            while i < uses.len() {
+                let (l, begin) = (uses[i].0, i);
+                while i < uses.len() && uses[i].0 == l {
+                    i += 1;
+                }
+                let n = (i - begin) as u64;
+                let mut before = 0u64;
+                for (k, u) in uses[begin..i].iter().enumerate() {
+                    shared[u.3 as usize] = before.saturating_add(u.2.saturating_mul(n - k as u64));
+                    before = before.saturating_add(u.2);
+                }
+            }
+            for &id in &self.by_level[lo..hi] {
+                let id = id as usize;
+                let alpha = self.cluster.alpha_ns(plan.transfers[id].tier);
+                let mut f = release[id];
+                if self.bytes[id] > 0 {
+                    for slot in self.link_begin[id]..self.link_begin[id + 1] {
+                        let (l, bw) = (split(links[slot].0, 0).0, links[slot].1);
+                        let mine = shared[slot];
+                        let own_level = drained[slot].min(release[id].saturating_add(drain_ns(mine, bw)));
+                        // Bytes of lower levels on the same link go first (released earlier).
+                        let below = self.cum[&(lv, l)].saturating_sub(level_total[slot]);
+                        let behind = alpha.saturating_add(drain_ns(below.saturating_add(mine), bw));
+                        f = f.max(own_level).max(behind);
+                    }
+                }
+                finish[id] = f;
+            }
+            lo = hi;
+        }
+        finish
+    }
 }
 
 #[cfg(test)]
@@ -195,7 +318,8 @@ mod tests {
         assert_eq!(v.len(), 2);
         v.clear();
         links_of(&c, 0, 4, Tier::ScaleUp, &mut v);
-        assert_eq!(v.len(), 4);
+        assert_eq!(v.len(), 8, "antipodal: half each way");
+        assert!(v.iter().all(|&(k, _)| k & HALF != 0));
         let cube = Cluster::parse("v100:1").unwrap();
         v.clear();
         links_of(&cube, 0, 5, Tier::ScaleUp, &mut v);
