@@ -10,6 +10,15 @@ use collsched_core::traffic::generators;
 use collsched_core::Cluster;
 use std::time::Instant;
 
+/// CPU seconds this thread has run (Linux schedstat); the machine is shared, so
+/// wall time alone overstates the simulator's cost under load.
+fn cpu_s() -> f64 {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().and_then(|v| v.parse::<f64>().ok()))
+        .map_or(f64::NAN, |ns| ns * 1e-9)
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let quick = args.iter().any(|a| a == "--quick");
@@ -21,7 +30,7 @@ fn main() {
         }
     }
     println!("tolerance {}", opts.tolerance);
-    println!("{:<22} {:>6} {:>10} {:>10} {:>9} {:>10} {:>12} {:>10} {:>8}", "case", "GPUs", "transfers", "plan s", "sim s", "windows", "simulated", "algbw GB/s", "/bound");
+    println!("{:<22} {:>6} {:>9} {:>8} {:>9} {:>9} {:>8} {:>11} {:>10} {:>8}", "case", "GPUs", "transfers", "plan s", "sim wall", "sim cpu", "windows", "simulated", "algbw GB/s", "/bound");
     for servers in [8u32, 32, 128] {
         let gpus = servers * 8;
         if (quick && gpus > 256) || (!only.is_empty() && !only.contains(&gpus)) {
@@ -33,16 +42,17 @@ fn main() {
             let t0 = Instant::now();
             let plan = plan_all_to_all(&traffic, &cluster, "fanout", &Options::new()).unwrap();
             let plan_s = t0.elapsed().as_secs_f64();
-            let t1 = Instant::now();
+            let (t1, c1) = (Instant::now(), cpu_s());
             let r = simulate(&plan, &cluster, &opts).unwrap();
-            let sim_s = t1.elapsed().as_secs_f64();
+            let (sim_s, sim_cpu) = (t1.elapsed().as_secs_f64(), cpu_s() - c1);
             println!(
-                "{:<22} {:>6} {:>10} {:>10.3} {:>9.3} {:>10} {:>10.3}ms {:>10.1} {:>8.4}",
+                "{:<22} {:>6} {:>9} {:>8.3} {:>9.3} {:>9.3} {:>8} {:>9.3}ms {:>10.1} {:>8.4}",
                 format!("fanout {name}"),
                 gpus,
                 r.transfers,
                 plan_s,
                 sim_s,
+                sim_cpu,
                 r.windows,
                 r.time_s * 1e3,
                 r.algbw / 1e9,

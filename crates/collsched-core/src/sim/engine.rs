@@ -105,10 +105,10 @@ pub struct Engine<'a> {
     frontier: usize,
     parked: Vec<Vec<u32>>,
     now: f64,
-    // Active flows: ids and, per position, remaining bytes and rate.
+    // Active flow ids; remaining bytes and rate are indexed by flow id.
     active: Vec<u32>,
     remaining: Vec<f64>,
-    rate: Vec<f64>,
+    fair: FairShare,
     completed: usize,
 }
 
@@ -162,8 +162,8 @@ impl<'a> Engine<'a> {
             parked: vec![Vec::new(); steps],
             now: 0.0,
             active: Vec::new(),
-            remaining: Vec::new(),
-            rate: Vec::new(),
+            remaining: flows.bytes.clone(),
+            fair: FairShare::new(links.len(), flows.bytes.len(), flows.links.len()),
             completed: 0,
         };
         e.advance_frontier(0.0);
@@ -229,8 +229,7 @@ impl<'a> Engine<'a> {
         }
         for f in lo..hi {
             self.active.push(f);
-            self.remaining.push(self.flows.bytes[f as usize]);
-            self.rate.push(0.0);
+            self.fair.add(f, &self.flows.link_off, &self.flows.links);
         }
     }
 
@@ -238,7 +237,6 @@ impl<'a> Engine<'a> {
         let tol = self.opts.tolerance.max(0.0);
         let (links, flows) = (self.links, self.flows);
         let time_scale = load_time(links, flows);
-        let num_links = links.len();
         let caps = &links.capacity;
         let class = &links.class;
         let incast = self.opts.incast;
@@ -248,24 +246,25 @@ impl<'a> Engine<'a> {
                 _ => caps[l],
             }
         };
-        let mut fair = FairShare::default();
         let mut cands: Vec<(f64, u32)> = Vec::new();
+        let mut finish: Vec<f64> = Vec::new();
         let mut done = Vec::new();
-        let mut new_rates = Vec::new();
         let (mut windows, mut recomputations) = (0usize, 0usize);
         let mut dirty = false;
         loop {
             if dirty {
-                fair.compute(&self.active, &flows.link_off, &flows.links, num_links, capacity, &mut new_rates);
-                std::mem::swap(&mut self.rate, &mut new_rates);
+                self.fair.compute(&flows.link_off, &flows.links, capacity);
                 recomputations += 1;
                 dirty = false;
             }
             // Earliest completion among active flows.
             let now = self.now;
             let mut tc = f64::INFINITY;
-            for (r, q) in self.remaining.iter().zip(&self.rate) {
-                tc = tc.min(now + r / q);
+            finish.clear();
+            for &f in &self.active {
+                let x = now + self.remaining[f as usize] / self.fair.rate(f);
+                finish.push(x);
+                tc = tc.min(x);
             }
             let ts = self.starts.peek().map_or(f64::INFINITY, |s| s.0);
             let te = tc.min(ts);
@@ -276,14 +275,12 @@ impl<'a> Engine<'a> {
             let limit = te + te.max(time_scale) * tol + te * 1e-12;
             cands.clear();
             if tc <= limit {
-                for (p, (r, q)) in self.remaining.iter().zip(&self.rate).enumerate() {
-                    let x = now + r / q;
+                for (&f, &x) in self.active.iter().zip(&finish) {
                     if x <= limit {
-                        cands.push((x, p as u32));
+                        cands.push((x, f));
                     }
                 }
-                let active = &self.active;
-                cands.sort_by(|a, b| a.0.total_cmp(&b.0).then(active[a.1 as usize].cmp(&active[b.1 as usize])));
+                cands.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
             }
             // Every completion and start in the window takes effect at its last event time.
             let mut t_p = te;
@@ -303,35 +300,27 @@ impl<'a> Engine<'a> {
             }
             // Everything in the window takes effect at t_p.
             let dt = t_p - now;
-            if dt > 0.0 {
-                for (r, q) in self.remaining.iter_mut().zip(&self.rate) {
-                    *r = (*r - q * dt).max(0.0);
-                }
-            }
             self.now = t_p;
-            for &(x, p) in &done {
-                self.remaining[p as usize] = -1.0; // marker: remove
-                let tid = flows.transfer[self.active[p as usize] as usize];
+            for &(x, f) in &done {
+                self.remaining[f as usize] = -1.0; // marker: remove
+                self.fair.remove(f, &flows.link_off, &flows.links);
+                let tid = flows.transfer[f as usize];
                 self.flows_left[tid as usize] -= 1;
                 if self.flows_left[tid as usize] == 0 {
                     self.complete(tid, x);
                 }
             }
-            if !done.is_empty() {
-                let mut w = 0;
-                for i in 0..self.active.len() {
-                    if self.remaining[i] >= 0.0 {
-                        self.active[w] = self.active[i];
-                        self.remaining[w] = self.remaining[i];
-                        self.rate[w] = self.rate[i];
-                        w += 1;
-                    }
+            // One pass: drop finished flows, advance the others to t_p.
+            let (remaining, fair) = (&mut self.remaining, &self.fair);
+            self.active.retain(|&f| {
+                let r = &mut remaining[f as usize];
+                if *r < 0.0 {
+                    return false;
                 }
-                self.active.truncate(w);
-                self.remaining.truncate(w);
-                self.rate.truncate(w);
-                dirty = true;
-            }
+                *r = (*r - fair.rate(f) * dt).max(0.0);
+                true
+            });
+            dirty |= !done.is_empty();
             let before = self.active.len();
             for id in starting {
                 self.begin(id);

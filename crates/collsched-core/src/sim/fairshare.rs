@@ -5,7 +5,7 @@
 //! share; repeat. Fixing flows only raises the fair share of the other links
 //! they cross (each fixed rate is at most those links' share), so a heap whose
 //! keys may be stale is still a heap of lower bounds: pop, recompute, and
-//! re-push if the true share grew. Cost: O(flow-link incidences + pops·log L).
+//! re-push if the true share grew. Cost: O(active flow-link incidences + pops·log L).
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 
@@ -24,52 +24,91 @@ impl Ord for Key {
     }
 }
 
-/// Reusable buffers (no allocation per recomputation once warm).
+const ONE_LINK: u32 = u32::MAX;
+const MANY_LINKS: u32 = u32::MAX - 1;
+
+#[derive(Clone, Copy, Default)]
+struct FlowRate {
+    rate: f64,
+    epoch: u32,
+}
+
+/// Max-min state kept across recomputations: which active flows cross each
+/// link (updated incrementally as flows start and finish, so a recomputation
+/// never rebuilds the incidence lists).
 #[derive(Default)]
 pub struct FairShare {
+    /// Active flows on each link: (flow id, its other link when it crosses exactly two,
+    /// ONE_LINK or MANY_LINKS otherwise). Carrying the other link here saves a random
+    /// memory access per incidence in the filling loop, which is memory-bound.
+    members: Vec<Vec<(u32, u32)>>,
+    /// For each flow-link incidence (indexed like the flows' link CSR): its slot in `members`.
+    slot: Vec<u32>,
     count: Vec<u32>,
     residual: Vec<f64>,
-    start: Vec<u32>,
-    fill: Vec<u32>,
-    entries: Vec<u32>,
-    fixed: Vec<bool>,
+    /// Rate of each flow, and the pass that fixed it (flows over 3+ links only).
+    flow: Vec<FlowRate>,
+    /// The pass in which each link saturated: a two-link flow is already fixed
+    /// exactly when its other link saturated earlier, a check that stays in cache.
+    link_epoch: Vec<u32>,
+    epoch: u32,
     heap: BinaryHeap<Key>,
 }
 
 impl FairShare {
-    /// Rates for the flows `active` (ids into the CSR `link_off`/`links`), written
-    /// to `rates[position]`. `capacity(link, flows_on_link)` gives the usable capacity.
-    pub fn compute(&mut self, active: &[u32], link_off: &[u32], links: &[u32], num_links: usize, capacity: impl Fn(usize, u32) -> f64, rates: &mut Vec<f64>) {
-        let n = active.len();
-        rates.clear();
-        rates.resize(n, 0.0);
+    pub fn new(num_links: usize, num_flows: usize, incidences: usize) -> FairShare {
+        FairShare { members: vec![Vec::new(); num_links], slot: vec![0; incidences], flow: vec![FlowRate::default(); num_flows], ..FairShare::default() }
+    }
+
+    /// Current rate of flow `f` (bytes/s), as of the last `compute`.
+    #[inline]
+    pub fn rate(&self, f: u32) -> f64 {
+        self.flow[f as usize].rate
+    }
+
+    pub fn add(&mut self, f: u32, link_off: &[u32], links: &[u32]) {
+        let (lo, hi) = (link_off[f as usize] as usize, link_off[f as usize + 1] as usize);
+        for k in lo..hi {
+            let other = match hi - lo {
+                1 => ONE_LINK,
+                2 => links[lo + hi - 1 - k],
+                _ => MANY_LINKS,
+            };
+            let m = &mut self.members[links[k] as usize];
+            self.slot[k] = m.len() as u32;
+            m.push((f, other));
+        }
+    }
+
+    pub fn remove(&mut self, f: u32, link_off: &[u32], links: &[u32]) {
+        for k in link_off[f as usize]..link_off[f as usize + 1] {
+            let l = links[k as usize];
+            let i = self.slot[k as usize] as usize;
+            let m = &mut self.members[l as usize];
+            m.swap_remove(i);
+            if i < m.len() {
+                // The flow moved into slot i: find its incidence on link l and repoint it.
+                let g = m[i].0 as usize;
+                let kk = (link_off[g]..link_off[g + 1]).find(|&kk| links[kk as usize] == l).expect("member crosses its link");
+                self.slot[kk as usize] = i as u32;
+            }
+        }
+    }
+
+    /// Rates of all active flows, written to `rate[flow id]`.
+    /// `capacity(link, flows_on_link)` gives the usable capacity.
+    pub fn compute(&mut self, link_off: &[u32], links: &[u32], capacity: impl Fn(usize, u32) -> f64) {
+        let num_links = self.members.len();
+        self.epoch = self.epoch.wrapping_add(1);
+        if self.epoch == 0 {
+            self.flow.iter_mut().for_each(|x| x.epoch = 0);
+            self.link_epoch.iter_mut().for_each(|x| *x = 0);
+            self.epoch = 1;
+        }
+        let epoch = self.epoch;
         self.count.clear();
-        self.count.resize(num_links, 0);
-        for &f in active {
-            for &l in &links[link_off[f as usize] as usize..link_off[f as usize + 1] as usize] {
-                self.count[l as usize] += 1;
-            }
-        }
-        // CSR of link → positions of its active flows.
-        self.start.clear();
-        self.start.reserve(num_links + 1);
-        let mut acc = 0u32;
-        for &c in &self.count {
-            self.start.push(acc);
-            acc += c;
-        }
-        self.start.push(acc);
-        self.fill.clear();
-        self.fill.extend_from_slice(&self.start[..num_links]);
-        self.entries.clear();
-        self.entries.resize(acc as usize, 0);
-        for (p, &f) in active.iter().enumerate() {
-            for &l in &links[link_off[f as usize] as usize..link_off[f as usize + 1] as usize] {
-                let slot = &mut self.fill[l as usize];
-                self.entries[*slot as usize] = p as u32;
-                *slot += 1;
-            }
-        }
+        self.count.extend(self.members.iter().map(|m| m.len() as u32));
+        self.link_epoch.resize(num_links, 0);
         self.residual.clear();
         self.residual.extend((0..num_links).map(|l| capacity(l, self.count[l])));
         self.heap.clear();
@@ -78,8 +117,6 @@ impl FairShare {
                 self.heap.push(Key(self.residual[l] / self.count[l] as f64, l as u32));
             }
         }
-        self.fixed.clear();
-        self.fixed.resize(n, false);
         while let Some(Key(key, l)) = self.heap.pop() {
             let li = l as usize;
             let cnt = self.count[li];
@@ -93,18 +130,29 @@ impl FairShare {
             }
             // Guard against a share rounded to zero: keep every rate positive so every flow ends.
             let level = share.max(capacity(li, 0) * 1e-12);
-            for e in self.start[li]..self.start[li + 1] {
-                let p = self.entries[e as usize] as usize;
-                if self.fixed[p] {
+            self.link_epoch[li] = epoch;
+            for &(f, other) in &self.members[li] {
+                let fi = f as usize;
+                if other < MANY_LINKS {
+                    if self.link_epoch[other as usize] != epoch {
+                        self.flow[fi].rate = level;
+                        self.residual[other as usize] -= level;
+                        self.count[other as usize] -= 1;
+                    }
                     continue;
                 }
-                self.fixed[p] = true;
-                rates[p] = level;
-                let f = active[p] as usize;
-                for &m in &links[link_off[f] as usize..link_off[f + 1] as usize] {
-                    if m != l {
-                        self.residual[m as usize] -= level;
-                        self.count[m as usize] -= 1;
+                let st = &mut self.flow[fi];
+                if st.epoch == epoch {
+                    continue;
+                }
+                st.epoch = epoch;
+                st.rate = level;
+                if other == MANY_LINKS {
+                    for &m in &links[link_off[fi] as usize..link_off[fi + 1] as usize] {
+                        if m != l {
+                            self.residual[m as usize] -= level;
+                            self.count[m as usize] -= 1;
+                        }
                     }
                 }
             }
@@ -124,10 +172,19 @@ mod tests {
             links.extend_from_slice(f);
             off.push(links.len() as u32);
         }
-        let active: Vec<u32> = (0..flows.len() as u32).collect();
-        let mut rates = Vec::new();
-        FairShare::default().compute(&active, &off, &links, caps.len(), |l, _| caps[l], &mut rates);
-        rates
+        let mut fs = FairShare::new(caps.len(), flows.len(), links.len());
+        for f in 0..flows.len() as u32 {
+            fs.add(f, &off, &links);
+        }
+        fs.compute(&off, &links, |l, _| caps[l]);
+        (0..flows.len() as u32).map(|f| fs.rate(f)).collect()
+    }
+
+    #[test]
+    fn three_link_flow() {
+        // A flow over links 0,1,2 (cap 6 each) and one flow on link 1 only: 3 each.
+        let r = run(&[&[0, 1, 2], &[1]], &[6.0, 6.0, 6.0]);
+        assert_eq!(r, vec![3.0, 3.0]);
     }
 
     #[test]
@@ -142,5 +199,22 @@ mod tests {
     fn equal_split() {
         let r = run(&[&[0], &[0], &[0]], &[9.0]);
         assert_eq!(r, vec![3.0, 3.0, 3.0]);
+    }
+
+    #[test]
+    fn incremental_membership() {
+        let off = [0u32, 2, 3, 5];
+        let links = [0u32, 1, 0, 0, 1];
+        let mut fs = FairShare::new(2, 3, links.len());
+        for f in 0..3 {
+            fs.add(f, &off, &links);
+        }
+        fs.remove(0, &off, &links);
+        fs.compute(&off, &links, |_, _| 12.0);
+        assert_eq!((fs.rate(1), fs.rate(2)), (6.0, 6.0));
+        fs.remove(2, &off, &links);
+        fs.add(0, &off, &links);
+        fs.compute(&off, &links, |_, _| 12.0);
+        assert_eq!((fs.rate(0), fs.rate(1)), (6.0, 6.0));
     }
 }
