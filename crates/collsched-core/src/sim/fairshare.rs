@@ -124,7 +124,8 @@ impl FairShare {
                 continue;
             }
             let share = (self.residual[li] / cnt as f64).max(0.0);
-            if share > key {
+            // Stale key: still the minimum if no other key is below the true share.
+            if share > key && self.heap.peek().is_some_and(|top| Key(share, l) < *top) {
                 self.heap.push(Key(share, l));
                 continue;
             }
