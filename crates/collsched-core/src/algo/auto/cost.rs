@@ -19,27 +19,28 @@ use crate::topology::{Cluster, ScaleUp, Tier};
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
-/// Multiplicative hasher for small integer keys (accumulation only: no decision
-/// depends on iteration order, so the hasher cannot change a result).
+/// Hasher for link keys (u64). Only used to number links in order of first use, never
+/// iterated, so it cannot change a result; splitmix64's finaliser spreads keys that
+/// differ only in their high bits (the link kind).
 #[derive(Default)]
-struct IntHasher(u64);
-impl Hasher for IntHasher {
+struct KeyHasher(u64);
+impl Hasher for KeyHasher {
     fn finish(&self) -> u64 {
-        self.0
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
     }
     fn write(&mut self, bytes: &[u8]) {
         for &b in bytes {
-            self.0 = (self.0.rotate_left(5) ^ b as u64).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+            self.0 = self.0.rotate_left(8) ^ b as u64;
         }
     }
-    fn write_u32(&mut self, v: u32) {
-        self.write_u64(v as u64);
-    }
     fn write_u64(&mut self, v: u64) {
-        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+        self.0 ^= v;
     }
 }
-type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<IntHasher>>;
+
 
 const KIND_PORT_OUT: u64 = 1;
 const KIND_PORT_IN: u64 = 2;
@@ -121,12 +122,19 @@ pub fn links_of(c: &Cluster, src: u32, dst: u32, tier: Tier, out: &mut Vec<(u64,
     }
 }
 
-/// `bytes / bw` in nanoseconds, rounded up.
+/// `bytes / bw` in nanoseconds, rounded up. u64 arithmetic whenever `bytes · 10^9`
+/// fits (below 18 GB), since 128-bit division dominated the model's cost.
+#[inline]
 fn drain_ns(bytes: u64, bw: u64) -> u64 {
+    const NS: u64 = 1_000_000_000;
     if bytes == 0 {
         return 0;
     }
-    let ns = (bytes as u128 * 1_000_000_000).div_ceil(bw.max(1) as u128);
+    let bw = bw.max(1);
+    if bytes <= u64::MAX / NS {
+        return (bytes * NS).div_ceil(bw);
+    }
+    let ns = (bytes as u128 * NS as u128).div_ceil(bw as u128);
     ns.min(u64::MAX as u128) as u64
 }
 
@@ -144,67 +152,124 @@ struct Model<'a> {
     plan: &'a Plan,
     cluster: &'a Cluster,
     level: Vec<u32>,
-    bytes: Vec<u64>,
-    /// Transfer id → its slots in `links` (`link_begin[id]..link_begin[id + 1]`).
-    link_begin: Vec<usize>,
-    links: Vec<(u64, u64)>,
-    /// (level, link) → bytes of levels ≤ level on the link.
-    cum: FastMap<(u32, u64), u64>,
+    /// Transfer id → its slots (`slot_begin[id]..slot_begin[id + 1]`): one per link it uses.
+    slot_begin: Vec<usize>,
+    /// Per slot: dense link id, link bandwidth, bytes the transfer puts on the link, and
+    /// the bytes of lower levels on the same link.
+    slot_link: Vec<u32>,
+    slot_bw: Vec<u64>,
+    slot_bytes: Vec<u64>,
+    slot_below: Vec<u64>,
+    /// Per slot: the transfer it belongs to.
+    slot_owner: Vec<u32>,
+    links: usize,
     /// Transfer ids ordered by level (stable).
     by_level: Vec<u32>,
+}
+
+/// Stable counting sort of `items` by `key(item) < buckets`; `start` gets the bucket bounds.
+fn bucket_sort<T: Copy>(items: &[T], buckets: usize, key: impl Fn(&T) -> usize, out: &mut Vec<T>, start: &mut Vec<usize>) {
+    start.clear();
+    start.resize(buckets + 1, 0);
+    for x in items {
+        start[key(x) + 1] += 1;
+    }
+    for b in 0..buckets {
+        start[b + 1] += start[b];
+    }
+    let mut fill = start.clone();
+    out.clear();
+    let Some(&first) = items.first() else { return };
+    out.resize(items.len(), first);
+    for &x in items {
+        let k = key(&x);
+        out[fill[k]] = x;
+        fill[k] += 1;
+    }
 }
 
 impl<'a> Model<'a> {
     fn new(plan: &'a Plan, cluster: &'a Cluster) -> Model<'a> {
         let m = plan.transfers.len();
         let mut level = vec![0u32; m];
-        let mut bytes = vec![0u64; m];
-        let mut link_begin = Vec::with_capacity(m + 1);
-        let mut links: Vec<(u64, u64)> = Vec::with_capacity(2 * m);
-        let mut cum: FastMap<(u32, u64), u64> = FastMap::default();
-        cum.reserve(2 * m);
+        let mut slot_begin = Vec::with_capacity(m + 1);
+        let mut keys: Vec<(u64, u64)> = Vec::with_capacity(2 * m);
+        let mut slot_bytes: Vec<u64> = Vec::with_capacity(2 * m);
         for (id, t) in plan.transfers.iter().enumerate() {
-            let lv = plan.deps_of(t).iter().filter(|&&d| (d as usize) < id).map(|&d| level[d as usize] + 1).max().unwrap_or(0);
-            level[id] = lv;
-            bytes[id] = plan.transfer_bytes(t);
-            link_begin.push(links.len());
-            links_of(cluster, t.src, t.dst, t.tier, &mut links);
-            for &(k, _) in &links[link_begin[id]..] {
-                let (l, b) = split(k, bytes[id]);
-                let e = cum.entry((lv, l)).or_insert(0);
-                *e = e.saturating_add(b);
+            level[id] = plan.deps_of(t).iter().filter(|&&d| (d as usize) < id).map(|&d| level[d as usize] + 1).max().unwrap_or(0);
+            let bytes = plan.transfer_bytes(t);
+            slot_begin.push(keys.len());
+            let first = keys.len();
+            links_of(cluster, t.src, t.dst, t.tier, &mut keys);
+            for k in &mut keys[first..] {
+                let (l, b) = split(k.0, bytes);
+                k.0 = l;
+                slot_bytes.push(b);
             }
         }
-        link_begin.push(links.len());
-        // Prefix sums over levels per link (sorted keys: the order matters for the sums).
-        let mut keys: Vec<(u64, u32)> = cum.keys().map(|&(lv, l)| (l, lv)).collect();
-        keys.sort_unstable();
-        let mut acc = 0u64;
-        for (i, &(l, lv)) in keys.iter().enumerate() {
-            if i == 0 || keys[i - 1].0 != l {
-                acc = 0;
+        slot_begin.push(keys.len());
+        let slots = keys.len();
+        // Dense link ids in order of first use (deterministic: transfer order).
+        let mut dense: HashMap<u64, u32, BuildHasherDefault<KeyHasher>> = HashMap::with_capacity_and_hasher(slots / 4 + 16, Default::default());
+        let slot_link: Vec<u32> = keys
+            .iter()
+            .map(|k| {
+                let next = dense.len() as u32;
+                *dense.entry(k.0).or_insert(next)
+            })
+            .collect();
+        let links = dense.len();
+        // Lower-level bytes per slot: slots bucketed by link, then by level within a link.
+        let mut by_link: Vec<u32> = Vec::new();
+        let mut start: Vec<usize> = Vec::new();
+        let ids: Vec<u32> = (0..slots as u32).collect();
+        bucket_sort(&ids, links, |&k| slot_link[k as usize] as usize, &mut by_link, &mut start);
+        let mut slot_level = vec![0u32; slots];
+        let mut slot_owner = vec![0u32; slots];
+        for id in 0..m {
+            for k in slot_begin[id]..slot_begin[id + 1] {
+                slot_level[k] = level[id];
+                slot_owner[k] = id as u32;
             }
-            let e = cum.get_mut(&(lv, l)).expect("key from the map");
-            acc = acc.saturating_add(*e);
-            *e = acc;
         }
+        let mut slot_below = vec![0u64; slots];
+        for l in 0..links {
+            let group = &mut by_link[start[l]..start[l + 1]];
+            if group.iter().any(|&k| slot_level[k as usize] != slot_level[group[0] as usize]) {
+                group.sort_by_key(|&k| slot_level[k as usize]);
+                let (mut below, mut acc) = (0u64, 0u64);
+                for i in 0..group.len() {
+                    let k = group[i] as usize;
+                    if i > 0 && slot_level[group[i - 1] as usize] != slot_level[k] {
+                        below = below.saturating_add(acc);
+                        acc = 0;
+                    }
+                    slot_below[k] = below;
+                    acc = acc.saturating_add(slot_bytes[k]);
+                }
+            }
+        }
+        let slot_bw = keys.iter().map(|k| k.1).collect();
         let mut by_level: Vec<u32> = (0..m as u32).collect();
         by_level.sort_by_key(|&i| level[i as usize]);
-        Model { plan, cluster, level, bytes, link_begin, links, cum, by_level }
+        Model { plan, cluster, level, slot_begin, slot_link, slot_bw, slot_bytes, slot_below, slot_owner, links, by_level }
     }
 
     /// Finish times, level by level.
     fn run(&self) -> Vec<u64> {
-        let (plan, links, m) = (self.plan, &self.links, self.plan.transfers.len());
+        let (plan, m, slots) = (self.plan, self.plan.transfers.len(), self.slot_link.len());
         let mut finish = vec![0u64; m];
         let mut release = vec![0u64; m];
-        // Per level: (link, release, bytes on link, slot) of every transfer of the level.
-        let mut uses: Vec<(u64, u64, u64, u32)> = Vec::new();
-        // Per slot: processor-sharing bytes (Σ_j min(b_j, b) over the level), the link's
-        // work-conserving completion over the level, and the level's bytes on the link.
-        let mut shared = vec![0u64; links.len()];
-        let mut drained = vec![0u64; links.len()];
-        let mut level_total = vec![0u64; links.len()];
+        // Per level: its slots, then the same bucketed by link.
+        let mut level_slots: Vec<u32> = Vec::new();
+        let mut grouped: Vec<u32> = Vec::new();
+        let mut start: Vec<usize> = Vec::new();
+        let mut touched: Vec<u32> = Vec::new();
+        let mut seen = vec![false; self.links];
+        // Per slot: processor-sharing bytes (Σ_j min(b_j, b) over the level) and the link's
+        // work-conserving completion over the level.
+        let mut shared = vec![0u64; slots];
+        let mut drained = vec![0u64; slots];
         let mut lo = 0;
         while lo < m {
             let lv = self.level[self.by_level[lo] as usize];
@@ -212,67 +277,93 @@ impl<'a> Model<'a> {
             while hi < m && self.level[self.by_level[hi] as usize] == lv {
                 hi += 1;
             }
-            uses.clear();
+            level_slots.clear();
+            touched.clear();
             for &id in &self.by_level[lo..hi] {
                 let id = id as usize;
                 let t = &plan.transfers[id];
                 let ready = plan.deps_of(t).iter().filter(|&&d| (d as usize) < id).map(|&d| finish[d as usize]).max().unwrap_or(0);
                 release[id] = ready.saturating_add(self.cluster.alpha_ns(t.tier));
-                if self.bytes[id] > 0 {
-                    for slot in self.link_begin[id]..self.link_begin[id + 1] {
-                        let (l, b) = split(links[slot].0, self.bytes[id]);
-                        uses.push((l, release[id], b, slot as u32));
+                for slot in self.slot_begin[id]..self.slot_begin[id + 1] {
+                    if self.slot_bytes[slot] > 0 {
+                        level_slots.push(slot as u32);
+                        let l = self.slot_link[slot] as usize;
+                        if !seen[l] {
+                            seen[l] = true;
+                            touched.push(l as u32);
+                        }
                     }
                 }
             }
-            // Work-conserving completion of each link over its level:
-            // max_j (release_j + bytes released at or after release_j / bw).
-            uses.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)).then(a.3.cmp(&b.3)));
-            let mut i = 0;
-            while i < uses.len() {
-                let (l, begin) = (uses[i].0, i);
-                let bw = links[uses[i].3 as usize].1;
-                let (mut acc, mut done) = (0u64, 0u64);
-                while i < uses.len() && uses[i].0 == l {
-                    acc = acc.saturating_add(uses[i].2);
-                    done = done.max(uses[i].1.saturating_add(drain_ns(acc, bw)));
-                    i += 1;
-                }
-                for u in &uses[begin..i] {
-                    drained[u.3 as usize] = done;
-                    level_total[u.3 as usize] = acc;
+            // Bucket this level's slots by link (compact link ids for the touched links).
+            touched.sort_unstable();
+            let mut compact = std::collections::BTreeMap::new();
+            let use_compact = touched.len() * 8 < self.links;
+            if use_compact {
+                for (i, &l) in touched.iter().enumerate() {
+                    compact.insert(l, i);
                 }
             }
-            // Processor sharing: with equal shares a transfer of b bytes finishes once
-            // Σ_j min(b_j, b) bytes went through the link.
-            uses.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(a.2.cmp(&b.2)).then(a.3.cmp(&b.3)));
-            let mut i = 0;
-            while i < uses.len() {
-                let (l, begin) = (uses[i].0, i);
-                while i < uses.len() && uses[i].0 == l {
-                    i += 1;
+            let key = |&k: &u32| {
+                let l = self.slot_link[k as usize];
+                if use_compact {
+                    compact[&l]
+                } else {
+                    l as usize
                 }
-                let n = (i - begin) as u64;
+            };
+            let buckets = if use_compact { touched.len() } else { self.links };
+            bucket_sort(&level_slots, buckets, key, &mut grouped, &mut start);
+            for &l in &touched {
+                seen[l as usize] = false;
+            }
+            for b in 0..buckets {
+                let group = &mut grouped[start[b]..start[b + 1]];
+                if group.is_empty() {
+                    continue;
+                }
+                let bw = self.slot_bw[group[0] as usize];
+                let rel = |k: u32| release[self.slot_owner[k as usize] as usize];
+                // Work-conserving completion over the level:
+                // max_j (release_j + bytes released at or after release_j / bw).
+                let r0 = rel(group[0]);
+                let done = if group.iter().all(|&k| rel(k) == r0) {
+                    let total = group.iter().fold(0u64, |a, &k| a.saturating_add(self.slot_bytes[k as usize]));
+                    r0.saturating_add(drain_ns(total, bw))
+                } else {
+                    group.sort_by_key(|&k| std::cmp::Reverse(rel(k)));
+                    let (mut acc, mut done) = (0u64, 0u64);
+                    for &k in group.iter() {
+                        acc = acc.saturating_add(self.slot_bytes[k as usize]);
+                        done = done.max(rel(k).saturating_add(drain_ns(acc, bw)));
+                    }
+                    done
+                };
+                // Processor sharing: with equal shares a transfer of b bytes finishes once
+                // Σ_j min(b_j, b) bytes went through the link.
+                group.sort_by_key(|&k| self.slot_bytes[k as usize]);
+                let n = group.len() as u64;
                 let mut before = 0u64;
-                for (k, u) in uses[begin..i].iter().enumerate() {
-                    shared[u.3 as usize] = before.saturating_add(u.2.saturating_mul(n - k as u64));
-                    before = before.saturating_add(u.2);
+                for (i, &k) in group.iter().enumerate() {
+                    let b = self.slot_bytes[k as usize];
+                    shared[k as usize] = before.saturating_add(b.saturating_mul(n - i as u64));
+                    drained[k as usize] = done;
+                    before = before.saturating_add(b);
                 }
             }
             for &id in &self.by_level[lo..hi] {
                 let id = id as usize;
                 let alpha = self.cluster.alpha_ns(plan.transfers[id].tier);
                 let mut f = release[id];
-                if self.bytes[id] > 0 {
-                    for slot in self.link_begin[id]..self.link_begin[id + 1] {
-                        let (l, bw) = (split(links[slot].0, 0).0, links[slot].1);
-                        let mine = shared[slot];
-                        let own_level = drained[slot].min(release[id].saturating_add(drain_ns(mine, bw)));
-                        // Bytes of lower levels on the same link go first (released earlier).
-                        let below = self.cum[&(lv, l)].saturating_sub(level_total[slot]);
-                        let behind = alpha.saturating_add(drain_ns(below.saturating_add(mine), bw));
-                        f = f.max(own_level).max(behind);
+                for slot in self.slot_begin[id]..self.slot_begin[id + 1] {
+                    if self.slot_bytes[slot] == 0 {
+                        continue;
                     }
+                    let bw = self.slot_bw[slot];
+                    let own_level = drained[slot].min(release[id].saturating_add(drain_ns(shared[slot], bw)));
+                    // Bytes of lower levels on the same link go first (released earlier).
+                    let behind = alpha.saturating_add(drain_ns(self.slot_below[slot].saturating_add(shared[slot]), bw));
+                    f = f.max(own_level).max(behind);
                 }
                 finish[id] = f;
             }

@@ -18,18 +18,6 @@ use crate::traffic::Traffic;
 /// Candidates in tie-breaking order.
 pub const CANDIDATES: &[&str] = &["fanout", "spreadout", "hierarchical", "balanced_direct", "fast", "sabre_skewed", "sabre_light"];
 
-/// Per-candidate calibration of the cost model, in thousandths, fitted against the
-/// simulator on 700 random cases (seeds 7 and 11 of `tests/auto_sim.rs`'s generator,
-/// coordinate descent on the number of cases where the choice simulates > 2% slower than
-/// the best) and validated on the test's own seed. Multi-phase plans whose phases share
-/// links lose a little more to max-min sharing than the model sees. See docs/auto.md.
-pub const CALIBRATION_PERMILLE: &[u64] = &[1000, 1000, 1005, 1010, 1000, 1015, 1000];
-
-/// The cost model's prediction for `candidate`'s plan with its calibration applied.
-pub fn calibrated_ns(candidate: usize, plan: &Plan, cluster: &Cluster) -> u64 {
-    let raw = cost::predict_ns(plan, cluster) as u128;
-    (raw * CALIBRATION_PERMILLE[candidate] as u128 / 1000).min(u64::MAX as u128) as u64
-}
 
 static DECISIONS: cache::Lru = cache::Lru::new(32);
 
@@ -100,7 +88,7 @@ pub fn plan(traffic: &Traffic, cluster: &Cluster, opts: &Options) -> Result<Plan
             Err(Error::Unsupported(_)) => continue,
             Err(e) => return Err(e),
         };
-        let ns = calibrated_ns(i, &plan, cluster);
+        let ns = cost::predict_ns(&plan, cluster);
         predicted[i] = Some(ns);
         // Strictly smaller wins: ties keep the earlier candidate.
         if best.as_ref().is_none_or(|b| ns < b.1) {
