@@ -40,8 +40,11 @@ def workloads(cluster, size, seed):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--big", action="store_true", help="64-GPU clusters (planning-cost check)")
     args = ap.parse_args()
     clusters = ["h200:4", "mi300x:4", "perlmutter:4"]
+    if args.big:
+        clusters = ["h200:8", "mi300x:8", "perlmutter:16"]  # 64 GPUs: the planning-cost target
     sizes = [1 * MB, 16 * MB, 256 * MB, 1024 * MB] if not args.quick else [16 * MB, 256 * MB]
     rows = []
     hdr = f"{'cluster':<13}{'size':>7} {'workload':<11}{'MTM':>5} " + " ".join(f"{a[:9]:>9}" for a in CANDIDATES) + f" {'auto→':>14} {'gap':>6} {'plan ms':>8} {'plan%':>6}"
@@ -63,22 +66,28 @@ def main():
                     ratio[alg] = sim.simulate(plan, c).time_s / bound
                     if alg == "auto":
                         choice = plan.meta["choice"]
-                        t0 = time.perf_counter()
-                        reps = 3
-                        for _ in range(reps):
+                        predicted = {a: int(plan.meta[f"predicted_{a}_ns"]) * 1e-9 for a in CANDIDATES if f"predicted_{a}_ns" in plan.meta}
+                        # Best of 5: the container is shared, the minimum is the cost.
+                        plan_s = float("inf")
+                        for _ in range(5):
+                            t0 = time.perf_counter()
                             plan_all_to_all(m, c, "auto", cache=0)
-                        plan_s = (time.perf_counter() - t0) / reps
+                            plan_s = min(plan_s, time.perf_counter() - t0)
                 best = min(ratio[a] for a in CANDIDATES if a in ratio)
                 row = dict(cluster=spec, size_mb=size // MB, workload=name, mtm=round(mtm(m, c).overall, 3),
                            bound_s=bound, auto_choice=choice, auto_gap=ratio["auto"] / best - 1,
                            auto_plan_ms=plan_s * 1e3, auto_plan_frac=plan_s / (ratio["auto"] * bound))
                 row.update({f"ratio_{a}": ratio.get(a, float("nan")) for a in ALGS})
+                # Cost-model residual: predicted / simulated - 1.
+                row.update({f"resid_{a}": predicted[a] / (ratio[a] * bound) - 1 if a in predicted and a in ratio else float("nan")
+                            for a in CANDIDATES})
                 rows.append(row)
                 cells = " ".join(f"{ratio[a]:9.2f}" if a in ratio else f"{'-':>9}" for a in CANDIDATES)
                 print(f"{spec:<13}{size // MB:>5}MB {name:<11}{row['mtm']:5.2f} {cells} {choice[:14]:>14} {row['auto_gap'] * 100:5.1f}% "
                       f"{row['auto_plan_ms']:8.3f} {row['auto_plan_frac'] * 100:5.1f}%")
     os.makedirs(DOCS, exist_ok=True)
-    with open(os.path.join(DOCS, "selection_table.csv"), "w", newline="") as f:
+    stem = "selection_table_64gpu" if args.big else "selection_table"
+    with open(os.path.join(DOCS, f"{stem}.csv"), "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
@@ -92,10 +101,18 @@ def main():
         au = np.array([x["ratio_auto"] for x in rows])
         ok = ~np.isnan(r)
         print(f"  mean ratio to bound: {a:<16}{np.mean(r[ok]):6.3f}   auto on the same cases {np.mean(au[ok]):6.3f}")
-    plot(rows, clusters)
+    print("\ncost-model residual (predicted / simulated - 1) over all cases:")
+    for a in CANDIDATES:
+        r = np.array([x[f"resid_{a}"] for x in rows])
+        r = r[~np.isnan(r)]
+        if r.size:
+            print(f"  {a:<16} mean {r.mean() * 100:+6.2f}%  mean |.| {np.abs(r).mean() * 100:5.2f}%  min {r.min() * 100:+6.2f}%  max {r.max() * 100:+6.2f}%")
+    pt = np.array([r["auto_plan_ms"] for r in rows])
+    print(f"\nauto planning time (all candidates + prediction, cache off, best of 5): median {np.median(pt):.3f} ms, max {pt.max():.3f} ms")
+    plot(rows, clusters, stem)
 
 
-def plot(rows, clusters):
+def plot(rows, clusters, stem):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -118,8 +135,8 @@ def plot(rows, clusters):
         ax.set_yticklabels([f"{x['size_mb']}MB {x['workload']}" for x in r], fontsize=7)
         ax.set_title(f"{spec}: simulated time / bound (red = auto's pick)", fontsize=9)
     fig.colorbar(im, ax=axes, shrink=0.6, label="ratio to lower bound (clipped at 4)")
-    fig.savefig(os.path.join(DOCS, "selection_table.png"), dpi=110, bbox_inches="tight")
-    print("wrote docs/selection_table.csv and docs/selection_table.png")
+    fig.savefig(os.path.join(DOCS, f"{stem}.png"), dpi=110, bbox_inches="tight")
+    print(f"wrote docs/{stem}.csv and docs/{stem}.png")
 
 
 if __name__ == "__main__":
