@@ -93,3 +93,30 @@ fn skew_moves_the_choice_away_from_fanout() {
     assert_ne!(p.meta["choice"], "fanout");
     assert!(predicted(&p, "fanout").unwrap() > predicted(&p, &p.meta["choice"]).unwrap());
 }
+
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+        /// Every fabric (ring and cube-mesh routes included), shared NICs, one server,
+        /// empty and sparse matrices: auto plans, the plan verifies, predictions are
+        /// positive whenever bytes move, and the decision is the fixed-order argmin.
+        #[test]
+        fn auto_plans_verify_on_any_cluster(preset in 0usize..4, servers in 1u32..4, nic_div in 1u32..3, density in 0u64..101, seed in 0u64..10_000) {
+            let (name, gpus) = [("h200", 4u32), ("mi300x", 4), ("mi250", 8), ("v100", 8)][preset];
+            let nics = (gpus / nic_div).max(1);
+            let c = Cluster::parse(&format!("{name}:{servers},gpus={gpus},nics={nics}")).unwrap();
+            let t = sparse_matrix(c.num_gpus() as usize, 1 << 16, density, seed);
+            let p = plan_all_to_all(&t, &c, "auto", &opts(&[("cache", "0")])).unwrap();
+            check(&p, &t, &c, seed);
+            let preds: Vec<(usize, u64)> = CANDIDATES.iter().enumerate().filter_map(|(i, a)| predicted(&p, a).map(|v| (i, v))).collect();
+            let best = preds.iter().min_by_key(|&&(i, v)| (v, i)).unwrap();
+            prop_assert_eq!(&p.meta["choice"], CANDIDATES[best.0]);
+            if t.total() > t.data().iter().enumerate().filter(|(k, _)| k / t.n() == k % t.n()).map(|(_, v)| v).sum::<u64>() {
+                prop_assert!(best.1 > 0);
+            }
+        }
+    }
+}
