@@ -117,8 +117,10 @@ def plot(rows, clusters, stem):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     algs = [a for a in CANDIDATES + ["auto"] if not all(np.isnan(r[f"ratio_{a}"]) for r in rows)]
-    fig, axes = plt.subplots(1, len(clusters), figsize=(6 * len(clusters), 0.26 * len(rows) / len(clusters) + 2.5))
-    for ax, spec in zip(np.atleast_1d(axes), clusters):
+    fig, axes = plt.subplots(1, len(clusters), figsize=(5.5 * len(clusters), 0.26 * len(rows) / len(clusters) + 2.5))
+    fig.subplots_adjust(wspace=0.04)
+    fig.suptitle("simulated all-to-all time / lower bound (red: auto's pick)", fontsize=11)
+    for n_ax, (ax, spec) in enumerate(zip(np.atleast_1d(axes), clusters)):
         r = [x for x in rows if x["cluster"] == spec]
         data = np.array([[x[f"ratio_{a}"] for a in algs] for x in r])
         im = ax.imshow(np.clip(data, 1, 4), cmap="viridis_r", aspect="auto", vmin=1, vmax=4)
@@ -128,12 +130,15 @@ def plot(rows, clusters, stem):
                 if v == v:
                     bold = a == x["auto_choice"]
                     ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=6,
-                            color="red" if bold else "white", fontweight="bold" if bold else "normal")
+                            color="red" if bold else ("black" if v < 2.5 else "white"), fontweight="bold" if bold else "normal")
         ax.set_xticks(range(len(algs)))
         ax.set_xticklabels(algs, rotation=45, ha="right", fontsize=8)
         ax.set_yticks(range(len(r)))
-        ax.set_yticklabels([f"{x['size_mb']}MB {x['workload']}" for x in r], fontsize=7)
-        ax.set_title(f"{spec}: simulated time / bound (red = auto's pick)", fontsize=9)
+        if n_ax == 0:
+            ax.set_yticklabels([f"{x['size_mb']}MB {x['workload']}" for x in r], fontsize=7)
+        else:
+            ax.set_yticklabels([])
+        ax.set_title(spec, fontsize=10)
     fig.colorbar(im, ax=axes, shrink=0.6, label="ratio to lower bound (clipped at 4)")
     fig.savefig(os.path.join(DOCS, f"{stem}.png"), dpi=110, bbox_inches="tight")
     print(f"wrote docs/{stem}.csv and docs/{stem}.png")
