@@ -108,10 +108,9 @@ pub fn inter_node_volumes(traffic: &Traffic, cluster: &Cluster) -> Result<(Vec<u
     let g = cluster.gpus_per_server as usize;
     let mut send = vec![0u64; n];
     let mut recv = vec![0u64; n];
-    for i in 0..n {
-        for j in 0..n {
+    for (i, row) in traffic.data().chunks_exact(n).enumerate() {
+        for (j, &v) in row.iter().enumerate() {
             if i / g != j / g {
-                let v = traffic.get(i, j);
                 // Row and column sums are checked to fit u64 when the matrix is built.
                 send[i] += v;
                 recv[j] += v;
