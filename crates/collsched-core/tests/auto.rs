@@ -120,3 +120,16 @@ mod properties {
         }
     }
 }
+
+#[test]
+fn threads_do_not_change_the_plan() {
+    let c = Cluster::parse("h200:3,gpus=4").unwrap();
+    let t = generators::zipf(12, 0.9, 1 << 18, 21).unwrap();
+    let serial = plan_all_to_all(&t, &c, "auto", &opts(&[("cache", "0"), ("threads", "1")])).unwrap();
+    for th in ["2", "3", "7", "0"] {
+        let mut p = plan_all_to_all(&t, &c, "auto", &opts(&[("cache", "0"), ("threads", th)])).unwrap();
+        p.input_hash = serial.input_hash;
+        assert_eq!(p, serial, "threads={th}");
+    }
+    assert!(plan_all_to_all(&t, &c, "auto", &opts(&[("threads", "65")])).is_err());
+}

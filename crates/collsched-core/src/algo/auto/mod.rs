@@ -4,7 +4,8 @@
 //! is skipped. Decisions are cached (bounded LRU keyed by matrix, cluster, options).
 //!
 //! Options: `candidates` (comma-separated subset of `CANDIDATES`, in any order; the
-//! fixed order still breaks ties), `cache` (1 = use the decision cache, the default; 0 = not).
+//! fixed order still breaks ties), `cache` (1 = use the decision cache, the default; 0 = not),
+//! `threads` (0 = automatic: one per core up to one per candidate, for ≤ 256 GPUs).
 pub mod cache;
 pub mod cost;
 
@@ -60,8 +61,8 @@ fn selected(opts: &Options) -> Result<Vec<bool>> {
 /// and `predicted_<candidate>_ns` for each candidate that could plan the input.
 pub fn plan(traffic: &Traffic, cluster: &Cluster, opts: &Options) -> Result<Plan> {
     for k in opts.keys() {
-        if k != "candidates" && k != "cache" {
-            return invalid!("auto: unknown option '{k}' (known: candidates, cache)");
+        if !["candidates", "cache", "threads"].contains(&k.as_str()) {
+            return invalid!("auto: unknown option '{k}' (known: candidates, cache, threads)");
         }
     }
     let mask = selected(opts)?;
@@ -70,6 +71,11 @@ pub fn plan(traffic: &Traffic, cluster: &Cluster, opts: &Options) -> Result<Plan
         1 => true,
         v => return invalid!("auto: option 'cache' must be 0 or 1, got {v}"),
     };
+    let threads = match option_u64(opts, "threads", 0)? {
+        0 => default_threads(traffic.n()),
+        t if t <= 64 => t as usize,
+        t => return invalid!("auto: option 'threads' must be at most 64, got {t}"),
+    };
     let context = format!("{}|{:?}", cluster.spec(), mask);
     if use_cache {
         if let Some(d) = DECISIONS.get(traffic, &context) {
@@ -77,18 +83,17 @@ pub fn plan(traffic: &Traffic, cluster: &Cluster, opts: &Options) -> Result<Plan
             return Ok(finish(plan, &d));
         }
     }
+    let chosen: Vec<usize> = (0..CANDIDATES.len()).filter(|&i| mask[i]).collect();
+    let evaluated = evaluate(&chosen, traffic, cluster, threads);
     let mut best: Option<(usize, u64, Plan)> = None;
     let mut predicted = vec![None; CANDIDATES.len()];
-    for (i, &name) in CANDIDATES.iter().enumerate() {
-        if !mask[i] {
-            continue;
-        }
-        let plan = match plan_candidate(name, traffic, cluster) {
-            Ok(p) => p,
+    // Fixed-order reduction: the result does not depend on which thread finished first.
+    for (i, r) in chosen.into_iter().zip(evaluated) {
+        let (plan, ns) = match r {
+            Ok(x) => x,
             Err(Error::Unsupported(_)) => continue,
             Err(e) => return Err(e),
         };
-        let ns = cost::predict_ns(&plan, cluster);
         predicted[i] = Some(ns);
         // Strictly smaller wins: ties keep the earlier candidate.
         if best.as_ref().is_none_or(|b| ns < b.1) {
@@ -103,6 +108,49 @@ pub fn plan(traffic: &Traffic, cluster: &Cluster, opts: &Options) -> Result<Plan
         DECISIONS.put(traffic, &context, d.clone());
     }
     Ok(finish(plan, &d))
+}
+
+/// Threads for candidate evaluation: all cores up to one per candidate for clusters up to
+/// 256 GPUs (plans are small; every plan is alive at once), one beyond.
+fn default_threads(ranks: usize) -> usize {
+    if ranks > 256 {
+        return 1;
+    }
+    std::thread::available_parallelism().map_or(1, |n| n.get()).min(CANDIDATES.len())
+}
+
+/// Plan and predict each chosen candidate, on up to `threads` scoped threads. Each result
+/// depends only on its candidate, so the threads' interleaving cannot change anything.
+fn evaluate(chosen: &[usize], traffic: &Traffic, cluster: &Cluster, threads: usize) -> Vec<Result<(Plan, u64)>> {
+    let one = |i: usize| plan_candidate(CANDIDATES[i], traffic, cluster).map(|p| {
+        let ns = cost::predict_ns(&p, cluster);
+        (p, ns)
+    });
+    if threads <= 1 || chosen.len() <= 1 {
+        return chosen.iter().map(|&i| one(i)).collect();
+    }
+    // Candidate k goes to worker k mod threads; results come back in candidate order.
+    let workers = threads.min(chosen.len());
+    let mut slots: Vec<Option<Result<(Plan, u64)>>> = (0..chosen.len()).map(|_| None).collect();
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..workers)
+            .map(|w| {
+                let one = &one;
+                scope.spawn(move || chosen.iter().enumerate().skip(w).step_by(workers).map(|(k, &i)| (k, one(i))).collect::<Vec<_>>())
+            })
+            .collect();
+        for h in handles {
+            match h.join() {
+                Ok(done) => {
+                    for (k, r) in done {
+                        slots[k] = Some(r);
+                    }
+                }
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        }
+    });
+    slots.into_iter().map(|r| r.expect("every candidate evaluated")).collect()
 }
 
 /// Attach auto's decision to the winner's plan. Identical whether or not the decision
