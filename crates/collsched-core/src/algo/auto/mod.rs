@@ -5,7 +5,7 @@
 //!
 //! Options: `candidates` (comma-separated subset of `CANDIDATES`, in any order; the
 //! fixed order still breaks ties), `cache` (1 = use the decision cache, the default; 0 = not),
-//! `threads` (0 = automatic: one per core up to one per candidate, for ≤ 256 GPUs).
+//! `threads` (0 = automatic: one per core up to one per candidate, with ≥ 4 cores and ≤ 256 GPUs).
 pub mod cache;
 pub mod cost;
 
@@ -110,13 +110,15 @@ pub fn plan(traffic: &Traffic, cluster: &Cluster, opts: &Options) -> Result<Plan
     Ok(finish(plan, &d))
 }
 
-/// Threads for candidate evaluation: all cores up to one per candidate for clusters up to
-/// 256 GPUs (plans are small; every plan is alive at once), one beyond.
+/// Threads for candidate evaluation: on machines with at least 4 cores, one per core up to
+/// one per candidate, for clusters up to 256 GPUs (every plan is alive at once); else one
+/// (on a small shared machine thread start-up costs more than it saves).
 fn default_threads(ranks: usize) -> usize {
-    if ranks > 256 {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if ranks > 256 || cores < 4 {
         return 1;
     }
-    std::thread::available_parallelism().map_or(1, |n| n.get()).min(CANDIDATES.len())
+    cores.min(CANDIDATES.len())
 }
 
 /// Plan and predict each chosen candidate, on up to `threads` scoped threads. Each result
