@@ -1,0 +1,187 @@
+"""Run any Plan on a torch.distributed process group, for this rank.
+
+Per step: gather each outgoing message (one copy; none for a single segment),
+post all sends and receives of the step in one `batch_isend_irecv`, ordered by
+transfer id on both sides (NCCL matches point-to-point operations by order, Gloo
+by tag: the tag is the transfer id), wait with a timeout, scatter each received
+message into its segments (copy, or add in the tensor's dtype), then run the
+step's local copies. The verifier guarantees transfers of one step never touch
+the same bytes, so this order is safe. On NCCL no step blocks the host: waits
+order the current stream and copies run on it.
+"""
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from collsched.comm.errors import resolve_timeout
+from collsched.comm.groups import blocking_waits, global_ranks, require_initialized, wait_all
+from collsched.comm.pool import DEFAULT_POOL, BufferPool
+from collsched.comm.program import (BUFFER_NAMES, OP_COPY, OP_REDUCE_SUM, RankProgram, compile_rank_program)
+
+_TAG_SPACE = 2**31 - 1
+
+
+@dataclass
+class ExecStats:
+    steps: int
+    bytes_sent: int
+    bytes_received: int
+    seconds: float  # host time; on NCCL this is enqueue time unless the caller synchronises
+
+
+def byte_view(t: torch.Tensor, name: str) -> torch.Tensor:
+    """The tensor's bytes as a flat uint8 view (no copy)."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if not t.is_contiguous():
+        raise ValueError(f"{name} must be contiguous (call .contiguous() first)")
+    flat = t.reshape(-1)
+    if flat.dtype == torch.uint8:
+        return flat
+    if flat.numel() == 0:
+        return torch.empty(0, dtype=torch.uint8, device=t.device)
+    return flat.view(torch.uint8)
+
+
+class _ProgramCache:
+    """Compiled rank programs of recently executed plans (keyed by plan identity; holds the plan)."""
+
+    def __init__(self, capacity: int = 32):
+        self.capacity = capacity
+        self._d: OrderedDict = OrderedDict()
+
+    def get(self, plan, rank: int) -> RankProgram:
+        key = (id(plan), rank)
+        hit = self._d.get(key)
+        if hit is not None and hit[0] is plan:
+            self._d.move_to_end(key)
+            return hit[1]
+        prog = compile_rank_program(plan, rank)
+        self._d[key] = (plan, prog)
+        while len(self._d) > self.capacity:
+            self._d.popitem(last=False)
+        return prog
+
+
+_PROGRAMS = _ProgramCache()
+
+
+def execute(plan, input: torch.Tensor, output: torch.Tensor, group=None, *, dtype: torch.dtype | None = None,
+            timeout: float | None = None, program: RankProgram | None = None,
+            pool: BufferPool | None = None) -> ExecStats:
+    """Execute `plan` for this rank of `group`: read `input`, write `output`.
+
+    Tensors must be contiguous; their bytes are what the plan's offsets index.
+    `dtype` is the element type ReduceSum adds in (default: input's dtype).
+    `timeout` bounds each step's wait (default ``COLLSCHED_TIMEOUT_S`` or 60 s).
+    Every rank of the group must call this with the same plan.
+    """
+    require_initialized()
+    timeout_s = resolve_timeout(timeout)
+    rank = dist.get_rank(group)
+    world = dist.get_world_size(group)
+    if plan.num_ranks != world:
+        raise ValueError(f"plan is for {plan.num_ranks} ranks but the process group has {world}")
+    prog = program if program is not None else _PROGRAMS.get(plan, rank)
+    in_b = byte_view(input, "input")
+    out_b = byte_view(output, "output")
+    if in_b.numel() < prog.input_bytes:
+        raise ValueError(f"input has {in_b.numel()} bytes but the plan reads {prog.input_bytes} on rank {rank}")
+    if out_b.numel() < prog.output_bytes:
+        raise ValueError(f"output too small: {out_b.numel()} bytes but the plan writes {prog.output_bytes} on rank {rank}")
+    if in_b.device != out_b.device:
+        raise ValueError(f"input is on {in_b.device} but output on {out_b.device}")
+    red_dtype = dtype if dtype is not None else input.dtype
+    return run_program(prog, in_b, out_b, group, red_dtype, timeout_s, pool or DEFAULT_POOL)
+
+
+def _seg(bufs, b: int, off: int, ln: int) -> torch.Tensor:
+    return bufs[b][off:off + ln]
+
+
+def run_program(prog: RankProgram, in_b: torch.Tensor, out_b: torch.Tensor, group, dtype: torch.dtype,
+                timeout_s: float, pool: BufferPool) -> ExecStats:
+    t0 = time.perf_counter()
+    device = in_b.device
+    blocking = blocking_waits(group, device)
+    peers = global_ranks(group)
+    scratch = pool.acquire(prog.scratch_bytes, device) if prog.scratch_bytes else None
+    staging = pool.acquire(prog.staging_bytes, device) if prog.staging_bytes else None
+    empty = in_b[:0]
+    bufs = (in_b, out_b, scratch if scratch is not None else empty)
+    try:
+        for sp in prog.steps:
+            ops = []
+            for m in sp.sends:
+                if m.stage_off < 0:
+                    b, off, ln, _ = m.segs[0]
+                    msg = bufs[b][off:off + ln]
+                else:
+                    msg = staging[m.stage_off:m.stage_off + m.nbytes]
+                    torch.cat([bufs[b][off:off + ln] for b, off, ln, _ in m.segs], out=msg)
+                ops.append((m.tid, dist.P2POp(dist.isend, msg, peers[m.peer], group, m.tid % _TAG_SPACE)))
+            for m in sp.recvs:
+                if m.stage_off < 0:
+                    b, off, ln, _ = m.segs[0]
+                    msg = bufs[b][off:off + ln]
+                else:
+                    msg = staging[m.stage_off:m.stage_off + m.nbytes]
+                ops.append((m.tid, dist.P2POp(dist.irecv, msg, peers[m.peer], group, m.tid % _TAG_SPACE)))
+            if ops:
+                ops.sort(key=lambda x: x[0])
+                what = f"collsched step {sp.step} on rank {prog.rank} (peers {sorted({m.peer for m in sp.sends + sp.recvs})})"
+                try:
+                    works = dist.batch_isend_irecv([o for _, o in ops])
+                except RuntimeError as e:
+                    from collsched.comm.errors import classify_transport_error
+
+                    raise classify_transport_error(e, what) from e
+                wait_all(works, timeout_s, blocking, what)
+            for m in sp.recvs:
+                if m.stage_off < 0:
+                    continue
+                base = m.stage_off
+                dsts = [bufs[b][off:off + ln] for b, off, ln, _ in m.segs]
+                srcs = [staging[base + mo:base + mo + ln] for _, _, ln, mo in m.segs]
+                _apply(m.op, dsts, srcs, dtype)
+            for op, segs in sp.local:
+                dsts = [bufs[s[2]][s[3]:s[3] + s[4]] for s in segs]
+                srcs = [bufs[s[0]][s[1]:s[1] + s[4]] for s in segs]
+                _apply(op, dsts, srcs, dtype)
+    finally:
+        if staging is not None:
+            pool.release(staging)
+        if scratch is not None:
+            pool.release(scratch)
+    return ExecStats(steps=len(prog.steps), bytes_sent=prog.bytes_sent, bytes_received=prog.bytes_received,
+                     seconds=time.perf_counter() - t0)
+
+
+def _apply(op: int, dsts: list, srcs: list, dtype: torch.dtype) -> None:
+    """dst = src (Copy) or dst += src element-wise in `dtype` (ReduceSum), for each pair."""
+    if op == OP_COPY:
+        if len(dsts) == 1:
+            dsts[0].copy_(srcs[0])
+        else:
+            torch._foreach_copy_(dsts, srcs)
+        return
+    assert op == OP_REDUCE_SUM
+    esize = torch.empty(0, dtype=dtype).element_size()
+    dv, sv = [], []
+    for d, s in zip(dsts, srcs):
+        if d.numel() % esize:
+            raise ValueError(f"a ReduceSum segment of {d.numel()} bytes is not a whole number of {dtype} elements")
+        dv.append(d.view(dtype))
+        sv.append(s.view(dtype))
+    if len(dv) == 1:
+        dv[0].add_(sv[0])
+    else:
+        torch._foreach_add_(dv, sv)
+
+
+__all__ = ["execute", "run_program", "ExecStats", "byte_view", "BUFFER_NAMES"]
