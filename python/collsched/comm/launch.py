@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import os
 import pickle
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -73,23 +74,29 @@ def _resolve(spec: str):
 def run_local(fn, world_size: int, args: tuple = (), kwargs: dict | None = None, *, gpus_per_server: int | None = None,
               timeout_s: float = 120.0, backend: str = "gloo", pg_timeout_s: float | None = None,
               extra_pythonpath: list[str] | None = None, env: dict | None = None, on_progress=None,
-              raise_on_failure: bool = True) -> list:
+              raise_on_failure: bool = True, start_method: str | None = None) -> list:
     """Run ``fn(*args, **kwargs)`` on `world_size` local ranks of a fresh process group.
 
     Returns each rank's return value (a RankFailure where a rank raised, died or
     was killed at the deadline). With `raise_on_failure`, any failure raises
     LaunchError carrying the results. `on_progress(line)` receives lines workers
-    wrote with `report_progress`.
+    wrote with `report_progress`. `start_method`: "fork" (default on Linux while CUDA
+    is not initialised here: children share the already imported torch, which saves
+    seconds per rank) or "spawn" (fresh interpreters: ``python -m collsched.comm.launch``).
     """
+    import torch
     import torch.distributed as dist
+
+    if start_method is None:
+        start_method = "fork" if sys.platform.startswith("linux") and not torch.cuda.is_initialized() else "spawn"
+    if start_method not in ("fork", "spawn"):
+        raise ValueError(f"start_method must be 'fork' or 'spawn', got {start_method!r}")
 
     if world_size < 1:
         raise ValueError("world_size must be at least 1")
     gps = gpus_per_server or world_size
     if world_size % gps:
         raise ValueError(f"{world_size} ranks are not a whole number of servers of {gps}")
-    store = dist.TCPStore("127.0.0.1", 0, world_size, is_master=True, wait_for_workers=False,
-                          timeout=timedelta(seconds=timeout_s))
     jobdir = tempfile.mkdtemp(prefix="collsched-ranks-")
     with open(os.path.join(jobdir, "job.pkl"), "wb") as f:
         pickle.dump({"fn": _fn_spec(fn), "args": tuple(args), "kwargs": dict(kwargs or {}), "backend": backend,
@@ -97,7 +104,7 @@ def run_local(fn, world_size: int, args: tuple = (), kwargs: dict | None = None,
     progress_path = os.path.join(jobdir, "progress.log")
     open(progress_path, "w").close()
     base_env = dict(os.environ)
-    base_env.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(store.port), "WORLD_SIZE": str(world_size),
+    base_env.update({"MASTER_ADDR": "127.0.0.1", "WORLD_SIZE": str(world_size),
                      "LOCAL_WORLD_SIZE": str(gps), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
                      PROGRESS_ENV: progress_path})
     paths = [p for p in (extra_pythonpath or [])] + [p for p in sys.path if p]
@@ -105,8 +112,20 @@ def run_local(fn, world_size: int, args: tuple = (), kwargs: dict | None = None,
     base_env.update(env or {})
     procs = []
     errs = []
+    store = None
     try:
-        for r in range(world_size):
+        # Forked ranks start before the store (whose server thread must not be forked) and
+        # learn its port through a pipe; spawned ranks get it in the environment.
+        if start_method == "fork":
+            for r in range(world_size):
+                e = dict(base_env, RANK=str(r), LOCAL_RANK=str(r % gps), GROUP_RANK=str(r // gps))
+                procs.append(_ForkedRank(jobdir, r, e, os.path.join(jobdir, f"stderr{r}.log"), extra_pythonpath or []))
+        store = dist.TCPStore("127.0.0.1", 0, world_size, is_master=True, wait_for_workers=False,
+                              timeout=timedelta(seconds=timeout_s))
+        base_env["MASTER_PORT"] = str(store.port)
+        for p in procs:
+            p.send_port(store.port)
+        for r in range(world_size if start_method == "spawn" else 0):
             e = dict(base_env, RANK=str(r), LOCAL_RANK=str(r % gps), GROUP_RANK=str(r // gps))
             err = open(os.path.join(jobdir, f"stderr{r}.log"), "w")
             errs.append(err)
@@ -146,16 +165,82 @@ def run_local(fn, world_size: int, args: tuple = (), kwargs: dict | None = None,
                 results.append(RankFailure(r, "killed" if r in killed else "died", stderr_tail=tail))
     finally:
         for p in procs:
+            if getattr(p, "_port_fd", None) is not None:
+                os.close(p._port_fd)  # the store never came up: let the child exit
+                p._port_fd = None
+        for p in procs:
             if p.poll() is None:
                 p.kill()
-                p.wait()
+            p.wait()
         for err in errs:
             err.close()
         del store
+        shutil.rmtree(jobdir, ignore_errors=True)
     failures = [x for x in results if isinstance(x, RankFailure)]
     if failures and raise_on_failure:
         raise LaunchError("; ".join(str(f) for f in failures[:4]) + (" ..." if len(failures) > 4 else ""), results)
     return results
+
+
+class _ForkedRank:
+    """A rank forked from this process (Popen-like: poll, kill, wait)."""
+
+    def __init__(self, jobdir: str, rank: int, env: dict, log: str, pythonpath: list[str]):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        rfd, wfd = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # child: never returns
+            try:
+                os.close(wfd)
+                # readline, not read: later siblings inherited this pipe's write end, so EOF never comes.
+                with os.fdopen(rfd, "r") as f:
+                    port = f.readline().strip()
+                if not port:
+                    os._exit(71)
+                env = dict(env, MASTER_PORT=port)
+                fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                os.dup2(fd, 1)
+                os.dup2(fd, 2)
+                devnull = os.open(os.devnull, os.O_RDONLY)
+                os.dup2(devnull, 0)
+                os.environ.clear()
+                os.environ.update(env)
+                for p in reversed(pythonpath):
+                    if p not in sys.path:
+                        sys.path.insert(0, p)
+                _worker(jobdir, rank)
+            finally:
+                os._exit(70)
+        os.close(rfd)
+        self._port_fd = wfd
+        self.pid = pid
+        self.returncode = None
+
+    def send_port(self, port: int) -> None:
+        os.write(self._port_fd, f"{port}\n".encode())
+        os.close(self._port_fd)
+        self._port_fd = None
+
+    def poll(self):
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid == self.pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def kill(self):
+        if self.poll() is None:
+            try:
+                os.kill(self.pid, 9)
+            except ProcessLookupError:
+                pass
+
+    def wait(self):
+        if self.returncode is None:
+            _, status = os.waitpid(self.pid, 0)
+            self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
 
 
 def _tail(path: str, n: int = 2000) -> str:
