@@ -257,7 +257,7 @@ def faults(timeout_s: float) -> dict:
             inp=torch.zeros(n * 3, 2) if rank == bad_rank else None,
             out=torch.empty(n * 3, 2) if rank == bad_rank else None),
         "input_output_dtype_differ": lambda: call(out=torch.empty(n * 3, 1, dtype=torch.int32) if rank == bad_rank else None),
-        "non_contiguous": lambda: call(inp=torch.zeros(1, n * 3).t() if rank == bad_rank else None),
+        "non_contiguous": lambda: call(inp=torch.zeros(n * 6, 1)[::2] if rank == bad_rank else None),
         "split_disagreement": lambda: call(osz=[2, 4] + [3] * (n - 2) if rank == bad_rank else splits,
                                            out=torch.empty(n * 3, 1)),
     }
@@ -265,9 +265,12 @@ def faults(timeout_s: float) -> dict:
         _expect(res, name, fn, (E,))
     tr = np.full((n, n), 3)
     tr_bad = tr.copy()
-    tr_bad[0, 0], tr_bad[0, 1] = 2, 4  # still consistent with nobody's splits except rank 0's row... see below
-    _expect(res, "traffic_mismatch", lambda: call(traffic=tr_bad.T.copy() if rank == bad_rank else tr,
-                                                  ), (E,))
+    tr_bad[2, 3], tr_bad[2, 0] = 4, 2  # agrees with the bad rank's own splits, not with the others' matrix
+    _expect(res, "traffic_mismatch", lambda: call(traffic=tr_bad if rank == bad_rank else tr),
+            (comm.TrafficMismatchError,))
+    tr_contra = tr.copy()
+    tr_contra[bad_rank, 0], tr_contra[bad_rank, 2] = 2, 4  # the bad rank's own row disagrees with its splits
+    _expect(res, "traffic_contradicts_splits", lambda: call(traffic=tr_contra if rank == bad_rank else tr), (E,))
     _expect(res, "cluster_mismatch_plan", lambda: call(cluster="b200:1,gpus=%d" % n if rank == bad_rank else cl),
             (comm.PlanMismatchError,))
     _expect(res, "bad_cluster_size", lambda: call(cluster="h200:3" if rank == bad_rank else cl), (E,))
@@ -290,9 +293,12 @@ def killed_peer(timeout_s: float, victim: int, phase: str) -> dict:
     collsched.all_to_all_single(out, x, algorithm="fanout", cluster=f"h200:1,gpus={n}", timeout=timeout_s)
     dist.barrier()
     if rank == victim:
+        if phase == "stall":  # alive but never joins: survivors must time out inside a step
+            time.sleep(timeout_s + 3)
+            return {"killed_peer": {"raised": "skipped (victim)", "elapsed": 0.0}}
         os._exit(3)
     res: dict = {}
-    if phase == "execute":
+    if phase in ("execute", "stall"):
         # Survivors use the executor directly, so the death shows up inside a step.
         plan = collsched.plan_all_to_all(collsched.traffic.balanced(n, 4096 * 4), f"h200:1,gpus={n}", "fanout")
         time.sleep(0.5)

@@ -65,7 +65,8 @@ _PROBLEMS = {
     14: lambda a, b: f"traffic row of this rank disagrees with input_split_sizes at column {a}",
     15: lambda a, b: f"traffic column of this rank disagrees with output_split_sizes at row {a}",
     16: lambda a, b: "input and output are on different devices",
-    17: lambda a, b: f"the cluster has {a} GPUs but the group has {b} ranks, or the cluster spec is invalid",
+    17: lambda a, b: (f"the cluster has {a} GPUs but the group has {b} ranks" if a > 0
+                      else "the cluster argument is invalid"),
     18: lambda a, b: "planning failed",
     19: lambda a, b: "input or output is not a tensor, or a 0-d tensor",
     20: lambda a, b: "bad argument",
@@ -239,7 +240,13 @@ def all_to_all_single(output: torch.Tensor, input: torch.Tensor, output_split_si
         try:
             clus = resolve_cluster(cluster, world)
         except (ValueError, TypeError) as e:
-            raise _Local(17, getattr(clus, "num_gpus", 0), world, text=str(e)) from None
+            gpus = cluster.num_gpus if isinstance(cluster, collsched.Cluster) else -1
+            if isinstance(cluster, str):
+                try:
+                    gpus = collsched.Cluster.parse(cluster).num_gpus
+                except ValueError:
+                    pass
+            raise _Local(17, gpus, world, text=str(e)) from None
         cfg_hash = _config_hash(clus, algorithm, options)
         if traffic is not None:
             rows = _traffic_rows(traffic, world)
