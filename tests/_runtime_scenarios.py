@@ -318,3 +318,24 @@ def smoke() -> dict:
 
 def noop() -> dict:
     return {"t": time.time()}
+
+
+def micro_exchange(iters: int = 20) -> dict:
+    """Cost of small exchanges on this machine (diagnostic, not a test)."""
+    n = dist.get_world_size()
+    x = torch.arange(30, dtype=torch.int64)
+    outs = [torch.empty_like(x) for _ in range(n)]
+    res = {}
+    for name, fn in {
+        "all_gather": lambda: dist.all_gather(outs, x),
+        "a2a_gather": lambda: dist.all_to_all_single(torch.empty(n * 30, dtype=torch.int64), x.repeat(n)),
+        "all_reduce": lambda: dist.all_reduce(x.clone()),
+        "barrier": lambda: dist.barrier(),
+    }.items():
+        fn()
+        dist.barrier()
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            fn()
+        res[name] = (time.perf_counter() - t0) / iters * 1e6
+    return res

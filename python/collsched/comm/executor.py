@@ -71,15 +71,31 @@ class _ProgramCache:
 _PROGRAMS = _ProgramCache()
 
 
+TRANSPORTS = ("auto", "p2p", "alltoallv")
+
+
+def choose_transport(transport: str, group, device: torch.device) -> str:
+    """p2p (batch_isend_irecv per step) on NCCL; alltoallv (one all_to_all_single per step) on
+    Gloo, whose point-to-point path pays a Python and wake-up cost per message while its
+    all-to-all posts every pair from C++. Every rank must choose the same."""
+    if transport not in TRANSPORTS:
+        raise ValueError(f"transport must be one of {TRANSPORTS}, got {transport!r}")
+    if transport != "auto":
+        return transport
+    return "alltoallv" if blocking_waits(group, device) else "p2p"
+
+
 def execute(plan, input: torch.Tensor, output: torch.Tensor, group=None, *, dtype: torch.dtype | None = None,
             timeout: float | None = None, program: RankProgram | None = None,
-            pool: BufferPool | None = None) -> ExecStats:
+            pool: BufferPool | None = None, transport: str = "auto") -> ExecStats:
     """Execute `plan` for this rank of `group`: read `input`, write `output`.
 
     Tensors must be contiguous; their bytes are what the plan's offsets index.
     `dtype` is the element type ReduceSum adds in (default: input's dtype).
     `timeout` bounds each step's wait (default ``COLLSCHED_TIMEOUT_S`` or 60 s).
-    Every rank of the group must call this with the same plan.
+    `transport`: "p2p" (one batch_isend_irecv per step), "alltoallv" (one all_to_all_single
+    per step: every rank joins every step that moves data) or "auto" (p2p on NCCL, alltoallv
+    on Gloo). Every rank of the group must call this with the same plan and transport.
     """
     require_initialized()
     timeout_s = resolve_timeout(timeout)
@@ -97,7 +113,8 @@ def execute(plan, input: torch.Tensor, output: torch.Tensor, group=None, *, dtyp
     if in_b.device != out_b.device:
         raise ValueError(f"input is on {in_b.device} but output on {out_b.device}")
     red_dtype = dtype if dtype is not None else input.dtype
-    return run_program(prog, in_b, out_b, group, red_dtype, timeout_s, pool or DEFAULT_POOL)
+    return run_program(prog, in_b, out_b, group, red_dtype, timeout_s, pool or DEFAULT_POOL,
+                       choose_transport(transport, group, in_b.device))
 
 
 def _seg(bufs, b: int, off: int, ln: int) -> torch.Tensor:
@@ -105,17 +122,29 @@ def _seg(bufs, b: int, off: int, ln: int) -> torch.Tensor:
 
 
 def run_program(prog: RankProgram, in_b: torch.Tensor, out_b: torch.Tensor, group, dtype: torch.dtype,
-                timeout_s: float, pool: BufferPool) -> ExecStats:
+                timeout_s: float, pool: BufferPool, transport: str = "p2p") -> ExecStats:
     t0 = time.perf_counter()
     device = in_b.device
     blocking = blocking_waits(group, device)
     peers = global_ranks(group)
+    stage_bytes = prog.a2a_staging_bytes if transport == "alltoallv" else prog.staging_bytes
     scratch = pool.acquire(prog.scratch_bytes, device) if prog.scratch_bytes else None
-    staging = pool.acquire(prog.staging_bytes, device) if prog.staging_bytes else None
+    staging = pool.acquire(stage_bytes, device) if stage_bytes else None
     empty = in_b[:0]
     bufs = (in_b, out_b, scratch if scratch is not None else empty)
     try:
         for sp in prog.steps:
+            if transport == "alltoallv":
+                skip = -1
+                if sp.a2a is not None:
+                    _a2a_step(prog, sp, bufs, staging, group, dtype, timeout_s, blocking)
+                    skip = sp.a2a.self_local
+                for i, (op, segs) in enumerate(sp.local):
+                    if i == skip:
+                        continue
+                    _apply(op, [bufs[s[2]][s[3]:s[3] + s[4]] for s in segs],
+                           [bufs[s[0]][s[1]:s[1] + s[4]] for s in segs], dtype)
+                continue
             ops = []
             for m in sp.sends:
                 if m.stage_off < 0:
@@ -160,6 +189,44 @@ def run_program(prog: RankProgram, in_b: torch.Tensor, out_b: torch.Tensor, grou
             pool.release(scratch)
     return ExecStats(steps=len(prog.steps), bytes_sent=prog.bytes_sent, bytes_received=prog.bytes_received,
                      seconds=time.perf_counter() - t0)
+
+
+def _a2a_step(prog, sp, bufs, staging, group, dtype, timeout_s: float, blocking: bool) -> None:
+    a = sp.a2a
+    total_send, total_recv = sum(a.send_splits), sum(a.recv_splits)
+    if a.send_direct is not None:
+        b, start = a.send_direct
+        sbuf = bufs[b][start:start + total_send]
+    elif not total_send:
+        sbuf = bufs[0][:0]
+    else:
+        sbuf = staging[a.send_stage_off:a.send_stage_off + total_send]
+        if total_send:
+            torch.cat([bufs[b][off:off + ln] for m in a.send_msgs for b, off, ln, _ in m.segs], out=sbuf)
+    if a.recv_direct is not None:
+        b, start = a.recv_direct
+        rbuf = bufs[b][start:start + total_recv]
+    elif not total_recv:
+        rbuf = bufs[1][:0]
+    else:
+        rbuf = staging[a.recv_stage_off:a.recv_stage_off + total_recv]
+    what = f"collsched step {sp.step} (all-to-all) on rank {prog.rank}"
+    try:
+        work = dist.all_to_all_single(rbuf, sbuf, a.recv_splits, a.send_splits, group=group, async_op=True)
+    except RuntimeError as e:
+        from collsched.comm.errors import classify_transport_error
+
+        raise classify_transport_error(e, what) from e
+    wait_all([work], timeout_s, blocking, what)
+    if a.recv_direct is None and total_recv:
+        by_op: dict = {}
+        for m, at in a.recv_msgs:
+            d, s_ = by_op.setdefault(m.op, ([], []))
+            for b, off, ln, mo in m.segs:
+                d.append(bufs[b][off:off + ln])
+                s_.append(rbuf[at + mo:at + mo + ln])
+        for op, (d, s_) in by_op.items():
+            _apply(op, d, s_, dtype)
 
 
 def _apply(op: int, dsts: list, srcs: list, dtype: torch.dtype) -> None:

@@ -75,15 +75,23 @@ def poll_until_done(works, timeout_s: float, what: str) -> None:
 
 
 def all_gather_i64(values: torch.Tensor, group, timeout_s: float, what: str) -> torch.Tensor:
-    """All-gather a small 1-D int64 tensor with a bounded wait; returns world × len on the host."""
+    """All-gather a small 1-D int64 tensor with a bounded wait; returns world × len on the host.
+
+    On Gloo this is an all-to-all of copies: Gloo's all_gather is a ring (world-1 rounds
+    of latency), its all-to-all posts every pair at once (one round)."""
     world = dist.get_world_size(group)
-    outs = [torch.empty_like(values) for _ in range(world)]
+    blocking = blocking_waits(group, values.device)
     try:
-        work = dist.all_gather(outs, values, group=group, async_op=True)
+        if blocking:
+            out = torch.empty(world * values.numel(), dtype=values.dtype, device=values.device)
+            work = dist.all_to_all_single(out, values.repeat(world), group=group, async_op=True)
+        else:
+            outs = [torch.empty_like(values) for _ in range(world)]
+            work = dist.all_gather(outs, values, group=group, async_op=True)
     except RuntimeError as e:
         raise classify_transport_error(e, what) from e
-    if blocking_waits(group, values.device):
+    if blocking:
         wait_all([work], timeout_s, True, what)
-    else:
-        poll_until_done([work], timeout_s, what)
+        return out.reshape(world, -1).cpu()
+    poll_until_done([work], timeout_s, what)
     return torch.stack(outs).cpu()

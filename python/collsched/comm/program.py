@@ -67,12 +67,32 @@ class Message:
 
 
 @dataclass
+class AllToAllStep:
+    """The step as one all_to_all_single (the "alltoallv" transport): per peer, its messages
+    back to back in transfer-id order. `*_direct` is (buf, start) when that side's bytes
+    already lie contiguously in peer order in one buffer (no gather / no scatter)."""
+
+    send_splits: list
+    recv_splits: list
+    send_msgs: list  # Messages in (peer, tid) order
+    recv_msgs: list  # (Message, offset in the receive block) in (peer, tid) order
+    send_direct: tuple | None
+    recv_direct: tuple | None
+    send_stage_off: int = 0
+    recv_stage_off: int = 0
+    staging_bytes: int = 0
+    self_local: int = -1  # index in StepProgram.local of a local copy carried as the self block
+
+
+@dataclass
 class StepProgram:
     step: int
     sends: list = field(default_factory=list)  # Messages, ascending transfer id
     recvs: list = field(default_factory=list)  # Messages, ascending transfer id
     local: list = field(default_factory=list)  # (op, [(src_buf, src_off, dst_buf, dst_off, len)]) in transfer order
     staging_bytes: int = 0
+    global_comm: bool = False  # some rank sends in this step (collective transports must join it)
+    a2a: AllToAllStep | None = None
 
 
 @dataclass
@@ -84,7 +104,8 @@ class RankProgram:
     output_bytes: int
     scratch_bytes: int
     steps: list  # StepProgram with at least one action, ascending step
-    staging_bytes: int  # max over steps
+    staging_bytes: int  # max over steps (p2p transport)
+    a2a_staging_bytes: int  # max over steps (alltoallv transport)
     bytes_sent: int
     bytes_received: int
     uses_reduce: bool
@@ -139,7 +160,18 @@ def compile_rank_program(plan, rank: int, arrays: PlanArrays | None = None) -> R
         else:
             sp.recvs.append(msg)
             received += nbytes
+    tb = a.transfer_bytes()
+    comm_steps = np.unique(t["step"][(t["src"] != t["dst"]) & (tb > 0)]).tolist()
+    for st in comm_steps:
+        if st not in steps:
+            steps[st] = StepProgram(st)
+        steps[st].global_comm = True
     ordered = [steps[k] for k in sorted(steps)]
+    a2a_staging = 0
+    for sp in ordered:
+        if sp.global_comm:
+            sp.a2a = _all_to_all_step(sp, n, rank)
+            a2a_staging = max(a2a_staging, sp.a2a.staging_bytes)
     staging = 0
     for sp in ordered:
         at = 0
@@ -162,7 +194,65 @@ def compile_rank_program(plan, rank: int, arrays: PlanArrays | None = None) -> R
         scratch_bytes=int(plan.scratch_bytes[rank]) if len(plan.scratch_bytes) > rank else 0,
         steps=ordered,
         staging_bytes=staging,
+        a2a_staging_bytes=a2a_staging,
         bytes_sent=sent,
         bytes_received=received,
         uses_reduce=uses_reduce,
     )
+
+
+def _contiguous(pieces: list) -> tuple | None:
+    """(buf, start) if the (buf, off, len) pieces follow each other in one buffer."""
+    if not pieces:
+        return None
+    buf, start = pieces[0][0], pieces[0][1]
+    at = start
+    for b, off, ln in pieces:
+        if b != buf or off != at:
+            return None
+        at += ln
+    return (buf, start)
+
+
+def _all_to_all_step(sp: StepProgram, n: int, rank: int) -> AllToAllStep:
+    step = _layout(sorted(sp.sends, key=lambda m: (m.peer, m.tid)), sorted(sp.recvs, key=lambda m: (m.peer, m.tid)), n)
+    if step.send_direct is not None and step.recv_direct is not None:
+        return step
+    # Fan-out shape: the local block sits exactly in the gap between the blocks of lower and
+    # higher peers on both sides; carrying it as the self block makes both sides zero-copy.
+    for i, (op, segs) in enumerate(sp.local):
+        if op != OP_COPY or len(segs) != 1:
+            continue
+        sb, so, db, do, ln = segs[0]
+        snd = Message(tid=-1, peer=rank, op=OP_COPY, nbytes=ln, segs=[(sb, so, ln, 0)])
+        rcv = Message(tid=-1, peer=rank, op=OP_COPY, nbytes=ln, segs=[(db, do, ln, 0)])
+        trial = _layout(sorted(sp.sends + [snd], key=lambda m: (m.peer, m.tid)),
+                        sorted(sp.recvs + [rcv], key=lambda m: (m.peer, m.tid)), n)
+        if trial.send_direct is not None and trial.recv_direct is not None:
+            trial.self_local = i
+            return trial
+    return step
+
+
+def _layout(sends: list, recvs: list, n: int) -> AllToAllStep:
+    send_splits, recv_splits = [0] * n, [0] * n
+    for m in sends:
+        send_splits[m.peer] += m.nbytes
+    recv_msgs, at = [], 0
+    for m in recvs:
+        recv_splits[m.peer] += m.nbytes
+        recv_msgs.append((m, at))
+        at += m.nbytes
+    send_direct = _contiguous([(b, off, ln) for m in sends for b, off, ln, _ in m.segs])
+    recv_direct = None
+    if all(m.op == OP_COPY for m in recvs):
+        recv_direct = _contiguous([(b, off, ln) for m in recvs for b, off, ln, _ in m.segs])
+    step = AllToAllStep(send_splits, recv_splits, sends, recv_msgs, send_direct, recv_direct)
+    total_send, total_recv = sum(send_splits), sum(recv_splits)
+    at = 0
+    if send_direct is None and total_send:
+        step.send_stage_off, at = 0, _align(total_send)
+    if recv_direct is None and total_recv:
+        step.recv_stage_off, at = at, _align(at + total_recv)
+    step.staging_bytes = at
+    return step
