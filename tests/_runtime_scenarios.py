@@ -91,6 +91,18 @@ def correctness(algorithms: list[str]) -> dict:
               lambda: _compare_a2a(rows, torch.float32, (4,), seed, algorithm=alg, cluster=clusters["2x4"],
                                    traffic=rows))
 
+    # The p2p transport (batch_isend_irecv per step; the default on NCCL) on every workload.
+    for wname, rows in workloads(n).items():
+        seed += 1
+        _case(res, f"a2a/p2p_transport/{wname}/float32",
+              lambda: _compare_a2a(rows, torch.float32, (3,), seed, algorithm="fanout", cluster=clusters["2x4"],
+                                   transport="p2p"))
+    rows = workloads(n)["hot_experts"]
+    seed += 1
+    _case(res, "a2a/unchecked_with_traffic/float32",
+          lambda: _compare_a2a(rows, torch.float32, (2,), seed, algorithm="fanout", cluster=clusters["2x4"],
+                               traffic=rows, checks=False))
+
     # Equal splits (None), 1-D input, env cluster (LOCAL_WORLD_SIZE=4 set by the launcher).
     def equal_splits():
         x = _fill((n * 6,), torch.float32, 900 + rank)
@@ -118,6 +130,19 @@ def correctness(algorithms: list[str]) -> dict:
     # Synthetic plans: multi-step, scratch, relays, multi-segment messages, reduce, other collectives.
     import _synthetic_plans as S
 
+    global TRANSPORT
+    for TRANSPORT in ("alltoallv", "p2p"):
+        _synthetic_cases(res, n, rank, S)
+
+    # Autograd: collsched.nn vs torch.distributed.nn.functional, same upstream gradient.
+    _autograd_cases(res, n, rank)
+    return res
+
+
+TRANSPORT = "alltoallv"
+
+
+def _synthetic_cases(res, n, rank, S):
     rows = workloads(n)["uniform"]
     for dname in ("float32", "int64"):
         def relay(dname=dname):
@@ -129,10 +154,10 @@ def correctness(algorithms: list[str]) -> dict:
             ref = torch.empty((sum(out_s), 3), dtype=dt)
             dist.all_to_all_single(ref, x, out_s, in_s)
             out = torch.zeros_like(ref)
-            comm.execute(plan, x, out, timeout=20)
+            comm.execute(plan, x, out, timeout=20, transport=TRANSPORT)
             return torch.equal(out, ref)
 
-        _case(res, f"execute/relay_all_to_all/{dname}", relay)
+        _case(res, f"execute/relay_all_to_all/{dname}/{TRANSPORT}", relay)
 
     def allgather():
         plan = S.ring_allgather(n, 24, 4)
@@ -140,10 +165,10 @@ def correctness(algorithms: list[str]) -> dict:
         ref = [torch.empty_like(x) for _ in range(n)]
         dist.all_gather(ref, x)
         out = torch.zeros(6 * n)
-        comm.execute(plan, x, out, timeout=20)
+        comm.execute(plan, x, out, timeout=20, transport=TRANSPORT)
         return torch.equal(out, torch.cat(ref))
 
-    _case(res, "execute/allgather", allgather)
+    _case(res, f"execute/allgather/{TRANSPORT}", allgather)
 
     for dname in ("int64", "float32"):
         def reduce_scatter(dname=dname):
@@ -155,10 +180,10 @@ def correctness(algorithms: list[str]) -> dict:
             ref = torch.empty(k, dtype=dt)
             dist.reduce_scatter_tensor(ref, x)
             out = torch.zeros(k, dtype=dt)
-            comm.execute(plan, x, out, timeout=20)
+            comm.execute(plan, x, out, timeout=20, transport=TRANSPORT)
             return torch.equal(out, ref) if not dt.is_floating_point else torch.allclose(out, ref, rtol=1e-5, atol=1e-5)
 
-        _case(res, f"execute/reduce_scatter/{dname}", reduce_scatter)
+        _case(res, f"execute/reduce_scatter/{dname}/{TRANSPORT}", reduce_scatter)
 
         def allreduce(dname=dname):
             dt = DTYPES[dname]
@@ -169,12 +194,26 @@ def correctness(algorithms: list[str]) -> dict:
             ref = x.clone()
             dist.all_reduce(ref)
             out = torch.zeros_like(x)
-            comm.execute(plan, x, out, timeout=20)
+            comm.execute(plan, x, out, timeout=20, transport=TRANSPORT)
             return torch.equal(out, ref) if not dt.is_floating_point else torch.allclose(out, ref, rtol=1e-5, atol=1e-5)
 
-        _case(res, f"execute/allreduce/{dname}", allreduce)
+        _case(res, f"execute/allreduce/{dname}/{TRANSPORT}", allreduce)
 
-    # Autograd: collsched.nn vs torch.distributed.nn.functional, same upstream gradient.
+    def pool_reuse():
+        plan = S.relay_all_to_all((rows * 4).tolist(), 4)
+        in_s, out_s = [int(v) for v in rows[rank]], [int(v) for v in rows[:, rank]]
+        x = _fill((sum(in_s),), torch.float32, 1700 + rank)
+        out = torch.zeros(sum(out_s))
+        comm.execute(plan, x, out, timeout=20, transport=TRANSPORT)
+        before = comm.DEFAULT_POOL.allocations
+        for _ in range(3):
+            comm.execute(plan, x, out, timeout=20, transport=TRANSPORT)
+        return comm.DEFAULT_POOL.allocations == before
+
+    _case(res, f"execute/pool_reuse/{TRANSPORT}", pool_reuse)
+
+
+def _autograd_cases(res, n, rank):
     def autograd():
         import torch.distributed.nn.functional as F
 
@@ -201,20 +240,6 @@ def correctness(algorithms: list[str]) -> dict:
         return torch.equal(a.grad, torch.ones_like(a))
 
     _case(res, "autograd/traffic_transposed", autograd_traffic)
-
-    def pool_reuse():
-        plan = S.relay_all_to_all((rows * 4).tolist(), 4)
-        in_s, out_s = [int(v) for v in rows[rank]], [int(v) for v in rows[:, rank]]
-        x = _fill((sum(in_s),), torch.float32, 1700 + rank)
-        out = torch.zeros(sum(out_s))
-        comm.execute(plan, x, out, timeout=20)
-        before = comm.DEFAULT_POOL.allocations
-        for _ in range(3):
-            comm.execute(plan, x, out, timeout=20)
-        return comm.DEFAULT_POOL.allocations == before
-
-    _case(res, "execute/pool_reuse", pool_reuse)
-    return res
 
 
 def _expect(results, name, fn, exc_types, timeout_s=None):
@@ -339,3 +364,58 @@ def micro_exchange(iters: int = 20) -> dict:
             fn()
         res[name] = (time.perf_counter() - t0) / iters * 1e6
     return res
+
+
+def micro_a2a(nbytes: int = 1 << 20, iters: int = 10) -> dict:
+    from datetime import timedelta
+
+    n = dist.get_world_size()
+    x = torch.ones(nbytes // 4)
+    out = torch.empty_like(x)
+    xb, ob = x.view(torch.uint8), out.view(torch.uint8)
+    splits = [nbytes // n] * n
+    res = {}
+    for name, fn in {
+        "sync_f32": lambda: dist.all_to_all_single(out, x),
+        "sync_u8_splits": lambda: dist.all_to_all_single(ob, xb, splits, splits),
+        "async_wait": lambda: dist.all_to_all_single(ob, xb, splits, splits, async_op=True).wait(),
+        "async_wait_timeout": lambda: dist.all_to_all_single(ob, xb, splits, splits, async_op=True).wait(
+            timeout=timedelta(seconds=30)),
+    }.items():
+        fn()
+        dist.barrier()
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            fn()
+        res[name] = (time.perf_counter() - t0) / iters * 1e6
+    return res
+
+
+def micro_exec(nbytes: int = 1 << 20, rounds: int = 5, iters: int = 5) -> dict:
+    from collsched.comm.executor import byte_view, run_program
+
+    n = dist.get_world_size()
+    rank = dist.get_rank()
+    x = torch.ones(nbytes // 4)
+    out = torch.empty_like(x)
+    plan = collsched.plan_all_to_all(collsched.traffic.balanced(n, nbytes // n), "h200:2,gpus=4", "fanout")
+    prog = comm.compile_rank_program(plan, rank)
+    ib, ob = byte_view(x, "i"), byte_view(out, "o")
+    fns = {
+        "torch": lambda: dist.all_to_all_single(out, x),
+        "exec_a2a": lambda: run_program(prog, ib, ob, None, torch.float32, 60, comm.DEFAULT_POOL, "alltoallv"),
+        "exec_p2p": lambda: run_program(prog, ib, ob, None, torch.float32, 60, comm.DEFAULT_POOL, "p2p"),
+        "dropin": lambda: collsched.all_to_all_single(out, x, algorithm="fanout", cluster="h200:2,gpus=4"),
+    }
+    best = {k: float("inf") for k in fns}
+    for _ in range(rounds):
+        for k, fn in fns.items():
+            fn()
+            dist.barrier()
+            t0 = time.perf_counter()
+            for _ in range(iters):
+                fn()
+            t = torch.tensor([(time.perf_counter() - t0) / iters * 1e6], dtype=torch.float64)
+            dist.all_reduce(t, op=dist.ReduceOp.MAX)
+            best[k] = min(best[k], float(t))
+    return best

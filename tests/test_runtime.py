@@ -66,7 +66,7 @@ def test_all_to_all_matches_torch_for_every_algorithm_workload_dtype(correctness
     algs = available_algorithms()
     assert "fanout" in algs
     # 7 workloads × 4 dtype/shape cases + 3 cluster/traffic variants per algorithm.
-    assert _count(correctness_results, "a2a/") >= len(algs) * (7 * 4 + 3)
+    assert _count(correctness_results, "a2a/") >= len(algs) * (7 * 4 + 3) + 7 + 2
     assert _failures(correctness_results, "a2a/") == {}
 
 
@@ -77,8 +77,10 @@ def test_api_async_handle_stats_and_cache(correctness_results):
 
 def test_executor_runs_multistep_scratch_reduce_and_other_collectives(correctness_results):
     names = {k for k in correctness_results[0] if k.startswith("execute/")}
-    assert {"execute/allgather", "execute/reduce_scatter/int64", "execute/allreduce/float32",
-            "execute/relay_all_to_all/float32", "execute/pool_reuse"} <= names
+    for transport in ("alltoallv", "p2p"):
+        assert {f"execute/allgather/{transport}", f"execute/reduce_scatter/int64/{transport}",
+                f"execute/allreduce/float32/{transport}", f"execute/relay_all_to_all/float32/{transport}",
+                f"execute/pool_reuse/{transport}"} <= names
     assert _failures(correctness_results, "execute/") == {}
 
 

@@ -197,7 +197,7 @@ def _traffic_rows(traffic, world: int) -> np.ndarray:
 def all_to_all_single(output: torch.Tensor, input: torch.Tensor, output_split_sizes=None, input_split_sizes=None,
                       group=None, async_op: bool = False, *, algorithm: str = "auto", cluster=None, traffic=None,
                       options: dict | None = None, timeout: float | None = None, cache: PlanCache | None = None,
-                      transport: str = "auto"):
+                      transport: str = "auto", checks: bool = True):
     """Drop-in for ``torch.distributed.all_to_all_single`` (dim-0 splits, any dtype and trailing shape).
 
     algorithm: any name of ``collsched.all_to_all_algorithms()``; options: its knobs.
@@ -208,6 +208,9 @@ def all_to_all_single(output: torch.Tensor, input: torch.Tensor, output_split_si
         on the single descriptor all_gather.
     timeout: seconds each wait may take (default ``COLLSCHED_TIMEOUT_S`` or 60).
     transport: how steps move data (see ``collsched.comm.execute``); must match on every rank.
+    checks: False skips the descriptor exchange and the plan-hash check (needs `traffic=`, which
+        Megatron already all-gathers): one collective round less per call, but a rank with bad
+        arguments raises alone and its peers only stop at the timeout.
     Raises CollectiveInputError / TrafficMismatchError / PlanMismatchError on every rank together,
     CommTimeoutError / PeerFailureError when a peer is stuck or dead.
     """
@@ -215,6 +218,9 @@ def all_to_all_single(output: torch.Tensor, input: torch.Tensor, output_split_si
     timeout_s = resolve_timeout(timeout)
     cache = cache if cache is not None else DEFAULT_CACHE
     options = dict(options or {})
+    if not checks:
+        return _unchecked(output, input, output_split_sizes, input_split_sizes, group, async_op, algorithm, cluster,
+                          traffic, options, timeout_s, cache, transport)
     stats = CallStats(algorithm=algorithm)
     t_start = time.perf_counter()
     rank = dist.get_rank(group)
@@ -387,3 +393,50 @@ def _check_descriptors(g: np.ndarray, world: int, rank: int, problem: _Local | N
         raise CollectiveInputError(f"collsched.all_to_all_single: rank {i} sends {int(ins[i, j])} rows to rank {j} "
                                    f"but rank {j} expects {int(outs[j, i])} (output_split_sizes disagree with "
                                    f"input_split_sizes; {len(bad)} such pairs)")
+
+
+def _unchecked(output, input, output_split_sizes, input_split_sizes, group, async_op, algorithm, cluster, traffic,
+               options, timeout_s, cache, transport):
+    """checks=False: validate locally (raising here), plan from `traffic`, execute; no exchange."""
+    if traffic is None:
+        raise ValueError("checks=False needs traffic= (the P×P matrix of rows), since nothing is exchanged")
+    stats = CallStats(algorithm=algorithm)
+    t_start = time.perf_counter()
+    rank, world = dist.get_rank(group), dist.get_world_size(group)
+    try:
+        if not isinstance(input, torch.Tensor) or not isinstance(output, torch.Tensor) or input.dim() == 0 \
+                or output.dim() == 0:
+            raise _Local(19)
+        if not input.is_contiguous() or not output.is_contiguous():
+            raise _Local(1 if not input.is_contiguous() else 2)
+        if output.dtype != input.dtype:
+            raise _Local(3, _DTYPE_CODE.get(input.dtype, 99), _DTYPE_CODE.get(output.dtype, 99))
+        row_elems = int(np.prod(input.shape[1:], dtype=np.int64)) if input.dim() > 1 else 1
+        out_row = int(np.prod(output.shape[1:], dtype=np.int64)) if output.dim() > 1 else 1
+        if out_row != row_elems:
+            raise _Local(4, row_elems, out_row)
+        in_splits = _splits(input_split_sizes, input.size(0), world, "input")
+        out_splits = _splits(output_split_sizes, output.size(0), world, "output")
+        rows = _traffic_rows(traffic, world)
+        for j in range(world):
+            if rows[rank, j] != in_splits[j]:
+                raise _Local(14, j)
+            if rows[j, rank] != out_splits[j]:
+                raise _Local(15, j)
+    except _Local as e:
+        raise CollectiveInputError(f"collsched.all_to_all_single (checks=False) on rank {rank}: "
+                                   + _PROBLEMS[e.code](e.d1, e.d2) + (f" ({e.text})" if e.text else "")) from None
+    clus = resolve_cluster(cluster, world)
+    t0 = time.perf_counter()
+    entry, stats.cache_hit = cache.get((rows * (row_elems * input.element_size())).astype(np.uint64), clus,
+                                       algorithm, options)
+    stats.plan_s = time.perf_counter() - t0
+    stats.planned_by, stats.plan_hash, stats.note = entry.algorithm, entry.plan_hash, entry.note
+    t0 = time.perf_counter()
+    ex = run_program(entry.program(rank), byte_view(input, "input"), byte_view(output, "output"), group, input.dtype,
+                     timeout_s, DEFAULT_POOL, choose_transport(transport, group, input.device))
+    stats.execute_s = time.perf_counter() - t0
+    stats.steps, stats.bytes_sent, stats.bytes_received = ex.steps, ex.bytes_sent, ex.bytes_received
+    stats.total_s = time.perf_counter() - t_start
+    _last.stats = stats
+    return CompletedWork() if async_op else None
