@@ -15,12 +15,28 @@ def _plan(algorithm, collective, gps, n, scratch, transfers, segments, deps):
 
 
 class _B:
+    """Builds transfers and derives their deps: every earlier transfer whose accesses conflict
+    (overlap, one of them writing) becomes a direct dependency, as the verifier requires."""
+
     def __init__(self, gps):
         self.gps = gps
         self.t, self.s, self.d = [], [], []
+        self.access = []  # per transfer: [(rank, buf, lo, hi, writes)]
+
+    def _deps(self, acc):
+        out = []
+        for tid, prev in enumerate(self.access):
+            if any(r == r2 and b == b2 and lo < hi2 and lo2 < hi and (w or w2)
+                   for r, b, lo, hi, w in acc for r2, b2, lo2, hi2, w2 in prev):
+                out.append(tid)
+        return out
 
     def add(self, src, dst, step, segs, op="copy", deps=()):
         tier = "local" if src == dst else ("scale_up" if src // self.gps == dst // self.gps else "scale_out")
+        acc = [(src, sbuf, soff, soff + ln, False) for sbuf, soff, _, _, ln in segs]
+        acc += [(dst, dbuf, doff, doff + ln, True) for _, _, dbuf, doff, ln in segs]
+        deps = sorted(set(deps) | set(self._deps(acc)))
+        self.access.append(acc)
         sb = len(self.s)
         for sbuf, soff, dbuf, doff, ln in segs:
             self.s.append({"src_buf": sbuf, "src_off": soff, "dst_buf": dbuf, "dst_off": doff, "len": ln})
