@@ -16,7 +16,7 @@ import numpy as np
 
 import collsched
 from collsched.comm.program import RankProgram, compile_rank_program
-from collsched.traffic import matrix_hash
+import hashlib
 
 NOT_IMPLEMENTED = "not implemented yet"
 
@@ -36,6 +36,13 @@ class CacheEntry:
         if prog is None:
             prog = self.programs[rank] = compile_rank_program(self.plan, rank)
         return prog
+
+
+def fast_matrix_hash(matrix: np.ndarray) -> str:
+    """Cache key of a u64 matrix: blake2b of its little-endian bytes (no validation pass; the
+    planner validates on a miss)."""
+    m = np.ascontiguousarray(matrix, dtype="<u8")
+    return hashlib.blake2b(m.tobytes(), digest_size=16).hexdigest()
 
 
 def plan_with_fallback(matrix: np.ndarray, cluster, algorithm: str, options: dict) -> tuple[object, str]:
@@ -60,11 +67,12 @@ class PlanCache:
 
     @staticmethod
     def key(matrix: np.ndarray, cluster, algorithm: str, options: dict) -> tuple:
-        return (matrix_hash(matrix), matrix.shape[0], cluster.spec(), algorithm,
+        return (fast_matrix_hash(matrix), matrix.shape[0], cluster.spec(), algorithm,
                 tuple(sorted((str(k), str(v)) for k, v in options.items())))
 
     def get(self, matrix: np.ndarray, cluster, algorithm: str, options: dict) -> tuple[CacheEntry, bool]:
         """The entry for this demand, planning it on a miss. Returns (entry, hit)."""
+        matrix = np.ascontiguousarray(matrix, dtype="<u8")
         key = self.key(matrix, cluster, algorithm, options)
         with self._lock:
             e = self._d.get(key)
