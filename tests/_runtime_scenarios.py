@@ -131,7 +131,7 @@ def correctness(algorithms: list[str]) -> dict:
     import _synthetic_plans as S
 
     global TRANSPORT
-    for TRANSPORT in ("alltoallv", "p2p"):
+    for TRANSPORT in ("alltoallv", "p2p", "hybrid"):
         _synthetic_cases(res, n, rank, S)
 
     # Autograd: collsched.nn vs torch.distributed.nn.functional, same upstream gradient.
@@ -407,6 +407,35 @@ def micro_exec(nbytes: int = 1 << 20, rounds: int = 5, iters: int = 5) -> dict:
         "exec_p2p": lambda: run_program(prog, ib, ob, None, torch.float32, 60, comm.DEFAULT_POOL, "p2p"),
         "dropin": lambda: collsched.all_to_all_single(out, x, algorithm="fanout", cluster="h200:2,gpus=4"),
     }
+    best = {k: float("inf") for k in fns}
+    for _ in range(rounds):
+        for k, fn in fns.items():
+            fn()
+            dist.barrier()
+            t0 = time.perf_counter()
+            for _ in range(iters):
+                fn()
+            t = torch.tensor([(time.perf_counter() - t0) / iters * 1e6], dtype=torch.float64)
+            dist.all_reduce(t, op=dist.ReduceOp.MAX)
+            best[k] = min(best[k], float(t))
+    return best
+
+
+def micro_transport(nbytes: int = 1 << 20, rounds: int = 3, iters: int = 3) -> dict:
+    """Executor time per transport and algorithm (diagnostic, not a test)."""
+    from collsched.comm.executor import byte_view, run_program
+
+    n, rank = dist.get_world_size(), dist.get_rank()
+    x = torch.ones(nbytes // 4)
+    out = torch.empty_like(x)
+    ib, ob = byte_view(x, "i"), byte_view(out, "o")
+    fns = {"torch": lambda: dist.all_to_all_single(out, x)}
+    for alg in ("fanout", "spreadout", "hierarchical"):
+        plan = collsched.plan_all_to_all(collsched.traffic.balanced(n, nbytes // n), "h200:2,gpus=4", alg)
+        prog = comm.compile_rank_program(plan, rank)
+        for tr in ("alltoallv", "p2p", "hybrid"):
+            fns[f"{alg}/{tr}"] = (lambda prog=prog, tr=tr:
+                                  run_program(prog, ib, ob, None, torch.float32, 60, comm.DEFAULT_POOL, tr))
     best = {k: float("inf") for k in fns}
     for _ in range(rounds):
         for k, fn in fns.items():

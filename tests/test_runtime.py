@@ -77,7 +77,7 @@ def test_api_async_handle_stats_and_cache(correctness_results):
 
 def test_executor_runs_multistep_scratch_reduce_and_other_collectives(correctness_results):
     names = {k for k in correctness_results[0] if k.startswith("execute/")}
-    for transport in ("alltoallv", "p2p"):
+    for transport in ("alltoallv", "p2p", "hybrid"):
         assert {f"execute/allgather/{transport}", f"execute/reduce_scatter/int64/{transport}",
                 f"execute/allreduce/float32/{transport}", f"execute/relay_all_to_all/float32/{transport}",
                 f"execute/pool_reuse/{transport}"} <= names

@@ -30,7 +30,9 @@ def run_loopback(plan, inputs, transport):
     by_step = [{sp.step: sp for sp in p.steps} for p in progs]
     for s in steps:
         sps = [by_step[r].get(s) for r in range(n)]
-        if transport == "alltoallv":
+        dense = {sp.dense for sp in sps if sp is not None and sp.global_comm}
+        assert len(dense) <= 1, f"ranks disagree on step {s}'s density"
+        if transport == "alltoallv" or (transport == "hybrid" and dense == {True}):
             comm_ranks = [sp is not None and sp.a2a is not None for sp in sps]
             assert len(set(comm_ranks)) == 1, f"ranks disagree on joining step {s}"
             if comm_ranks[0]:
@@ -109,7 +111,7 @@ for _name, _ in collsched.all_to_all_algorithms():
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(servers=st.integers(1, 3), gpus=st.sampled_from([1, 2, 4]), nics=st.sampled_from([0, 1, 2]),
-       data=st.data(), algorithm=st.sampled_from(ALGORITHMS), transport=st.sampled_from(["alltoallv", "p2p"]))
+       data=st.data(), algorithm=st.sampled_from(ALGORITHMS), transport=st.sampled_from(["alltoallv", "p2p", "hybrid"]))
 def test_loopback_execution_of_compiled_programs_is_the_all_to_all(servers, gpus, nics, data, algorithm, transport):
     n = servers * gpus
     spec = f"h200:{servers},gpus={gpus}" + (f",nics={min(nics, gpus)}" if nics else "")

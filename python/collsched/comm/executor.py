@@ -71,18 +71,19 @@ class _ProgramCache:
 _PROGRAMS = _ProgramCache()
 
 
-TRANSPORTS = ("auto", "p2p", "alltoallv")
+TRANSPORTS = ("auto", "p2p", "alltoallv", "hybrid")
 
 
 def choose_transport(transport: str, group, device: torch.device) -> str:
-    """p2p (batch_isend_irecv per step) on NCCL; alltoallv (one all_to_all_single per step) on
-    Gloo, whose point-to-point path pays a Python and wake-up cost per message while its
-    all-to-all posts every pair from C++. Every rank must choose the same."""
+    """p2p (batch_isend_irecv per step) on NCCL; hybrid on Gloo: dense steps (at least half of
+    the rank pairs talk) as one all_to_all_single, whose pairs Gloo posts from C++ at once,
+    sparse steps (rounds of a permutation, rail-aligned scale-out) as p2p, where an
+    all-to-all would make every rank wake for nothing. Every rank must choose the same."""
     if transport not in TRANSPORTS:
         raise ValueError(f"transport must be one of {TRANSPORTS}, got {transport!r}")
     if transport != "auto":
         return transport
-    return "alltoallv" if blocking_waits(group, device) else "p2p"
+    return "hybrid" if blocking_waits(group, device) else "p2p"
 
 
 def execute(plan, input: torch.Tensor, output: torch.Tensor, group=None, *, dtype: torch.dtype | None = None,
@@ -94,8 +95,8 @@ def execute(plan, input: torch.Tensor, output: torch.Tensor, group=None, *, dtyp
     `dtype` is the element type ReduceSum adds in (default: input's dtype).
     `timeout` bounds each step's wait (default ``COLLSCHED_TIMEOUT_S`` or 60 s).
     `transport`: "p2p" (one batch_isend_irecv per step), "alltoallv" (one all_to_all_single
-    per step: every rank joins every step that moves data) or "auto" (p2p on NCCL, alltoallv
-    on Gloo). Every rank of the group must call this with the same plan and transport.
+    per step: every rank joins every step that moves data), "hybrid" (alltoallv for dense
+    steps, p2p for sparse ones) or "auto" (p2p on NCCL, hybrid on Gloo). Every rank of the group must call this with the same plan and transport.
     """
     require_initialized()
     timeout_s = resolve_timeout(timeout)
@@ -127,14 +128,15 @@ def run_program(prog: RankProgram, in_b: torch.Tensor, out_b: torch.Tensor, grou
     device = in_b.device
     blocking = blocking_waits(group, device)
     peers = global_ranks(group)
-    stage_bytes = prog.a2a_staging_bytes if transport == "alltoallv" else prog.staging_bytes
+    stage_bytes = {"alltoallv": prog.a2a_staging_bytes, "p2p": prog.staging_bytes}.get(
+        transport, max(prog.a2a_staging_bytes, prog.staging_bytes))
     scratch = pool.acquire(prog.scratch_bytes, device) if prog.scratch_bytes else None
     staging = pool.acquire(stage_bytes, device) if stage_bytes else None
     empty = in_b[:0]
     bufs = (in_b, out_b, scratch if scratch is not None else empty)
     try:
         for sp in prog.steps:
-            if transport == "alltoallv":
+            if transport == "alltoallv" or (transport == "hybrid" and sp.dense):
                 skip = -1
                 if sp.a2a is not None:
                     _a2a_step(prog, sp, bufs, staging, group, dtype, timeout_s, blocking)

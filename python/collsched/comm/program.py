@@ -92,6 +92,7 @@ class StepProgram:
     local: list = field(default_factory=list)  # (op, [(src_buf, src_off, dst_buf, dst_off, len)]) in transfer order
     staging_bytes: int = 0
     global_comm: bool = False  # some rank sends in this step (collective transports must join it)
+    dense: bool = False  # at least half of all ordered rank pairs talk in this step (same on every rank)
     a2a: AllToAllStep | None = None
 
 
@@ -161,11 +162,15 @@ def compile_rank_program(plan, rank: int, arrays: PlanArrays | None = None) -> R
             sp.recvs.append(msg)
             received += nbytes
     tb = a.transfer_bytes()
-    comm_steps = np.unique(t["step"][(t["src"] != t["dst"]) & (tb > 0)]).tolist()
-    for st in comm_steps:
+    moving = (t["src"] != t["dst"]) & (tb > 0)
+    pair_ids = np.unique(t["step"][moving].astype(np.int64) * (n * n) + t["src"][moving].astype(np.int64) * n
+                         + t["dst"][moving])
+    comm_steps, pairs = np.unique(pair_ids // (n * n), return_counts=True)
+    for st, k in zip(comm_steps.tolist(), pairs.tolist()):
         if st not in steps:
             steps[st] = StepProgram(st)
         steps[st].global_comm = True
+        steps[st].dense = 2 * k >= n * (n - 1)
     ordered = [steps[k] for k in sorted(steps)]
     a2a_staging = 0
     for sp in ordered:
