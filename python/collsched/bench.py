@@ -255,3 +255,45 @@ def run_bench(cfg: BenchConfig, nprocs: int = 8, gpus_per_server: int = 4, timeo
 
     results = run_local(bench_worker, nprocs, (asdict(cfg),), gpus_per_server=gpus_per_server, timeout_s=timeout_s)
     return results[0]
+
+
+def planning_times(specs=("h200:2,gpus=4", "h200:8"), skew: float = 1.2, reps: int = 5) -> list[dict]:
+    """Host time to plan, to compile one rank's program, and a plan-cache hit, per algorithm
+    (hot-expert matrix, 4096 tokens × top-2 × 7168 bf16 per rank). Runs in this process."""
+    import collsched
+    from collsched.comm import compile_rank_program
+    from collsched.comm.cache import PlanCache
+
+    out = []
+    for spec in specs:
+        cl = collsched.Cluster.parse(spec)
+        n = cl.num_gpus
+        m = (collsched.traffic.hot_experts(n, skew=skew, tokens_per_rank=4096, top_k=2, hidden=1, dtype_bytes=1,
+                                           seed=0).astype(np.uint64) * np.uint64(14336))
+        for name in _available(collsched, cl, n):
+            def best(fn, k):
+                ts = []
+                for _ in range(k):
+                    t0 = time.perf_counter()
+                    fn()
+                    ts.append(time.perf_counter() - t0)
+                return min(ts)
+
+            plan = collsched.plan_all_to_all(m, cl, name)
+            cache = PlanCache()
+            cache.get(m, cl, name, {})
+            out.append({"cluster": spec, "ranks": n, "algorithm": name, "transfers": plan.num_transfers,
+                        "steps": plan.num_steps,
+                        "plan_ms": best(lambda: collsched.plan_all_to_all(m, cl, name), reps) * 1e3,
+                        "compile_ms": best(lambda: compile_rank_program(plan, 0), reps) * 1e3,
+                        "cache_hit_us": best(lambda: cache.get(m, cl, name, {}), reps * 10) * 1e6})
+    return out
+
+
+def format_planning(rows: list[dict]) -> str:
+    lines = [f"#{'cluster':>14} {'P':>4} {'algorithm':>16} {'transfers':>9} {'steps':>5} {'plan(ms)':>9} "
+             f"{'compile(ms)':>11} {'hit(us)':>8}"]
+    for r in rows:
+        lines.append(f" {r['cluster']:>14} {r['ranks']:>4} {r['algorithm']:>16} {r['transfers']:>9} {r['steps']:>5} "
+                     f"{r['plan_ms']:9.3f} {r['compile_ms']:11.3f} {r['cache_hit_us']:8.1f}")
+    return "\n".join(lines)

@@ -34,6 +34,8 @@ def register(app: typer.Typer) -> None:
         gpus_per_server: int = typer.Option(4, "--gpus-per-server", help="emulated GPUs per server (local spawn)"),
         check: bool = typer.Option(True, "--check/--no-check", help="count wrong output elements"),
         json_out: Optional[str] = typer.Option(None, "--json", help="also write the rows to this JSON file"),
+        planning: bool = typer.Option(False, "--planning",
+                                      help="instead: time planning, program compilation and cache hits here"),
     ) -> None:
         """nccl-tests-style all-to-all benchmark of torch and every collsched algorithm (torchrun or local ranks)."""
         import torch.distributed as dist
@@ -41,6 +43,15 @@ def register(app: typer.Typer) -> None:
         from collsched.bench import DTYPES, BenchConfig, format_table, run_bench
         from collsched.units import parse_bytes
 
+        if planning:
+            from collsched.bench import format_planning, planning_times
+
+            rows = planning_times()
+            print(format_planning(rows))
+            if json_out:
+                with open(json_out, "w") as f:
+                    json.dump(rows, f, indent=1)
+            return
         if dtype not in DTYPES:
             raise typer.BadParameter(f"unknown dtype {dtype!r} (known: {', '.join(DTYPES)})")
         cfg = BenchConfig(min_bytes=parse_bytes(min_bytes), max_bytes=parse_bytes(max_bytes), factor=factor,
