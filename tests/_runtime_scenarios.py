@@ -323,11 +323,12 @@ def killed_peer(timeout_s: float, victim: int, phase: str) -> dict:
             return {"killed_peer": {"raised": "skipped (victim)", "elapsed": 0.0}}
         os._exit(3)
     res: dict = {}
-    if phase in ("execute", "stall"):
+    if phase in ("execute", "stall", "execute_p2p"):
         # Survivors use the executor directly, so the death shows up inside a step.
         plan = collsched.plan_all_to_all(collsched.traffic.balanced(n, 4096 * 4), f"h200:1,gpus={n}", "fanout")
         time.sleep(0.5)
-        _expect(res, "killed_peer", lambda: comm.execute(plan, x, out, timeout=timeout_s),
+        tr = "p2p" if phase == "execute_p2p" else "auto"
+        _expect(res, "killed_peer", lambda: comm.execute(plan, x, out, timeout=timeout_s, transport=tr),
                 (comm.CommTimeoutError, comm.PeerFailureError))
     else:
         time.sleep(0.5)

@@ -137,7 +137,7 @@ def test_straggler_times_out_on_every_other_rank(fault_results):
         assert FAULT_TIMEOUT_S - 0.5 <= got["elapsed"] <= FAULT_TIMEOUT_S + SLACK_S, got
 
 
-@pytest.mark.parametrize("phase", ["api", "execute", "stall"])
+@pytest.mark.parametrize("phase", ["api", "execute", "execute_p2p", "stall"])
 def test_killed_or_stalled_peer_raises_on_every_survivor(phase):
     victim = 2
     results = run_ranks("killed_peer", FAULT_WORLD, FAULT_TIMEOUT_S, victim, phase, timeout_s=60,

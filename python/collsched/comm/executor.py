@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from collsched.comm.errors import resolve_timeout
+from collsched.comm.errors import classify_transport_error, resolve_timeout
 from collsched.comm.groups import blocking_waits, global_ranks, require_initialized, wait_all
 from collsched.comm.pool import DEFAULT_POOL, BufferPool
 from collsched.comm.program import (BUFFER_NAMES, OP_COPY, OP_REDUCE_SUM, RankProgram, compile_rank_program)
@@ -147,32 +147,23 @@ def run_program(prog: RankProgram, in_b: torch.Tensor, out_b: torch.Tensor, grou
                     _apply(op, [bufs[s[2]][s[3]:s[3] + s[4]] for s in segs],
                            [bufs[s[0]][s[1]:s[1] + s[4]] for s in segs], dtype)
                 continue
-            ops = []
-            for m in sp.sends:
-                if m.stage_off < 0:
-                    b, off, ln, _ = m.segs[0]
-                    msg = bufs[b][off:off + ln]
-                else:
-                    msg = staging[m.stage_off:m.stage_off + m.nbytes]
-                    torch.cat([bufs[b][off:off + ln] for b, off, ln, _ in m.segs], out=msg)
-                ops.append((m.tid, dist.P2POp(dist.isend, msg, peers[m.peer], group, m.tid % _TAG_SPACE)))
-            for m in sp.recvs:
-                if m.stage_off < 0:
-                    b, off, ln, _ = m.segs[0]
-                    msg = bufs[b][off:off + ln]
-                else:
-                    msg = staging[m.stage_off:m.stage_off + m.nbytes]
-                ops.append((m.tid, dist.P2POp(dist.irecv, msg, peers[m.peer], group, m.tid % _TAG_SPACE)))
-            if ops:
-                ops.sort(key=lambda x: x[0])
-                what = f"collsched step {sp.step} on rank {prog.rank} (peers {sorted({m.peer for m in sp.sends + sp.recvs})})"
+            if sp.p2p_order:
+                ops = []
+                for is_send, m in sp.p2p_order:  # transfer-id order on both sides
+                    if m.stage_off < 0:
+                        b, off, ln, _ = m.segs[0]
+                        msg = bufs[b][off:off + ln]
+                    else:
+                        msg = staging[m.stage_off:m.stage_off + m.nbytes]
+                        if is_send:
+                            torch.cat([bufs[b][off:off + ln] for b, off, ln, _ in m.segs], out=msg)
+                    ops.append(dist.P2POp(dist.isend if is_send else dist.irecv, msg, peers[m.peer], group,
+                                          m.tid % _TAG_SPACE))
                 try:
-                    works = dist.batch_isend_irecv([o for _, o in ops])
+                    works = dist.batch_isend_irecv(ops)
                 except RuntimeError as e:
-                    from collsched.comm.errors import classify_transport_error
-
-                    raise classify_transport_error(e, what) from e
-                wait_all(works, timeout_s, blocking, what)
+                    raise classify_transport_error(e, _step_what(prog, sp)) from e
+                wait_all(works, timeout_s, blocking, _step_what(prog, sp) if blocking else "")
             for m in sp.recvs:
                 if m.stage_off < 0:
                     continue
@@ -191,6 +182,11 @@ def run_program(prog: RankProgram, in_b: torch.Tensor, out_b: torch.Tensor, grou
             pool.release(scratch)
     return ExecStats(steps=len(prog.steps), bytes_sent=prog.bytes_sent, bytes_received=prog.bytes_received,
                      seconds=time.perf_counter() - t0)
+
+
+def _step_what(prog, sp) -> str:
+    peers = sorted({m.peer for _, m in sp.p2p_order})
+    return f"collsched step {sp.step} on rank {prog.rank} (peers {peers})"
 
 
 def _a2a_step(prog, sp, bufs, staging, group, dtype, timeout_s: float, blocking: bool) -> None:
@@ -216,8 +212,6 @@ def _a2a_step(prog, sp, bufs, staging, group, dtype, timeout_s: float, blocking:
     try:
         work = dist.all_to_all_single(rbuf, sbuf, a.recv_splits, a.send_splits, group=group, async_op=True)
     except RuntimeError as e:
-        from collsched.comm.errors import classify_transport_error
-
         raise classify_transport_error(e, what) from e
     wait_all([work], timeout_s, blocking, what)
     if a.recv_direct is None and total_recv:

@@ -93,6 +93,7 @@ class StepProgram:
     staging_bytes: int = 0
     global_comm: bool = False  # some rank sends in this step (collective transports must join it)
     dense: bool = False  # at least half of all ordered rank pairs talk in this step (same on every rank)
+    p2p_order: list = field(default_factory=list)  # (is_send, Message) by transfer id: the p2p posting order
     a2a: AllToAllStep | None = None
 
 
@@ -174,6 +175,7 @@ def compile_rank_program(plan, rank: int, arrays: PlanArrays | None = None) -> R
     ordered = [steps[k] for k in sorted(steps)]
     a2a_staging = 0
     for sp in ordered:
+        sp.p2p_order = sorted([(True, m) for m in sp.sends] + [(False, m) for m in sp.recvs], key=lambda x: x[1].tid)
         if sp.global_comm:
             sp.a2a = _all_to_all_step(sp, n, rank)
             a2a_staging = max(a2a_staging, sp.a2a.staging_bytes)
