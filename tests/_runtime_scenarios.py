@@ -449,3 +449,20 @@ def micro_transport(nbytes: int = 1 << 20, rounds: int = 3, iters: int = 3) -> d
             dist.all_reduce(t, op=dist.ReduceOp.MAX)
             best[k] = min(best[k], float(t))
     return best
+
+
+def micro_phases(nbytes: int = 1 << 16, iters: int = 20) -> dict:
+    """Where a drop-in call spends its time (diagnostic, not a test)."""
+    n = dist.get_world_size()
+    x = torch.ones(nbytes // 4)
+    out = torch.empty_like(x)
+    acc = {}
+    for i in range(iters + 2):
+        dist.barrier()
+        collsched.all_to_all_single(out, x, algorithm="fanout", cluster=f"h200:1,gpus={n}")
+        st = comm.last_call_stats()
+        if i >= 2:
+            for k in ("exchange_s", "plan_s", "check_s", "execute_s", "total_s"):
+                acc[k] = acc.get(k, 0.0) + getattr(st, k) / iters * 1e6
+    acc["cache_hit"] = st.cache_hit
+    return acc
