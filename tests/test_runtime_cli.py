@@ -75,3 +75,26 @@ def test_demo_runs_and_outputs_match():
     from collsched.demo import run_demo
 
     assert run_demo(tokens_per_rank=128, iters=1, timeout_s=120) == 0
+
+
+def test_cli_bench_planning_table():
+    from collsched.cli import _register_all, app
+
+    _register_all()
+    r = CliRunner().invoke(app, ["bench", "--planning"])
+    assert r.exit_code == 0, r.output
+    assert "fanout" in r.output and "hit(us)" in r.output
+
+
+def test_launcher_spawn_mode_and_failures_are_reported():
+    import os
+
+    from collsched.comm.launch import RankFailure, run_local
+
+    tests_dir = os.path.dirname(os.path.abspath(__file__))
+    res = run_local("_runtime_scenarios:noop", 2, gpus_per_server=2, timeout_s=120, extra_pythonpath=[tests_dir],
+                    start_method="spawn")
+    assert all(isinstance(x, dict) for x in res)
+    res = run_local("_runtime_scenarios:no_such_function", 2, gpus_per_server=2, timeout_s=60,
+                    extra_pythonpath=[tests_dir], raise_on_failure=False)
+    assert all(isinstance(x, RankFailure) and x.kind == "raised" and x.exc_type == "AttributeError" for x in res)
