@@ -127,6 +127,23 @@ def correctness(algorithms: list[str]) -> dict:
 
     _case(res, "api/async_and_stats", async_and_stats)
 
+    def verified_skip_interleaved():
+        # Repeating a (matrix, configuration) skips the plan-hash round, even with other
+        # configurations in between; a new matrix pays it again.
+        x = _fill((n * 3, 2), torch.float32, 960 + rank)
+        out = torch.empty_like(x)
+        cl = "h200:2,gpus=4"
+        seen = []
+        for alg in ("fanout", "auto", "fanout", "auto"):
+            collsched.all_to_all_single(out, x, algorithm=alg, cluster=cl)
+            seen.append(comm.last_call_stats().check_s)
+        y = _fill((n * 5, 2), torch.float32, 970 + rank)
+        collsched.all_to_all_single(torch.empty_like(y), y, algorithm="fanout", cluster=cl)
+        fresh = comm.last_call_stats().check_s
+        return seen[2] == 0 and seen[3] == 0 and fresh > 0
+
+    _case(res, "api/verified_skip_interleaved", verified_skip_interleaved)
+
     # Synthetic plans: multi-step, scratch, relays, multi-segment messages, reduce, other collectives.
     import _synthetic_plans as S
 

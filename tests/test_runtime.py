@@ -71,7 +71,7 @@ def test_all_to_all_matches_torch_for_every_algorithm_workload_dtype(correctness
 
 
 def test_api_async_handle_stats_and_cache(correctness_results):
-    assert _count(correctness_results, "api/") == 1
+    assert _count(correctness_results, "api/") == 2
     assert _failures(correctness_results, "api/") == {}
 
 

@@ -10,7 +10,7 @@ import typer
 def register(app: typer.Typer) -> None:
     @app.command("demo")
     def demo(tokens: int = typer.Option(2048, help="tokens per rank (each routed to top-2 experts)"),
-             iters: int = typer.Option(3, help="timed calls per method")) -> None:
+             iters: int = typer.Option(7, help="timed calls per method (interleaved rounds)")) -> None:
         """Run a skewed MoE all-to-all on 8 local Gloo ranks through torch and collsched, check outputs,
         then show the simulated prediction for h200:8."""
         from collsched.demo import run_demo

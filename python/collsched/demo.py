@@ -58,20 +58,20 @@ def demo_worker(tokens_per_rank: int, iters: int) -> dict | None:
     x = torch.randn(sum(in_s), HIDDEN, generator=g).to(torch.bfloat16)
     ref = torch.empty(sum(out_s), HIDDEN, dtype=torch.bfloat16)
     methods = [TORCH] + available_algorithms(cluster)
-    results = []
+    results, calls = [], {}
     for m in methods:
         if rank == 0:
-            report_progress(f"running {m}")
+            report_progress(f"planning and checking {m}")
         out = torch.zeros_like(ref)
         if m == TORCH:
-            def call():
+            def call(out=out):
                 dist.all_to_all_single(out, x, out_s, in_s)
         else:
-            def call():
+            def call(out=out, m=m):
                 collsched.all_to_all_single(out, x, out_s, in_s, algorithm=m, cluster=cluster)
         dist.barrier()
         call()
-        rec = {"method": m}
+        rec = {"method": m, "t_call": [], "t_exec": []}
         if m == TORCH:
             ref.copy_(out)
             same = True
@@ -82,18 +82,24 @@ def demo_worker(tokens_per_rank: int, iters: int) -> dict | None:
         flag = torch.tensor([int(same)])
         dist.all_reduce(flag, op=dist.ReduceOp.MIN)
         rec["identical"] = bool(flag.item())
-        t_call, t_exec = [], []
-        for _ in range(iters):
+        results.append(rec)
+        calls[m] = call
+    # Timed in interleaved rounds, so load spikes on a shared machine hit every method alike.
+    for it in range(iters):
+        if rank == 0:
+            report_progress(f"timing round {it + 1}/{iters}")
+        for rec in results:
             dist.barrier()
             t0 = time.perf_counter()
-            call()
-            t_call.append(time.perf_counter() - t0)
-            if m != TORCH:
-                t_exec.append(comm.last_call_stats().execute_s)
+            calls[rec["method"]]()
+            rec["t_call"].append(time.perf_counter() - t0)
+            if rec["method"] != TORCH:
+                rec["t_exec"].append(comm.last_call_stats().execute_s)
+    for rec in results:
+        t_call, t_exec = rec.pop("t_call"), rec.pop("t_exec")
         t = torch.tensor([float(np.median(t_call)), float(np.median(t_exec)) if t_exec else 0.0], dtype=torch.float64)
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
         rec["call_ms"], rec["exec_ms"] = float(t[0]) * 1e3, float(t[1]) * 1e3
-        results.append(rec)
     if rank == 0:
         return {"results": results, "rows": rows.tolist(), "cluster": cluster.spec(),
                 "bytes_per_rank": float(rows.sum(axis=1).mean() * HIDDEN * 2)}
@@ -142,7 +148,7 @@ def simulate_h200(console, tokens_per_rank: int = 4096, hidden: int = 7168) -> N
     console.print(table)
 
 
-def run_demo(tokens_per_rank: int = 2048, iters: int = 3, timeout_s: float = 240.0) -> int:
+def run_demo(tokens_per_rank: int = 2048, iters: int = 7, timeout_s: float = 240.0) -> int:
     from rich.console import Console
     from rich.panel import Panel
     from rich.table import Table
@@ -164,7 +170,7 @@ def run_demo(tokens_per_rank: int = 2048, iters: int = 3, timeout_s: float = 240
                   f"max/mean {rows.sum(1).max() / rows.sum(1).mean():.2f} (send), "
                   f"{rows.sum(0).max() / rows.sum(0).mean():.2f} (receive)")
     table = Table(title="Executed on this machine (CPU, Gloo): median of "
-                        f"{iters} calls, max across ranks")
+                        f"{iters} interleaved calls, max across ranks")
     for col in ("method", "planned by", "steps", "plan ms", "call ms", "exec ms", "vs torch", "output"):
         table.add_column(col, justify="left" if col in ("method", "planned by") else "right", no_wrap=True)
     base = next(r["call_ms"] for r in res["results"] if r["method"] == TORCH)

@@ -17,6 +17,7 @@ import hashlib
 import os
 import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
@@ -75,10 +76,13 @@ _PROBLEMS = {
 _HEADER = 11  # code, d1, d2, dtype, row_elems, elem_size, cfg_hash, traffic_hash, plan_hash, has_traffic, verified
 _LAST_VERIFIED = 10
 
-# Per group: (key, cache entry) of the last plan whose hash every rank confirmed. When every
-# rank reports that same key for the current call, the plan-hash exchange is skipped: all
-# ranks already hold a plan they proved equal (steady-state MoE steps, benchmarks).
-_verified: dict = {}
+# Per (group, configuration): (key, cache entry) of the last plan whose hash every rank
+# confirmed. When every rank reports that same key for the current call, the plan-hash
+# exchange is skipped: all ranks already hold a plan they proved equal (steady-state MoE
+# steps, repeated shapes, benchmarks interleaving algorithms). Bounded; a rank that evicted
+# its slot reports 0 and the whole group simply checks again.
+_verified: "OrderedDict[tuple, tuple]" = OrderedDict()
+_VERIFIED_SLOTS = 64
 
 
 def _group_key(group) -> int:
@@ -292,7 +296,7 @@ def all_to_all_single(output: torch.Tensor, input: torch.Tensor, output_split_si
     # 2. one all_gather of every rank's descriptor.
     desc = [problem.code if problem else 0, problem.d1 if problem else 0, problem.d2 if problem else 0,
             dtype_code, row_elems, elem_size, cfg_hash, traffic_hash, plan_hash, int(traffic is not None)]
-    gkey = _group_key(group)
+    gkey = (_group_key(group), cfg_hash)
     last = _verified.get(gkey)
     desc.append(last[0] if last is not None else 0)
     desc += list(in_splits) + list(out_splits)
@@ -335,6 +339,9 @@ def all_to_all_single(output: torch.Tensor, input: torch.Tensor, output_split_si
         _check_hashes(gathered[:, 8], "plan")
 
     _verified[gkey] = (call_key, entry)
+    _verified.move_to_end(gkey)
+    while len(_verified) > _VERIFIED_SLOTS:
+        _verified.popitem(last=False)
     stats.planned_by = entry.algorithm
     stats.plan_hash = entry.plan_hash
     stats.note = entry.note
