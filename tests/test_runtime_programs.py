@@ -139,3 +139,23 @@ def test_fanout_steps_are_zero_copy_on_the_alltoallv_transport():
         # The self block rides in the all-to-all when it sits between other peers' blocks.
         assert a.self_local == (0 if 0 < r < 7 else a.self_local)
         assert compile_rank_program(plan, r).a2a_staging_bytes == 0
+
+
+def test_conflict_free_steps_merge_and_dependent_steps_do_not():
+    import sys
+    sys.path.insert(0, __file__.rsplit("/", 1)[0])
+    import _synthetic_plans as S
+
+    m = collsched.traffic.uniform(8, 1000, seed=1)
+    spread = compile_rank_program(collsched.plan_all_to_all(m, "h200:2,gpus=4", "spreadout"), 3)
+    assert [len(g) for g in spread.merged["p2p"]] == [len(spread.steps)] and len(spread.steps) == 8
+    ring = compile_rank_program(S.ring_allgather(8, 64, 4), 0)  # step s forwards what step s-1 delivered
+    assert all(len(g) == 1 for g in ring.merged["p2p"])
+    relay = S.relay_all_to_all(m.tolist(), 4)
+    for r in range(8):
+        prog = compile_rank_program(relay, r)
+        flat = [sp.step for g in prog.merged["p2p"] for sp in g]
+        assert flat == [sp.step for sp in prog.steps]
+        # A relay rank reads in step 1 the scratch it was written in step 0: never one batch.
+        if prog.scratch_bytes:
+            assert len(prog.merged["p2p"]) == 2

@@ -21,7 +21,8 @@ import torch.distributed as dist
 from collsched.comm.errors import classify_transport_error, resolve_timeout
 from collsched.comm.groups import blocking_waits, global_ranks, require_initialized, wait_all
 from collsched.comm.pool import DEFAULT_POOL, BufferPool
-from collsched.comm.program import (BUFFER_NAMES, OP_COPY, OP_REDUCE_SUM, RankProgram, compile_rank_program)
+from collsched.comm.program import (BUFFER_NAMES, OP_COPY, OP_REDUCE_SUM, STAGING_ALIGN, RankProgram,
+                                    compile_rank_program)
 
 _TAG_SPACE = 2**31 - 1
 
@@ -128,13 +129,25 @@ def run_program(prog: RankProgram, in_b: torch.Tensor, out_b: torch.Tensor, grou
     device = in_b.device
     blocking = blocking_waits(group, device)
     peers = global_ranks(group)
+    merge = blocking and transport in prog.merged
     stage_bytes = {"alltoallv": prog.a2a_staging_bytes, "p2p": prog.staging_bytes}.get(
         transport, max(prog.a2a_staging_bytes, prog.staging_bytes))
+    if merge:
+        stage_bytes = max(stage_bytes, prog.merged_staging_bytes)
     scratch = pool.acquire(prog.scratch_bytes, device) if prog.scratch_bytes else None
     staging = pool.acquire(stage_bytes, device) if stage_bytes else None
     empty = in_b[:0]
     bufs = (in_b, out_b, scratch if scratch is not None else empty)
     try:
+        if merge:
+            for group_steps in prog.merged[transport]:
+                if transport == "hybrid" and group_steps[0].dense:
+                    _a2a_step(prog, group_steps[0], bufs, staging, group, dtype, timeout_s, blocking)
+                    _locals(group_steps[0], bufs, dtype, group_steps[0].a2a.self_local)
+                else:
+                    _merged_p2p(prog, group_steps, bufs, staging, group, peers, dtype, timeout_s)
+            return ExecStats(steps=len(prog.steps), bytes_sent=prog.bytes_sent, bytes_received=prog.bytes_received,
+                             seconds=time.perf_counter() - t0)
         for sp in prog.steps:
             if transport == "alltoallv" or (transport == "hybrid" and sp.dense):
                 skip = -1
@@ -182,6 +195,45 @@ def run_program(prog: RankProgram, in_b: torch.Tensor, out_b: torch.Tensor, grou
             pool.release(scratch)
     return ExecStats(steps=len(prog.steps), bytes_sent=prog.bytes_sent, bytes_received=prog.bytes_received,
                      seconds=time.perf_counter() - t0)
+
+
+def _locals(sp, bufs, dtype, skip: int = -1) -> None:
+    for i, (op, segs) in enumerate(sp.local):
+        if i != skip:
+            _apply(op, [bufs[s[2]][s[3]:s[3] + s[4]] for s in segs], [bufs[s[0]][s[1]:s[1] + s[4]] for s in segs],
+                   dtype)
+
+
+def _merged_p2p(prog, steps, bufs, staging, group, peers, dtype, timeout_s: float) -> None:
+    """Several conflict-free steps as one batch (blocking backends only: Gloo matches by tag,
+    so peers that did not merge the same steps still pair up)."""
+    ops, recvs, base = [], [], 0
+    for sp in steps:
+        for is_send, m in sp.p2p_order:
+            if m.stage_off < 0:
+                b, off, ln, _ = m.segs[0]
+                msg = bufs[b][off:off + ln]
+            else:
+                msg = staging[base + m.stage_off:base + m.stage_off + m.nbytes]
+                if is_send:
+                    torch.cat([bufs[b][off:off + ln] for b, off, ln, _ in m.segs], out=msg)
+            ops.append(dist.P2POp(dist.isend if is_send else dist.irecv, msg, peers[m.peer], group,
+                                  m.tid % _TAG_SPACE))
+            if not is_send and m.stage_off >= 0:
+                recvs.append((m, msg))
+        base += sp.staging_bytes + STAGING_ALIGN
+    if ops:
+        what = f"collsched steps {steps[0].step}..{steps[-1].step} on rank {prog.rank}"
+        try:
+            works = dist.batch_isend_irecv(ops)
+        except RuntimeError as e:
+            raise classify_transport_error(e, what) from e
+        wait_all(works, timeout_s, True, what)
+    for m, msg in recvs:
+        _apply(m.op, [bufs[b][off:off + ln] for b, off, ln, _ in m.segs], [msg[mo:mo + ln] for _, _, ln, mo in m.segs],
+               dtype)
+    for sp in steps:
+        _locals(sp, bufs, dtype)
 
 
 def _step_what(prog, sp) -> str:

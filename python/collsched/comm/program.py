@@ -111,6 +111,10 @@ class RankProgram:
     bytes_sent: int
     bytes_received: int
     uses_reduce: bool
+    # Consecutive p2p steps whose accesses to this rank's buffers never conflict, posted as one
+    # batch on blocking backends (Gloo): "p2p" groups every step, "hybrid" keeps dense steps alone.
+    merged: dict = field(default_factory=dict)  # transport -> [[StepProgram, ...], ...]
+    merged_staging_bytes: int = 0
 
 
 def _align(x: int) -> int:
@@ -192,7 +196,7 @@ def compile_rank_program(plan, rank: int, arrays: PlanArrays | None = None) -> R
                 at = _align(at + m.nbytes)
         sp.staging_bytes = at
         staging = max(staging, at)
-    return RankProgram(
+    prog = RankProgram(
         rank=rank,
         num_ranks=n,
         collective=plan.collective,
@@ -202,10 +206,14 @@ def compile_rank_program(plan, rank: int, arrays: PlanArrays | None = None) -> R
         steps=ordered,
         staging_bytes=staging,
         a2a_staging_bytes=a2a_staging,
+        merged={"p2p": _merge_steps(ordered, lambda sp: False), "hybrid": _merge_steps(ordered, lambda sp: sp.dense)},
         bytes_sent=sent,
         bytes_received=received,
         uses_reduce=uses_reduce,
     )
+    prog.merged_staging_bytes = max([sum(sp.staging_bytes for sp in g) + STAGING_ALIGN * len(g)
+                                     for groups in prog.merged.values() for g in groups] or [0])
+    return prog
 
 
 def _contiguous(pieces: list) -> tuple | None:
@@ -263,3 +271,48 @@ def _layout(sends: list, recvs: list, n: int) -> AllToAllStep:
         step.recv_stage_off, at = at, _align(at + total_recv)
     step.staging_bytes = at
     return step
+
+
+class _Intervals:
+    """Byte intervals per buffer, with an overlap query (sorted starts + running max end)."""
+
+    def __init__(self):
+        self.by_buf: dict = {}
+
+    def add(self, buf: int, lo: int, hi: int) -> None:
+        self.by_buf.setdefault(buf, []).append((lo, hi))
+
+    def overlaps(self, buf: int, lo: int, hi: int) -> bool:
+        return any(a < hi and lo < b for a, b in self.by_buf.get(buf, ()))
+
+
+def _accesses(sp: StepProgram):
+    """(buf, lo, hi, writes) of everything the step touches on this rank."""
+    for m in sp.sends:
+        for b, off, ln, _ in m.segs:
+            yield b, off, off + ln, False
+    for m in sp.recvs:
+        for b, off, ln, _ in m.segs:
+            yield b, off, off + ln, True
+    for _op, segs in sp.local:
+        for sb, so, db, do, ln in segs:
+            yield sb, so, so + ln, False
+            yield db, do, do + ln, True
+
+
+def _merge_steps(ordered: list, alone) -> list:
+    """Greedy groups of consecutive steps with no read/write or write/write overlap between
+    steps of a group on this rank (Input is never written, so its reads never conflict).
+    Steps for which `alone(sp)` holds form their own group."""
+    groups, reads, writes = [], _Intervals(), _Intervals()
+    for sp in ordered:
+        acc = list(_accesses(sp))
+        fits = bool(groups) and not alone(sp) and not alone(groups[-1][-1]) and len(acc) <= 4096 and not any(
+            writes.overlaps(b, lo, hi) or (w and reads.overlaps(b, lo, hi)) for b, lo, hi, w in acc)
+        if not fits:
+            groups.append([])
+            reads, writes = _Intervals(), _Intervals()
+        groups[-1].append(sp)
+        for b, lo, hi, w in acc:
+            (writes if w else reads).add(b, lo, hi)
+    return groups
