@@ -1,0 +1,223 @@
+//! Turning balanced pieces and scale-out rounds into a Plan (FAST §4.3, Fig. 11).
+//!
+//! Steps: 0 balancing (scale-up); 1 the intra-server part of the all-to-all
+//! (self copies and same-server pairs) beside the first scale-out round;
+//! round k's scale-out in step k+1; its redistribution in step k+2, beside
+//! round k+1's scale-out. Dependencies are exactly what the data needs, plus
+//! the NIC order of the rounds: a scale-out transfer waits for the previous
+//! round's transfers of its sending NIC and of its receiving NIC, which keeps
+//! every NIC one-to-one in an asynchronous execution too, without making a
+//! server wait for rounds in which it has nothing (phantom) to move.
+use super::balance::{Balanced, IN_INPUT};
+use super::redistribute::{self, Parked};
+use crate::plan::{Buf, Collective, Op, PlanBuilder, Segment};
+use crate::topology::{Cluster, Tier};
+use crate::traffic::Traffic;
+
+/// One scale-out round: `(s, d, real bytes)` server pairs moving at once.
+pub struct Round {
+    pub pairs: Vec<(u32, u32, u64)>,
+}
+
+/// Loads the predictor needs, collected while assembling.
+#[derive(Debug, Default, Clone)]
+pub struct Loads {
+    /// Max scale-up bytes any GPU sends or receives while balancing.
+    pub balance_max: u64,
+    /// Max bytes any NIC sends or receives, per round.
+    pub round_nic_max: Vec<u64>,
+    /// Max bytes any GPU sends or receives in the last round's redistribution.
+    pub last_redistribution_max: u64,
+    /// Max bytes any GPU sends or receives in the intra-server part.
+    pub intra_max: u64,
+}
+
+#[inline]
+fn mul_div(a: u64, b: u64, c: u64) -> u64 {
+    if c == 0 {
+        0
+    } else {
+        ((a as u128 * b as u128) / c as u128) as u64
+    }
+}
+
+/// Assemble the plan. `chain_nics` orders successive rounds per NIC (FAST); without it all
+/// rounds may overlap (balanced_direct has a single round anyway).
+pub fn assemble(name: &str, traffic: &Traffic, cluster: &Cluster, bal: &Balanced, rounds: &[Round], chain_nics: bool) -> (PlanBuilder, Loads) {
+    let n = bal.servers;
+    let g = bal.gpus;
+    let p = n * g;
+    let nics = cluster.nics_per_server as usize;
+    let send = traffic.send_offsets();
+    let recv = traffic.recv_offsets();
+    let mut b = PlanBuilder::new(name, Collective::AllToAll { traffic: traffic.clone() }, cluster.gpus_per_server);
+    b.reserve(bal.moves.len() + p * g + rounds.len() * p * 2, bal.pieces.len() * 2 + p * g);
+    let mut loads = Loads::default();
+
+    // Step 0: balancing, one transfer per (server, a, c), Input → carrier's Scratch.
+    let mut bal_id = vec![u32::MAX; n * g * g];
+    let mut bal_out = vec![0u64; p];
+    let mut bal_in = vec![0u64; p];
+    let mut segs: Vec<Segment> = Vec::new();
+    let mut i = 0;
+    while i < bal.moves.len() {
+        let (s, a, c) = (bal.moves[i].s as usize, bal.moves[i].a as usize, bal.moves[i].c as usize);
+        segs.clear();
+        while i < bal.moves.len() && bal.moves[i].s as usize == s && bal.moves[i].a as usize == a && bal.moves[i].c as usize == c {
+            let m = &bal.moves[i];
+            let src_rank = s * g + a;
+            let dst_rank = d_rank(m.d as usize, m.j as usize, g);
+            segs.push(Segment { src_buf: Buf::Input, src_off: send[src_rank * p + dst_rank] + m.block_off, dst_buf: Buf::Scratch, dst_off: m.scratch_off, len: m.len });
+            bal_out[src_rank] += m.len;
+            bal_in[s * g + c] += m.len;
+            i += 1;
+        }
+        let id = b.transfer((s * g + a) as u32, (s * g + c) as u32, Op::Copy, Tier::ScaleUp, 0, &segs, &[]);
+        bal_id[(s * g + a) * g + c] = id;
+    }
+    loads.balance_max = bal_out.iter().chain(bal_in.iter()).copied().max().unwrap_or(0);
+    for r in 0..p {
+        b.need_scratch(r as u32, bal.balance_in[r]);
+    }
+
+    // Intra-server part: beside the first scale-out round (step 1), or step 0 if there is none.
+    let intra_step = u32::from(!rounds.is_empty() || !bal.moves.is_empty());
+    let mut intra_load = vec![0u64; p];
+    for s in 0..n {
+        for a in 0..g {
+            let i = s * g + a;
+            for j in s * g..(s + 1) * g {
+                let len = traffic.get(i, j);
+                if len == 0 {
+                    continue;
+                }
+                let seg = Segment { src_buf: Buf::Input, src_off: send[i * p + j], dst_buf: Buf::Output, dst_off: recv[i * p + j], len };
+                b.transfer(i as u32, j as u32, Op::Copy, cluster.tier(i as u32, j as u32), intra_step, &[seg], &[]);
+                if i != j {
+                    intra_load[i] += len;
+                    intra_load[j] += len;
+                }
+            }
+        }
+    }
+    loads.intra_max = intra_load.iter().copied().max().unwrap_or(0);
+
+    // Scale-out rounds with their redistribution.
+    let mut cum = vec![0u64; n * n];
+    let mut cursor = vec![(0u32, 0u64); n * n * g]; // (piece index in stream, offset inside it)
+    let mut recv_cursor: Vec<u64> = bal.balance_in.clone();
+    let mut last_send: Vec<Vec<u32>> = vec![Vec::new(); n * nics];
+    let mut last_recv: Vec<Vec<u32>> = vec![Vec::new(); n * nics];
+    let mut cur_send: Vec<Vec<u32>> = vec![Vec::new(); n * nics];
+    let mut cur_recv: Vec<Vec<u32>> = vec![Vec::new(); n * nics];
+    let mut nic_send_bytes = vec![0u64; n * nics];
+    let mut nic_recv_bytes = vec![0u64; n * nics];
+    let mut touched_nics: Vec<usize> = Vec::new();
+    let mut parked: Vec<Parked> = Vec::new();
+    let mut deps: Vec<u32> = Vec::new();
+    let mut red_out = vec![0u64; p];
+    let mut red_in = vec![0u64; p];
+    let mut touched_ranks: Vec<u32> = Vec::new();
+    for (k, round) in rounds.iter().enumerate() {
+        let step = k as u32 + 1;
+        touched_nics.clear();
+        for &(s, d, r) in &round.pairs {
+            let (s, d) = (s as usize, d as usize);
+            let tile = s * n + d;
+            let total = bal.server[tile];
+            let c0 = cum[tile];
+            cum[tile] += r;
+            for c in 0..g {
+                let t = bal.targets[tile * g + c];
+                let mut x = mul_div(c0 + r, t, total) - mul_div(c0, t, total);
+                if x == 0 {
+                    continue;
+                }
+                let src_rank = s * g + c;
+                let dst_rank = d * g + c;
+                segs.clear();
+                deps.clear();
+                let (b0, _) = bal.stream_range[tile * g + c];
+                let stream = bal.stream(s, d, c);
+                let cur = &mut cursor[tile * g + c];
+                let parked_start = parked.len();
+                while x > 0 {
+                    let piece = stream[cur.0 as usize];
+                    let y = (piece.len - cur.1).min(x);
+                    let a = piece.a as usize;
+                    let j = piece.j as usize;
+                    let block = (s * g + a) * p + d * g + j;
+                    let (src_buf, src_off) = if piece.scratch_off == IN_INPUT {
+                        (Buf::Input, send[block] + piece.block_off + cur.1)
+                    } else {
+                        deps.push(bal_id[(s * g + a) * g + c]);
+                        (Buf::Scratch, piece.scratch_off + cur.1)
+                    };
+                    let out_off = recv[block] + piece.block_off + cur.1;
+                    if j == c {
+                        segs.push(Segment { src_buf, src_off, dst_buf: Buf::Output, dst_off: out_off, len: y });
+                    } else {
+                        let at = recv_cursor[dst_rank];
+                        recv_cursor[dst_rank] += y;
+                        segs.push(Segment { src_buf, src_off, dst_buf: Buf::Scratch, dst_off: at, len: y });
+                        parked.push(Parked { holder: dst_rank as u32, owner: (d * g + j) as u32, scratch_off: at, out_off, len: y, producer: 0 });
+                    }
+                    x -= y;
+                    cur.1 += y;
+                    if cur.1 == piece.len {
+                        cur.0 += 1;
+                        cur.1 = 0;
+                    }
+                }
+                let _ = b0;
+                let snic = s * nics + c % nics;
+                let rnic = d * nics + c % nics;
+                if chain_nics {
+                    deps.extend_from_slice(&last_send[snic]);
+                    deps.extend_from_slice(&last_recv[rnic]);
+                }
+                deps.sort_unstable();
+                deps.dedup();
+                let bytes: u64 = segs.iter().map(|s| s.len).sum();
+                let id = b.transfer(src_rank as u32, dst_rank as u32, Op::Copy, Tier::ScaleOut, step, &segs, &deps);
+                for pk in &mut parked[parked_start..] {
+                    pk.producer = id;
+                }
+                if nic_send_bytes[snic] == 0 && nic_recv_bytes[snic] == 0 {
+                    touched_nics.push(snic);
+                }
+                nic_send_bytes[snic] += bytes;
+                if nic_send_bytes[rnic] == 0 && nic_recv_bytes[rnic] == 0 {
+                    touched_nics.push(rnic);
+                }
+                nic_recv_bytes[rnic] += bytes;
+                cur_send[snic].push(id);
+                cur_recv[rnic].push(id);
+            }
+        }
+        let mut round_max = 0;
+        for &nic in &touched_nics {
+            round_max = round_max.max(nic_send_bytes[nic]).max(nic_recv_bytes[nic]);
+            nic_send_bytes[nic] = 0;
+            nic_recv_bytes[nic] = 0;
+            if !cur_send[nic].is_empty() {
+                last_send[nic] = std::mem::take(&mut cur_send[nic]);
+            }
+            if !cur_recv[nic].is_empty() {
+                last_recv[nic] = std::mem::take(&mut cur_recv[nic]);
+            }
+        }
+        loads.round_nic_max.push(round_max);
+        let red = redistribute::emit(&mut b, &mut parked, step + 1, &mut red_out, &mut red_in, &mut touched_ranks);
+        loads.last_redistribution_max = red.max_out.max(red.max_in);
+    }
+    for r in 0..p {
+        b.need_scratch(r as u32, recv_cursor[r]);
+    }
+    (b, loads)
+}
+
+#[inline]
+fn d_rank(d: usize, j: usize, g: usize) -> usize {
+    d * g + j
+}
