@@ -316,3 +316,39 @@ fn exact_mode_respects_birkhoff_bound_and_matches_matrix() {
     let deps: BTreeSet<u32> = plan.deps.iter().copied().collect();
     assert!(!deps.is_empty());
 }
+
+/// Development report (not a performance assertion): stage counts, the stage-sum model
+/// of scale-out time against the server-level bound, and planning time.
+#[test]
+#[ignore]
+fn report_stage_statistics() {
+    for servers in [4u32, 8, 16, 32, 64, 128] {
+        for skew in [0.0f64, 0.5, 0.8, 0.99] {
+            let c = Cluster::parse(&format!("h200:{servers}")).unwrap();
+            let p = c.num_gpus() as usize;
+            let t = if skew == 0.0 { generators::uniform(p, 50 << 20, 5).unwrap() } else { generators::zipf(p, skew, 50 << 20, 5).unwrap() };
+            let t0 = std::time::Instant::now();
+            let bal = balance::balance(&t, &c);
+            let t1 = std::time::Instant::now();
+            let n = servers as usize;
+            let dec = plan_stages(&bal.server, n, 0, false);
+            let t2 = std::time::Instant::now();
+            let stages = fast::order_stages(dec, &bal.server, n, false);
+            let sum: u64 = stages.iter().map(fast::stage_size).sum();
+            let line = server_matrix::max_line_sum(&bal.server, n);
+            let head = stages.iter().filter(|s| s.exact).count();
+            let t3 = std::time::Instant::now();
+            let plan = plan_all_to_all(&t, &c, "fast", &Options::new()).unwrap();
+            let t4 = std::time::Instant::now();
+            println!(
+                "N={servers:3} skew={skew:4} stages={:5} head={head:5} model={:.4} balance={:?} decompose={:?} plan={:?} segs={}",
+                stages.len(),
+                sum as f64 / line as f64,
+                t1 - t0,
+                t2 - t1,
+                t4 - t3,
+                plan.segments.len()
+            );
+        }
+    }
+}

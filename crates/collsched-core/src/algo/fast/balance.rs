@@ -9,21 +9,21 @@
 use crate::topology::Cluster;
 use crate::traffic::Traffic;
 
-/// Marks a piece that the carrier holds in its own Input (it is the block's sender).
-pub const IN_INPUT: u64 = u64::MAX;
-
 /// A contiguous part of block (s,a)→(d,j), carried to server d by one carrier GPU of s.
+/// Offsets are absolute (precomputed here, where the matrix is read in order, so the
+/// assembler never touches the P×P offset tables at random).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Piece {
     /// Local index of the block's sender in server s.
     pub a: u32,
     /// Local index of the block's receiver in server d.
     pub j: u32,
-    /// Offset of the piece inside the block.
-    pub block_off: u64,
     pub len: u64,
-    /// Where the carrier holds it: `IN_INPUT`, or an offset in the carrier's Scratch.
-    pub scratch_off: u64,
+    /// Where the carrier holds it: its Input (when a == carrier) or its Scratch.
+    pub src_off: u64,
+    /// Offset in the Output of (d,j).
+    pub out_off: u64,
+    pub in_scratch: bool,
 }
 
 /// One balancing move: a piece handed from GPU (s,a) to carrier (s,c) over scale-up.
@@ -32,12 +32,22 @@ pub struct Move {
     pub s: u32,
     pub a: u32,
     pub c: u32,
-    pub d: u32,
     pub j: u32,
-    pub block_off: u64,
+    /// Offset in the Input of (s,a).
+    pub input_off: u64,
     pub len: u64,
     /// Destination offset in the carrier's Scratch.
     pub scratch_off: u64,
+}
+
+/// A same-server block (self copy or scale-up pair), with its torch offsets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IntraBlock {
+    pub i: u32,
+    pub j: u32,
+    pub input_off: u64,
+    pub out_off: u64,
+    pub len: u64,
 }
 
 /// The balanced form of a matrix: per (s, d, carrier) targets and piece streams.
@@ -55,6 +65,8 @@ pub struct Balanced {
     pub moves: Vec<Move>,
     /// Scratch bytes each rank uses to hold balanced-in pieces (the start of its receive region).
     pub balance_in: Vec<u64>,
+    /// Same-server blocks, row-major.
+    pub intra: Vec<IntraBlock>,
 }
 
 impl Balanced {
@@ -104,7 +116,14 @@ pub fn balance(traffic: &Traffic, cluster: &Cluster) -> Balanced {
         stream_range: vec![(0, 0); n * n * g],
         moves: Vec::new(),
         balance_in: vec![0; p],
+        intra: Vec::with_capacity(n * g * g),
     };
+    // Torch offsets computed in matrix order: `row_acc[a]` is the input offset of the next
+    // block of row (s,a); `col_acc[col]` sums the column over the servers already done.
+    let mut row_acc = vec![0u64; g];
+    let mut col_acc = vec![0u64; p];
+    let mut in_off = vec![0u64; g * g]; // per tile: input offset of block a→j
+    let mut out_off = vec![0u64; g * g]; // per tile: output offset of block a→j
     // Per-tile scratch state, reused.
     let mut rem = vec![0u64; g * g]; // rem[a*g+j]: bytes of block a→j not yet placed
     let mut off = vec![0u64; g * g]; // consumed prefix of block a→j
@@ -116,8 +135,32 @@ pub fn balance(traffic: &Traffic, cluster: &Cluster) -> Balanced {
     let data = traffic.data();
     for s in 0..n {
         let server_moves_start = out.moves.len();
+        row_acc.iter_mut().for_each(|x| *x = 0);
         for d in 0..n {
+            for j in 0..g {
+                let mut acc = col_acc[d * g + j];
+                for a in 0..g {
+                    let v = data[(s * g + a) * p + d * g + j];
+                    out_off[a * g + j] = acc;
+                    acc += v;
+                }
+            }
+            for a in 0..g {
+                let src = (s * g + a) * p + d * g;
+                for j in 0..g {
+                    in_off[a * g + j] = row_acc[a];
+                    row_acc[a] += data[src + j];
+                }
+            }
             if d == s {
+                for a in 0..g {
+                    for j in 0..g {
+                        let len = data[(s * g + a) * p + d * g + j];
+                        if len > 0 {
+                            out.intra.push(IntraBlock { i: (s * g + a) as u32, j: (d * g + j) as u32, input_off: in_off[a * g + j], out_off: out_off[a * g + j], len });
+                        }
+                    }
+                }
                 continue;
             }
             let tile = s * n + d;
@@ -152,17 +195,18 @@ pub fn balance(traffic: &Traffic, cluster: &Cluster) -> Balanced {
                 off[k] += len;
                 rem[k] -= len;
                 cap[c] -= len;
-                let scratch_off = if a == c {
-                    IN_INPUT
+                let input_off = in_off[k] + block_off;
+                let src_off = if a == c {
+                    input_off
                 } else {
                     let r = s * g + c;
                     let o = bal_in[r];
                     bal_in[r] += len;
-                    moves.push(Move { s: s as u32, a: a as u32, c: c as u32, d: d as u32, j: j as u32, block_off, len, scratch_off: o });
+                    moves.push(Move { s: s as u32, a: a as u32, c: c as u32, j: j as u32, input_off, len, scratch_off: o });
                     o
                 };
                 let class = usize::from(j == c) + if a == c { 0 } else { 2 };
-                pcs[c][class].push(Piece { a: a as u32, j: j as u32, block_off, len, scratch_off });
+                pcs[c][class].push(Piece { a: a as u32, j: j as u32, len, src_off, out_off: out_off[k] + block_off, in_scratch: a != c });
             };
             // A: every GPU keeps its same-index block (it lands directly in the peer's Output).
             for a in 0..g {
@@ -234,6 +278,11 @@ pub fn balance(traffic: &Traffic, cluster: &Cluster) -> Balanced {
         }
         // Group this server's moves by (a, c) so each (a, c) pair is one balancing transfer.
         out.moves[server_moves_start..].sort_by_key(|m| (m.a, m.c));
+        for a in 0..g {
+            for col in 0..p {
+                col_acc[col] += data[(s * g + a) * p + col];
+            }
+        }
     }
     out
 }

@@ -4,8 +4,9 @@
 //! matrices × integer weights. Each permutation is a bottleneck perfect
 //! matching on the support of what remains: the matching whose smallest entry
 //! is as large as possible, so each stage moves as much as it can and the
-//! heavy entries go first. Found by binary search over the distinct entry
-//! values with Hopcroft–Karp, warm-started from the previous stage's matching.
+//! heavy entries go first. Found with Hopcroft–Karp on the entries above a
+//! threshold that only descends (see `Bottleneck`), warm-started from the
+//! previous stage's matching.
 //! Ties are broken by index, so the result is deterministic.
 
 const NONE: u32 = u32::MAX;
@@ -115,64 +116,84 @@ impl Matcher {
     }
 }
 
-/// The bottleneck perfect matching of `m` (every line sums to the same positive value):
-/// returns the permutation (row → column) and its smallest entry.
-pub fn bottleneck_matching(m: &[u64], n: usize, matcher: &mut Matcher, values: &mut Vec<u64>) -> (Vec<u32>, u64) {
-    // Upper bound: every row and column must keep at least one entry ≥ θ.
-    let mut hi = u64::MAX;
-    for r in 0..n {
-        hi = hi.min(m[r * n..(r + 1) * n].iter().copied().max().unwrap_or(0));
-    }
-    for c in 0..n {
-        hi = hi.min((0..n).map(|r| m[r * n + c]).max().unwrap_or(0));
-    }
-    values.clear();
-    values.extend(m.iter().copied().filter(|&v| v > 0 && v <= hi));
-    values.sort_unstable();
-    values.dedup();
-    // Largest index whose value still admits a perfect matching. values[0] always does
-    // (any positive entry: the support of a doubly stochastic matrix has a perfect matching).
-    let mut best = matcher.mate_row.clone();
-    let ok_hi = matcher.perfect(m, values[values.len() - 1]);
-    if ok_hi {
-        let b = matching_min(m, n, &matcher.mate_row);
-        return (matcher.mate_row.clone(), b);
-    }
-    let (mut lo, mut hi_i) = (0usize, values.len() - 1); // values[lo] feasible (assumed), values[hi_i] not
-    let mut have_best = false;
-    while hi_i - lo > 1 {
-        let mid = lo + (hi_i - lo) / 2;
-        if matcher.perfect(m, values[mid]) {
-            lo = mid;
-            best.copy_from_slice(&matcher.mate_row);
-            have_best = true;
-        } else {
-            hi_i = mid;
-            // Restart from the best feasible matching (pruned by the next probe).
-            if have_best {
-                restore(matcher, &best);
+impl Matcher {
+    /// After `perfect` failed at `theta`: the largest entry below `theta` on an edge from a
+    /// row reachable from a free row (alternating paths over edges ≥ θ) to an unreachable
+    /// column. Only such an edge can create an augmenting path, so every threshold between
+    /// it and `theta` is infeasible too. 0 if there is none.
+    fn next_threshold(&mut self, m: &[u64], theta: u64, col_seen: &mut [bool]) -> u64 {
+        let n = self.n;
+        self.bfs(m, theta);
+        col_seen.iter_mut().for_each(|x| *x = false);
+        for r in 0..n {
+            if self.dist[r] != NONE {
+                for (c, &v) in m[r * n..(r + 1) * n].iter().enumerate() {
+                    if v >= theta {
+                        col_seen[c] = true;
+                    }
+                }
             }
         }
+        let mut best = 0;
+        for r in 0..n {
+            if self.dist[r] != NONE {
+                for (c, &v) in m[r * n..(r + 1) * n].iter().enumerate() {
+                    if v < theta && v > best && !col_seen[c] {
+                        best = v;
+                    }
+                }
+            }
+        }
+        best
     }
-    if !have_best {
-        let ok = matcher.perfect(m, values[lo]);
-        debug_assert!(ok, "doubly stochastic support has a perfect matching");
-        best.copy_from_slice(&matcher.mate_row);
-    } else {
-        restore(matcher, &best);
-    }
-    let b = matching_min(m, n, &best);
-    (best, b)
 }
 
-fn restore(matcher: &mut Matcher, rows: &[u32]) {
-    matcher.mate_col.iter_mut().for_each(|x| *x = NONE);
-    matcher.mate_row.copy_from_slice(rows);
-    for (r, &c) in rows.iter().enumerate() {
-        if c != NONE {
-            matcher.mate_col[c as usize] = r as u32;
-        }
+/// Successive bottleneck matchings of a shrinking matrix. The bottleneck value never
+/// increases as stages are subtracted (entries only shrink), so the threshold only moves
+/// down: each stage starts at the last bottleneck and descends through the only
+/// thresholds that can complete the matching, warm-started from the last matching.
+pub struct Bottleneck {
+    matcher: Matcher,
+    theta: u64,
+    col_seen: Vec<bool>,
+}
+
+impl Bottleneck {
+    pub fn new(n: usize) -> Bottleneck {
+        Bottleneck { matcher: Matcher::new(n), theta: u64::MAX, col_seen: vec![false; n] }
     }
+
+    /// The bottleneck perfect matching of `m` (all line sums equal and positive): the
+    /// permutation (row → column) and its smallest entry.
+    pub fn next(&mut self, m: &[u64], n: usize) -> (Vec<u32>, u64) {
+        // Upper bound: every row and column needs an entry ≥ θ.
+        let mut hi = u64::MAX;
+        for r in 0..n {
+            hi = hi.min(m[r * n..(r + 1) * n].iter().copied().max().unwrap_or(0));
+        }
+        for c in 0..n {
+            hi = hi.min((0..n).map(|r| m[r * n + c]).max().unwrap_or(0));
+        }
+        let mut theta = self.theta.min(hi);
+        loop {
+            if theta == 0 {
+                // Cannot happen on a doubly stochastic support; report no stage.
+                return (self.matcher.mate_row.clone(), 0);
+            }
+            if self.matcher.perfect(m, theta) {
+                break;
+            }
+            theta = self.matcher.next_threshold(m, theta, &mut self.col_seen);
+        }
+        self.theta = theta;
+        let b = matching_min(m, n, &self.matcher.mate_row);
+        (self.matcher.mate_row.clone(), b)
+    }
+}
+
+/// One bottleneck matching from scratch (tests and callers without state).
+pub fn bottleneck_matching(m: &[u64], n: usize) -> (Vec<u32>, u64) {
+    Bottleneck::new(n).next(m, n)
 }
 
 fn matching_min(m: &[u64], n: usize, perm: &[u32]) -> u64 {
@@ -183,11 +204,10 @@ fn matching_min(m: &[u64], n: usize, perm: &[u32]) -> u64 {
 /// left, when the bottleneck falls below `stop_below`, or after `max_stages` stages.
 /// Returns the line sum that remains.
 pub fn decompose(m: &mut [u64], n: usize, mut line: u64, stop_below: u64, max_stages: usize, out: &mut Vec<Stage>) -> u64 {
-    let mut matcher = Matcher::new(n);
-    let mut values = Vec::with_capacity(n * n);
+    let mut bottleneck = Bottleneck::new(n);
     let start = out.len();
     while line > 0 && out.len() - start < max_stages {
-        let (perm, b) = bottleneck_matching(m, n, &mut matcher, &mut values);
+        let (perm, b) = bottleneck.next(m, n);
         if b == 0 || b < stop_below {
             break;
         }

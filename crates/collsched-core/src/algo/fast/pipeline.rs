@@ -8,7 +8,7 @@
 //! round's transfers of its sending NIC and of its receiving NIC, which keeps
 //! every NIC one-to-one in an asynchronous execution too, without making a
 //! server wait for rounds in which it has nothing (phantom) to move.
-use super::balance::{Balanced, IN_INPUT};
+use super::balance::Balanced;
 use super::redistribute::{self, Parked};
 use crate::plan::{Buf, Collective, Op, PlanBuilder, Segment};
 use crate::topology::{Cluster, Tier};
@@ -48,8 +48,6 @@ pub fn assemble(name: &str, traffic: &Traffic, cluster: &Cluster, bal: &Balanced
     let g = bal.gpus;
     let p = n * g;
     let nics = cluster.nics_per_server as usize;
-    let send = traffic.send_offsets();
-    let recv = traffic.recv_offsets();
     let mut b = PlanBuilder::new(name, Collective::AllToAll { traffic: traffic.clone() }, cluster.gpus_per_server);
     b.reserve(bal.moves.len() + p * g + rounds.len() * p * 2, bal.pieces.len() * 2 + p * g);
     let mut loads = Loads::default();
@@ -66,8 +64,7 @@ pub fn assemble(name: &str, traffic: &Traffic, cluster: &Cluster, bal: &Balanced
         while i < bal.moves.len() && bal.moves[i].s as usize == s && bal.moves[i].a as usize == a && bal.moves[i].c as usize == c {
             let m = &bal.moves[i];
             let src_rank = s * g + a;
-            let dst_rank = d_rank(m.d as usize, m.j as usize, g);
-            segs.push(Segment { src_buf: Buf::Input, src_off: send[src_rank * p + dst_rank] + m.block_off, dst_buf: Buf::Scratch, dst_off: m.scratch_off, len: m.len });
+            segs.push(Segment { src_buf: Buf::Input, src_off: m.input_off, dst_buf: Buf::Scratch, dst_off: m.scratch_off, len: m.len });
             bal_out[src_rank] += m.len;
             bal_in[s * g + c] += m.len;
             i += 1;
@@ -83,21 +80,12 @@ pub fn assemble(name: &str, traffic: &Traffic, cluster: &Cluster, bal: &Balanced
     // Intra-server part: beside the first scale-out round (step 1), or step 0 if there is none.
     let intra_step = u32::from(!rounds.is_empty() || !bal.moves.is_empty());
     let mut intra_load = vec![0u64; p];
-    for s in 0..n {
-        for a in 0..g {
-            let i = s * g + a;
-            for j in s * g..(s + 1) * g {
-                let len = traffic.get(i, j);
-                if len == 0 {
-                    continue;
-                }
-                let seg = Segment { src_buf: Buf::Input, src_off: send[i * p + j], dst_buf: Buf::Output, dst_off: recv[i * p + j], len };
-                b.transfer(i as u32, j as u32, Op::Copy, cluster.tier(i as u32, j as u32), intra_step, &[seg], &[]);
-                if i != j {
-                    intra_load[i] += len;
-                    intra_load[j] += len;
-                }
-            }
+    for blk in &bal.intra {
+        let seg = Segment { src_buf: Buf::Input, src_off: blk.input_off, dst_buf: Buf::Output, dst_off: blk.out_off, len: blk.len };
+        b.transfer(blk.i, blk.j, Op::Copy, cluster.tier(blk.i, blk.j), intra_step, &[seg], &[]);
+        if blk.i != blk.j {
+            intra_load[blk.i as usize] += blk.len;
+            intra_load[blk.j as usize] += blk.len;
         }
     }
     loads.intra_max = intra_load.iter().copied().max().unwrap_or(0);
@@ -137,7 +125,6 @@ pub fn assemble(name: &str, traffic: &Traffic, cluster: &Cluster, bal: &Balanced
                 let dst_rank = d * g + c;
                 segs.clear();
                 deps.clear();
-                let (b0, _) = bal.stream_range[tile * g + c];
                 let stream = bal.stream(s, d, c);
                 let cur = &mut cursor[tile * g + c];
                 let parked_start = parked.len();
@@ -146,14 +133,17 @@ pub fn assemble(name: &str, traffic: &Traffic, cluster: &Cluster, bal: &Balanced
                     let y = (piece.len - cur.1).min(x);
                     let a = piece.a as usize;
                     let j = piece.j as usize;
-                    let block = (s * g + a) * p + d * g + j;
-                    let (src_buf, src_off) = if piece.scratch_off == IN_INPUT {
-                        (Buf::Input, send[block] + piece.block_off + cur.1)
+                    let src_buf = if piece.in_scratch {
+                        let dep = bal_id[(s * g + a) * g + c];
+                        if deps.last() != Some(&dep) {
+                            deps.push(dep);
+                        }
+                        Buf::Scratch
                     } else {
-                        deps.push(bal_id[(s * g + a) * g + c]);
-                        (Buf::Scratch, piece.scratch_off + cur.1)
+                        Buf::Input
                     };
-                    let out_off = recv[block] + piece.block_off + cur.1;
+                    let src_off = piece.src_off + cur.1;
+                    let out_off = piece.out_off + cur.1;
                     if j == c {
                         segs.push(Segment { src_buf, src_off, dst_buf: Buf::Output, dst_off: out_off, len: y });
                     } else {
@@ -169,7 +159,6 @@ pub fn assemble(name: &str, traffic: &Traffic, cluster: &Cluster, bal: &Balanced
                         cur.1 = 0;
                     }
                 }
-                let _ = b0;
                 let snic = s * nics + c % nics;
                 let rnic = d * nics + c % nics;
                 if chain_nics {
@@ -215,9 +204,4 @@ pub fn assemble(name: &str, traffic: &Traffic, cluster: &Cluster, bal: &Balanced
         b.need_scratch(r as u32, recv_cursor[r]);
     }
     (b, loads)
-}
-
-#[inline]
-fn d_rank(d: usize, j: usize, g: usize) -> usize {
-    d * g + j
 }
