@@ -131,6 +131,8 @@ pub fn balance(traffic: &Traffic, cluster: &Cluster) -> Balanced {
     let mut row = vec![0u64; g];
     let mut excess = vec![0u64; g];
     // Pieces of one tile, per carrier, in four classes (own non-direct, own direct, moved non-direct, moved direct).
+    let mut move_count = vec![0usize; g * g + 1];
+    let mut move_tmp: Vec<Move> = Vec::new();
     let mut per_carrier: Vec<[Vec<Piece>; 4]> = (0..g).map(|_| Default::default()).collect();
     let data = traffic.data();
     for s in 0..n {
@@ -276,8 +278,9 @@ pub fn balance(traffic: &Traffic, cluster: &Cluster) -> Balanced {
                 out.stream_range[tile * g + c] = (begin, out.pieces.len() as u32);
             }
         }
-        // Group this server's moves by (a, c) so each (a, c) pair is one balancing transfer.
-        out.moves[server_moves_start..].sort_by_key(|m| (m.a, m.c));
+        // Group this server's moves by (a, c) so each (a, c) pair is one balancing transfer
+        // (counting sort: stable, no comparisons).
+        group_moves(&mut out.moves, server_moves_start, g, &mut move_count, &mut move_tmp);
         for a in 0..g {
             for col in 0..p {
                 col_acc[col] += data[(s * g + a) * p + col];
@@ -285,6 +288,27 @@ pub fn balance(traffic: &Traffic, cluster: &Cluster) -> Balanced {
         }
     }
     out
+}
+
+/// Stable counting sort of `moves[start..]` by (a, c).
+fn group_moves(moves: &mut Vec<Move>, start: usize, g: usize, count: &mut [usize], tmp: &mut Vec<Move>) {
+    if moves.len() - start < 2 {
+        return;
+    }
+    count.iter_mut().for_each(|x| *x = 0);
+    for m in &moves[start..] {
+        count[m.a as usize * g + m.c as usize + 1] += 1;
+    }
+    for k in 1..count.len() {
+        count[k] += count[k - 1];
+    }
+    tmp.clear();
+    tmp.extend_from_slice(&moves[start..]);
+    for m in tmp.iter() {
+        let k = m.a as usize * g + m.c as usize;
+        moves[start + count[k]] = *m;
+        count[k] += 1;
+    }
 }
 
 #[inline]

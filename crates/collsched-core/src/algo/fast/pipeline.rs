@@ -9,7 +9,7 @@
 //! every NIC one-to-one in an asynchronous execution too, without making a
 //! server wait for rounds in which it has nothing (phantom) to move.
 use super::balance::Balanced;
-use super::redistribute::{self, Parked};
+use super::redistribute::Redistributor;
 use crate::plan::{Buf, Collective, Op, PlanBuilder, Segment};
 use crate::topology::{Cluster, Tier};
 use crate::traffic::Traffic;
@@ -101,11 +101,8 @@ pub fn assemble(name: &str, traffic: &Traffic, cluster: &Cluster, bal: &Balanced
     let mut nic_send_bytes = vec![0u64; n * nics];
     let mut nic_recv_bytes = vec![0u64; n * nics];
     let mut touched_nics: Vec<usize> = Vec::new();
-    let mut parked: Vec<Parked> = Vec::new();
+    let mut redistributor = Redistributor::new(p, g);
     let mut deps: Vec<u32> = Vec::new();
-    let mut red_out = vec![0u64; p];
-    let mut red_in = vec![0u64; p];
-    let mut touched_ranks: Vec<u32> = Vec::new();
     for (k, round) in rounds.iter().enumerate() {
         let step = k as u32 + 1;
         touched_nics.clear();
@@ -127,7 +124,6 @@ pub fn assemble(name: &str, traffic: &Traffic, cluster: &Cluster, bal: &Balanced
                 deps.clear();
                 let stream = bal.stream(s, d, c);
                 let cur = &mut cursor[tile * g + c];
-                let parked_start = parked.len();
                 while x > 0 {
                     let piece = stream[cur.0 as usize];
                     let y = (piece.len - cur.1).min(x);
@@ -150,7 +146,7 @@ pub fn assemble(name: &str, traffic: &Traffic, cluster: &Cluster, bal: &Balanced
                         let at = recv_cursor[dst_rank];
                         recv_cursor[dst_rank] += y;
                         segs.push(Segment { src_buf, src_off, dst_buf: Buf::Scratch, dst_off: at, len: y });
-                        parked.push(Parked { holder: dst_rank as u32, owner: (d * g + j) as u32, scratch_off: at, out_off, len: y, producer: 0 });
+                        redistributor.park(j, at, out_off, y);
                     }
                     x -= y;
                     cur.1 += y;
@@ -169,9 +165,8 @@ pub fn assemble(name: &str, traffic: &Traffic, cluster: &Cluster, bal: &Balanced
                 deps.dedup();
                 let bytes: u64 = segs.iter().map(|s| s.len).sum();
                 let id = b.transfer(src_rank as u32, dst_rank as u32, Op::Copy, Tier::ScaleOut, step, &segs, &deps);
-                for pk in &mut parked[parked_start..] {
-                    pk.producer = id;
-                }
+                // Its redistribution: step k+2, beside the next round's scale-out.
+                redistributor.emit(&mut b, dst_rank as u32, (d * g) as u32, id, step + 1);
                 if nic_send_bytes[snic] == 0 && nic_recv_bytes[snic] == 0 {
                     touched_nics.push(snic);
                 }
@@ -197,8 +192,7 @@ pub fn assemble(name: &str, traffic: &Traffic, cluster: &Cluster, bal: &Balanced
             }
         }
         loads.round_nic_max.push(round_max);
-        let red = redistribute::emit(&mut b, &mut parked, step + 1, &mut red_out, &mut red_in, &mut touched_ranks);
-        loads.last_redistribution_max = red.max_out.max(red.max_in);
+        loads.last_redistribution_max = redistributor.finish_round();
     }
     for r in 0..p {
         b.need_scratch(r as u32, recv_cursor[r]);

@@ -5,66 +5,56 @@
 use crate::plan::{Buf, Op, PlanBuilder, Segment};
 use crate::topology::Tier;
 
-/// One parked piece: at `holder`'s Scratch `scratch_off`, destined to `owner`'s Output `out_off`.
-#[derive(Debug, Clone, Copy)]
-pub struct Parked {
-    pub holder: u32,
-    pub owner: u32,
-    pub scratch_off: u64,
-    pub out_off: u64,
-    pub len: u64,
-    /// The scale-out transfer that delivered it.
-    pub producer: u32,
+/// Groups the pieces one scale-out transfer parked, by owner, and emits the
+/// redistribution transfers; keeps per-round loads for the predictor.
+pub struct Redistributor {
+    /// Per local owner index: Scratch → Output segments waiting to be emitted.
+    buckets: Vec<Vec<Segment>>,
+    out_load: Vec<u64>,
+    in_load: Vec<u64>,
+    touched: Vec<u32>,
 }
 
-/// Per-rank bytes sent and received by one round's redistribution.
-pub struct RedistributionLoad {
-    pub max_out: u64,
-    pub max_in: u64,
-}
+impl Redistributor {
+    pub fn new(ranks: usize, gpus: usize) -> Redistributor {
+        Redistributor { buckets: vec![Vec::new(); gpus], out_load: vec![0; ranks], in_load: vec![0; ranks], touched: Vec::new() }
+    }
 
-/// Emit the redistribution transfers of one round at `step`; `parked` is consumed (sorted in place).
-/// Each (holder, owner) transfer depends on the scale-out transfers that delivered its bytes.
-pub fn emit(b: &mut PlanBuilder, parked: &mut Vec<Parked>, step: u32, out_load: &mut [u64], in_load: &mut [u64], touched: &mut Vec<u32>) -> RedistributionLoad {
-    // Stable sort keeps the arrival order inside each (holder, owner) group: deterministic.
-    parked.sort_by_key(|p| (p.holder, p.owner));
-    let mut segs: Vec<Segment> = Vec::new();
-    let mut deps: Vec<u32> = Vec::new();
-    let mut i = 0;
-    touched.clear();
-    while i < parked.len() {
-        let (h, o) = (parked[i].holder, parked[i].owner);
-        segs.clear();
-        deps.clear();
-        let mut bytes = 0;
-        while i < parked.len() && parked[i].holder == h && parked[i].owner == o {
-            let p = parked[i];
-            segs.push(Segment { src_buf: Buf::Scratch, src_off: p.scratch_off, dst_buf: Buf::Output, dst_off: p.out_off, len: p.len });
-            if deps.last() != Some(&p.producer) {
-                deps.push(p.producer);
+    /// Park `len` bytes at `holder`'s Scratch `scratch_off`, owned by local GPU `owner` (Output `out_off`).
+    #[inline]
+    pub fn park(&mut self, owner: usize, scratch_off: u64, out_off: u64, len: u64) {
+        self.buckets[owner].push(Segment { src_buf: Buf::Scratch, src_off: scratch_off, dst_buf: Buf::Output, dst_off: out_off, len });
+    }
+
+    /// Emit what `producer` (the scale-out transfer into `holder`) parked, one transfer per
+    /// owner in owner order, at `step`; `server_base` is the first rank of the holder's server.
+    pub fn emit(&mut self, b: &mut PlanBuilder, holder: u32, server_base: u32, producer: u32, step: u32) {
+        for (j, bucket) in self.buckets.iter_mut().enumerate() {
+            if bucket.is_empty() {
+                continue;
             }
-            bytes += p.len;
-            i += 1;
+            let owner = server_base + j as u32;
+            let bytes: u64 = bucket.iter().map(|s| s.len).sum();
+            b.transfer(holder, owner, Op::Copy, Tier::ScaleUp, step, bucket, &[producer]);
+            bucket.clear();
+            for (r, load) in [(holder, &mut self.out_load), (owner, &mut self.in_load)] {
+                if load[r as usize] == 0 {
+                    self.touched.push(r);
+                }
+                load[r as usize] += bytes;
+            }
         }
-        deps.sort_unstable();
-        deps.dedup();
-        b.transfer(h, o, Op::Copy, Tier::ScaleUp, step, &segs, &deps);
-        if out_load[h as usize] == 0 {
-            touched.push(h);
-        }
-        if in_load[o as usize] == 0 {
-            touched.push(o);
-        }
-        out_load[h as usize] += bytes;
-        in_load[o as usize] += bytes;
     }
-    parked.clear();
-    let mut load = RedistributionLoad { max_out: 0, max_in: 0 };
-    for &r in touched.iter() {
-        load.max_out = load.max_out.max(out_load[r as usize]);
-        load.max_in = load.max_in.max(in_load[r as usize]);
-        out_load[r as usize] = 0;
-        in_load[r as usize] = 0;
+
+    /// Close a round: the largest bytes any GPU sent or received in its redistribution.
+    pub fn finish_round(&mut self) -> u64 {
+        let mut max = 0;
+        for &r in &self.touched {
+            max = max.max(self.out_load[r as usize]).max(self.in_load[r as usize]);
+            self.out_load[r as usize] = 0;
+            self.in_load[r as usize] = 0;
+        }
+        self.touched.clear();
+        max
     }
-    load
 }
