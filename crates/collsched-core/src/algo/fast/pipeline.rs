@@ -120,63 +120,74 @@ pub fn assemble(name: &str, traffic: &Traffic, cluster: &Cluster, bal: &Balanced
                 }
                 let src_rank = s * g + c;
                 let dst_rank = d * g + c;
-                segs.clear();
-                deps.clear();
-                let stream = bal.stream(s, d, c);
-                let cur = &mut cursor[tile * g + c];
-                while x > 0 {
-                    let piece = stream[cur.0 as usize];
-                    let y = (piece.len - cur.1).min(x);
-                    let a = piece.a as usize;
-                    let j = piece.j as usize;
-                    let src_buf = if piece.in_scratch {
-                        let dep = bal_id[(s * g + a) * g + c];
-                        if deps.last() != Some(&dep) {
-                            deps.push(dep);
-                        }
-                        Buf::Scratch
-                    } else {
-                        Buf::Input
-                    };
-                    let src_off = piece.src_off + cur.1;
-                    let out_off = piece.out_off + cur.1;
-                    if j == c {
-                        segs.push(Segment { src_buf, src_off, dst_buf: Buf::Output, dst_off: out_off, len: y });
-                    } else {
-                        let at = recv_cursor[dst_rank];
-                        recv_cursor[dst_rank] += y;
-                        segs.push(Segment { src_buf, src_off, dst_buf: Buf::Scratch, dst_off: at, len: y });
-                        redistributor.park(j, at, out_off, y);
-                    }
-                    x -= y;
-                    cur.1 += y;
-                    if cur.1 == piece.len {
-                        cur.0 += 1;
-                        cur.1 = 0;
-                    }
-                }
                 let snic = s * nics + c % nics;
                 let rnic = d * nics + c % nics;
-                if chain_nics {
-                    deps.extend_from_slice(&last_send[snic]);
-                    deps.extend_from_slice(&last_recv[rnic]);
+                let stream = bal.stream(s, d, c);
+                let cur = &mut cursor[tile * g + c];
+                // Two transfers at most: the carrier's own bytes (free to start at once) and
+                // the balanced-in bytes (after the balancing transfers that bring them). The
+                // stream holds own pieces first, so one pass splits it.
+                for own_phase in [true, false] {
+                    segs.clear();
+                    deps.clear();
+                    while x > 0 {
+                        let piece = stream[cur.0 as usize];
+                        if own_phase && piece.in_scratch {
+                            break;
+                        }
+                        let y = (piece.len - cur.1).min(x);
+                        let a = piece.a as usize;
+                        let j = piece.j as usize;
+                        let src_buf = if piece.in_scratch {
+                            let dep = bal_id[(s * g + a) * g + c];
+                            if deps.last() != Some(&dep) {
+                                deps.push(dep);
+                            }
+                            Buf::Scratch
+                        } else {
+                            Buf::Input
+                        };
+                        let src_off = piece.src_off + cur.1;
+                        let out_off = piece.out_off + cur.1;
+                        if j == c {
+                            segs.push(Segment { src_buf, src_off, dst_buf: Buf::Output, dst_off: out_off, len: y });
+                        } else {
+                            let at = recv_cursor[dst_rank];
+                            recv_cursor[dst_rank] += y;
+                            segs.push(Segment { src_buf, src_off, dst_buf: Buf::Scratch, dst_off: at, len: y });
+                            redistributor.park(j, at, out_off, y);
+                        }
+                        x -= y;
+                        cur.1 += y;
+                        if cur.1 == piece.len {
+                            cur.0 += 1;
+                            cur.1 = 0;
+                        }
+                    }
+                    if segs.is_empty() {
+                        continue;
+                    }
+                    if chain_nics {
+                        deps.extend_from_slice(&last_send[snic]);
+                        deps.extend_from_slice(&last_recv[rnic]);
+                    }
+                    deps.sort_unstable();
+                    deps.dedup();
+                    let bytes: u64 = segs.iter().map(|s| s.len).sum();
+                    let id = b.transfer(src_rank as u32, dst_rank as u32, Op::Copy, Tier::ScaleOut, step, &segs, &deps);
+                    // Its redistribution: step k+2, beside the next round's scale-out.
+                    redistributor.emit(&mut b, dst_rank as u32, (d * g) as u32, id, step + 1);
+                    if nic_send_bytes[snic] == 0 && nic_recv_bytes[snic] == 0 {
+                        touched_nics.push(snic);
+                    }
+                    nic_send_bytes[snic] += bytes;
+                    if nic_send_bytes[rnic] == 0 && nic_recv_bytes[rnic] == 0 {
+                        touched_nics.push(rnic);
+                    }
+                    nic_recv_bytes[rnic] += bytes;
+                    cur_send[snic].push(id);
+                    cur_recv[rnic].push(id);
                 }
-                deps.sort_unstable();
-                deps.dedup();
-                let bytes: u64 = segs.iter().map(|s| s.len).sum();
-                let id = b.transfer(src_rank as u32, dst_rank as u32, Op::Copy, Tier::ScaleOut, step, &segs, &deps);
-                // Its redistribution: step k+2, beside the next round's scale-out.
-                redistributor.emit(&mut b, dst_rank as u32, (d * g) as u32, id, step + 1);
-                if nic_send_bytes[snic] == 0 && nic_recv_bytes[snic] == 0 {
-                    touched_nics.push(snic);
-                }
-                nic_send_bytes[snic] += bytes;
-                if nic_send_bytes[rnic] == 0 && nic_recv_bytes[rnic] == 0 {
-                    touched_nics.push(rnic);
-                }
-                nic_recv_bytes[rnic] += bytes;
-                cur_send[snic].push(id);
-                cur_recv[rnic].push(id);
             }
         }
         let mut round_max = 0;
