@@ -32,6 +32,7 @@ pub struct Move {
     pub s: u32,
     pub a: u32,
     pub c: u32,
+    pub d: u32,
     pub j: u32,
     /// Offset in the Input of (s,a).
     pub input_off: u64,
@@ -204,7 +205,7 @@ pub fn balance(traffic: &Traffic, cluster: &Cluster) -> Balanced {
                     let r = s * g + c;
                     let o = bal_in[r];
                     bal_in[r] += len;
-                    moves.push(Move { s: s as u32, a: a as u32, c: c as u32, j: j as u32, input_off, len, scratch_off: o });
+                    moves.push(Move { s: s as u32, a: a as u32, c: c as u32, d: d as u32, j: j as u32, input_off, len, scratch_off: o });
                     o
                 };
                 let class = usize::from(j == c) + if a == c { 0 } else { 2 };

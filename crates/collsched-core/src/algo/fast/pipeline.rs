@@ -52,25 +52,65 @@ pub fn assemble(name: &str, traffic: &Traffic, cluster: &Cluster, bal: &Balanced
     b.reserve(bal.moves.len() + p * g + rounds.len() * p * 2, bal.pieces.len() * 2 + p * g);
     let mut loads = Loads::default();
 
-    // Step 0: balancing, one transfer per (server, a, c), Input → carrier's Scratch.
-    let mut bal_id = vec![u32::MAX; n * g * g];
+    // Step 0: balancing, Input → carrier's Scratch. Per (server, a, c) up to two transfers:
+    // the moves of tiles the first round needs ("urgent"), then the rest, which waits for
+    // all of a's urgent transfers so a's scale-up port serves the first round first.
+    let mut urgent_tile = vec![false; n * n];
+    if let Some(first) = rounds.first() {
+        for &(s, d, _) in &first.pairs {
+            urgent_tile[s as usize * n + d as usize] = true;
+        }
+    }
+    let mut bal_id = vec![[u32::MAX; 2]; n * g * g]; // [urgent, rest]
     let mut bal_out = vec![0u64; p];
     let mut bal_in = vec![0u64; p];
     let mut segs: Vec<Segment> = Vec::new();
-    let mut i = 0;
-    while i < bal.moves.len() {
-        let (s, a, c) = (bal.moves[i].s as usize, bal.moves[i].a as usize, bal.moves[i].c as usize);
-        segs.clear();
-        while i < bal.moves.len() && bal.moves[i].s as usize == s && bal.moves[i].a as usize == a && bal.moves[i].c as usize == c {
-            let m = &bal.moves[i];
-            let src_rank = s * g + a;
-            segs.push(Segment { src_buf: Buf::Input, src_off: m.input_off, dst_buf: Buf::Scratch, dst_off: m.scratch_off, len: m.len });
-            bal_out[src_rank] += m.len;
-            bal_in[s * g + c] += m.len;
-            i += 1;
+    // Urgent balancing transfers sent by / received by each rank: later scale-up work on
+    // that rank's port (the rest of balancing, the intra-server part) waits for them.
+    let mut urgent_from: Vec<Vec<u32>> = vec![Vec::new(); p];
+    let mut urgent_into: Vec<Vec<u32>> = vec![Vec::new(); p];
+    let mut deps: Vec<u32> = Vec::new();
+    let mut server_begin = 0;
+    while server_begin < bal.moves.len() {
+        let s = bal.moves[server_begin].s as usize;
+        let mut server_end = server_begin;
+        while server_end < bal.moves.len() && bal.moves[server_end].s as usize == s {
+            server_end += 1;
         }
-        let id = b.transfer((s * g + a) as u32, (s * g + c) as u32, Op::Copy, Tier::ScaleUp, 0, &segs, &[]);
-        bal_id[(s * g + a) * g + c] = id;
+        for urgent in [true, false] {
+            let mut k = server_begin;
+            while k < server_end {
+                let (a, c) = (bal.moves[k].a as usize, bal.moves[k].c as usize);
+                segs.clear();
+                while k < server_end && bal.moves[k].a as usize == a && bal.moves[k].c as usize == c {
+                    let m = &bal.moves[k];
+                    if urgent_tile[s * n + m.d as usize] == urgent {
+                        segs.push(Segment { src_buf: Buf::Input, src_off: m.input_off, dst_buf: Buf::Scratch, dst_off: m.scratch_off, len: m.len });
+                        bal_out[s * g + a] += m.len;
+                        bal_in[s * g + c] += m.len;
+                    }
+                    k += 1;
+                }
+                if segs.is_empty() {
+                    continue;
+                }
+                let (src, dst) = (s * g + a, s * g + c);
+                deps.clear();
+                if !urgent {
+                    deps.extend_from_slice(&urgent_from[src]);
+                    deps.extend_from_slice(&urgent_into[dst]);
+                    deps.sort_unstable();
+                    deps.dedup();
+                }
+                let id = b.transfer(src as u32, dst as u32, Op::Copy, Tier::ScaleUp, 0, &segs, &deps);
+                bal_id[src * g + c][usize::from(!urgent)] = id;
+                if urgent {
+                    urgent_from[src].push(id);
+                    urgent_into[dst].push(id);
+                }
+            }
+        }
+        server_begin = server_end;
     }
     loads.balance_max = bal_out.iter().chain(bal_in.iter()).copied().max().unwrap_or(0);
     for r in 0..p {
@@ -82,7 +122,15 @@ pub fn assemble(name: &str, traffic: &Traffic, cluster: &Cluster, bal: &Balanced
     let mut intra_load = vec![0u64; p];
     for blk in &bal.intra {
         let seg = Segment { src_buf: Buf::Input, src_off: blk.input_off, dst_buf: Buf::Output, dst_off: blk.out_off, len: blk.len };
-        b.transfer(blk.i, blk.j, Op::Copy, cluster.tier(blk.i, blk.j), intra_step, &[seg], &[]);
+        deps.clear();
+        if blk.i != blk.j {
+            // Scale-up ports serve the first round's balancing first.
+            deps.extend_from_slice(&urgent_from[blk.i as usize]);
+            deps.extend_from_slice(&urgent_into[blk.j as usize]);
+            deps.sort_unstable();
+            deps.dedup();
+        }
+        b.transfer(blk.i, blk.j, Op::Copy, cluster.tier(blk.i, blk.j), intra_step, &[seg], &deps);
         if blk.i != blk.j {
             intra_load[blk.i as usize] += blk.len;
             intra_load[blk.j as usize] += blk.len;
@@ -102,7 +150,6 @@ pub fn assemble(name: &str, traffic: &Traffic, cluster: &Cluster, bal: &Balanced
     let mut nic_recv_bytes = vec![0u64; n * nics];
     let mut touched_nics: Vec<usize> = Vec::new();
     let mut redistributor = Redistributor::new(p, g);
-    let mut deps: Vec<u32> = Vec::new();
     for (k, round) in rounds.iter().enumerate() {
         let step = k as u32 + 1;
         touched_nics.clear();
@@ -139,7 +186,7 @@ pub fn assemble(name: &str, traffic: &Traffic, cluster: &Cluster, bal: &Balanced
                         let a = piece.a as usize;
                         let j = piece.j as usize;
                         let src_buf = if piece.in_scratch {
-                            let dep = bal_id[(s * g + a) * g + c];
+                            let dep = bal_id[(s * g + a) * g + c][usize::from(!urgent_tile[tile])];
                             if deps.last() != Some(&dep) {
                                 deps.push(dep);
                             }
