@@ -201,6 +201,30 @@ pub fn order_stages(dec: Decomposition, server: &[u64], n: usize, ascending: boo
     head
 }
 
+/// Stages are cut so none moves more than 1/MIN_PIPELINE_STAGES of the busiest line: with
+/// few servers (one stage when N = 2) the first balancing and the last redistribution would
+/// otherwise be exposed in full; cut, they overlap all but one small piece.
+pub const MIN_PIPELINE_STAGES: u64 = 8;
+
+/// Cut every stage whose largest pair exceeds `cap` bytes into equal consecutive parts
+/// with the same permutation (still one-to-one).
+pub fn split_large_stages(stages: Vec<RealStage>, cap: u64) -> Vec<RealStage> {
+    let mut out = Vec::with_capacity(stages.len());
+    for st in stages {
+        let parts = ceil_div(stage_size(&st), cap).max(1);
+        if parts == 1 {
+            out.push(st);
+            continue;
+        }
+        for k in 0..parts {
+            let cut = |v: u64, k: u64| -> u64 { ((v as u128 * k as u128) / parts as u128) as u64 };
+            let real: Vec<u64> = st.real.iter().map(|&r| cut(r, k + 1) - cut(r, k)).collect();
+            out.push(RealStage { perm: st.perm.clone(), weight: cut(st.weight, k + 1) - cut(st.weight, k), real, exact: st.exact });
+        }
+    }
+    out
+}
+
 /// Largest real bytes one pair moves in a stage (what the stage's duration scales with).
 pub fn stage_size(st: &RealStage) -> u64 {
     st.real.iter().copied().max().unwrap_or(0)
@@ -236,6 +260,10 @@ pub fn plan(traffic: &Traffic, cluster: &Cluster, opts: &Options) -> Result<Plan
     let dec = plan_stages(&bal.server, n, quantum_floor, o.exact);
     let decomposed = dec.stages.len();
     let stages = order_stages(dec, &bal.server, n, o.ascending);
+    let birkhoff_stages = stages.len();
+    let exact_stages = stages.iter().filter(|s| s.exact).count();
+    let line = max_line_sum(&bal.server, n);
+    let stages = split_large_stages(stages, ceil_div(line, MIN_PIPELINE_STAGES).max(quantum_floor).max(1));
     let rounds: Vec<Round> = stages
         .iter()
         .map(|st| Round {
@@ -243,9 +271,10 @@ pub fn plan(traffic: &Traffic, cluster: &Cluster, opts: &Options) -> Result<Plan
         })
         .collect();
     let (mut b, loads) = pipeline::assemble("fast", traffic, cluster, &bal, &rounds, true);
-    b.set_meta("stages", rounds.len());
+    b.set_meta("stages", birkhoff_stages);
+    b.set_meta("scaleout_rounds", rounds.len());
     b.set_meta("decomposition_stages", decomposed);
-    b.set_meta("exact_stages", stages.iter().filter(|s| s.exact).count());
+    b.set_meta("exact_stages", exact_stages);
     b.set_meta("predicted_time_ns", predict_ns(cluster, &loads));
     b.set_meta("min_stage_bytes", o.min_stage_bytes);
     b.set_meta("order", if o.ascending { "asc" } else { "desc" });
