@@ -350,3 +350,72 @@ fn report_stage_statistics() {
         }
     }
 }
+
+/// Appendix A, Theorem 3 (generalised in `fast::bound`): with zero latencies and the
+/// paper's assumption (each server's intra-server bytes at most the average of its
+/// inter-server rows), FAST's simulated time never exceeds worst_case_ratio × lower bound.
+/// Exact decomposition, as in the appendix (the quantised tail adds rounding slack).
+mod theorem3 {
+    use super::*;
+    use collsched_core::bound::lower_bound;
+    use collsched_core::sim::{simulate, SimOptions};
+
+    fn arb_bound_case() -> impl Strategy<Value = (Cluster, Traffic)> {
+        (2u32..=5, 2u32..=8, 1u32..=8, 0u8..2, 1u64..=20, 0u8..3, any::<u64>()).prop_map(|(servers, gpus, nics, fabric, ratio, kind, seed)| {
+            let mut c = cluster(servers, gpus, nics, fabric);
+            c.nic_bw = 25_000_000_000;
+            let up = c.nic_bw * ratio;
+            c.scaleup = match c.scaleup {
+                ScaleUp::Switch { .. } => ScaleUp::Switch { port_bw: up },
+                _ => ScaleUp::FullMesh { link_bw: up },
+            };
+            c.alpha_local_ns = 0;
+            c.alpha_scaleup_ns = 0;
+            c.alpha_scaleout_ns = 0;
+            let n = c.num_gpus() as usize;
+            let g = c.gpus_per_server as usize;
+            let mut rng = generators::Rng::new(seed);
+            let mut data = vec![0u64; n * n];
+            for (k, v) in data.iter_mut().enumerate() {
+                let (i, j) = (k / n, k % n);
+                *v = match kind {
+                    0 => 1_000_000 + rng.below(1_000_000),
+                    1 => if rng.below(6) == 0 { rng.below(20_000_000) } else { rng.below(500_000) },
+                    // Adversarial: one GPU per server holds all data, towards one GPU per server.
+                    _ => if i % g == 0 && j % g == 0 { 1 + rng.below(10_000_000) } else { 0 },
+                };
+            }
+            // The paper's assumption: S_i ≤ (1/n) Σ_j T_ij.
+            for s in 0..servers as usize {
+                let inter: u64 = (s * g..(s + 1) * g).flat_map(|i| (0..n).filter(move |&j| j / g != s).map(move |j| (i, j))).map(|(i, j)| data[i * n + j]).sum();
+                let budget = inter / servers as u64;
+                let mut used = 0;
+                for i in s * g..(s + 1) * g {
+                    for j in s * g..(s + 1) * g {
+                        let v = data[i * n + j].min(budget - used);
+                        data[i * n + j] = v;
+                        used += v;
+                    }
+                }
+            }
+            (c, Traffic::new(n, data).unwrap())
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+        #[test]
+        fn simulated_time_within_worst_case_ratio((c, t) in arb_bound_case()) {
+            let mut o = Options::new();
+            o.insert("exact".into(), "1".into());
+            let plan = plan_all_to_all(&t, &c, "fast", &o).unwrap();
+            let bound = lower_bound(&t, &c).unwrap();
+            let sim = simulate(&plan, &c, &SimOptions { tolerance: 0.0, ..SimOptions::default() }).unwrap();
+            let ratio = fast::worst_case_ratio(&c);
+            prop_assert!(
+                sim.time_s <= ratio * bound.seconds * (1.0 + 1e-6) + 1e-9,
+                "simulated {} s > {} × bound {} s ({}) on {}", sim.time_s, ratio, bound.seconds, bound.term, c.spec()
+            );
+        }
+    }
+}
