@@ -116,6 +116,27 @@ def fig17(servers_list, ratios, rows):
             print(f"{r['x']:>7} {r['fast']:>8.3f} {so} {r['bound']:>8.3f} {r['fast'] / r['bound']:>10.3f}")
 
 
+def size_sweep(rows):
+    """Where FAST loses: per-GPU message size from 1 MB to 1 GB, Zipf 0.8 on h200:4 and h200:8."""
+    algos = ["fast"] + BASELINES
+    print("\n## Size sweep: simulated time / lower bound, Zipf(0.8), alphas from the preset (scale-out 6 µs)")
+    print(f"{'cluster':>8} {'per GPU':>8} " + " ".join(f"{a:>15}" for a in algos) + "  best")
+    for servers in [4, 8]:
+        cluster = collsched.Cluster.parse(f"h200:{servers}")
+        p = servers * 8
+        for per_gpu in [1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20, 1 << 30]:
+            m = traffic.zipf(p, 0.8, max(1, per_gpu // p), seed=2)
+            ratios = {}
+            for a in algos:
+                r = simulate(m, cluster, a)
+                if r is not None:
+                    ratios[a] = r[0] / r[1]
+                    rows.append({"cluster": f"h200:{servers}", "per_gpu_bytes": per_gpu, "algorithm": a, "time_s": r[0], "lower_bound_s": r[1], "ratio": ratios[a]})
+            best = min(ratios, key=ratios.get)
+            cells = " ".join(f"{ratios[a]:>15.3f}" if a in ratios else f"{'missing':>15}" for a in algos)
+            print(f"{'h200:' + str(servers):>8} {per_gpu >> 20:>6}MB {cells}  {best}")
+
+
 def plot(rows, path):
     import matplotlib
 
@@ -130,16 +151,17 @@ def plot(rows, path):
         rs = [r for r in rows if r["figure"] == figname]
         xs = [r["x"] for r in rs]
         ax.plot(xs, [r["bound"] for r in rs], "k--", label="bound")
-        ax.plot(xs, [r["fast"] for r in rs], "o-", label="FAST (simulated)")
+        ax.plot(xs, [r["fast"] for r in rs], "o-", color="tab:blue", label="FAST (simulated)")
         if figname == "17a":
-            ax.plot(xs, [r["fast_with_planning"] for r in rs], "s:", label="FAST + planning time")
+            ax.plot(xs, [r["fast_with_planning"] for r in rs], "s:", color="tab:orange", label="FAST + planning time (this machine)")
         if all(r["spreadout"] != "" for r in rs):
-            ax.plot(xs, [r["spreadout"] for r in rs], "^-", label="SpreadOut")
+            ax.plot(xs, [r["spreadout"] for r in rs], "^-", color="tab:green", label="SpreadOut")
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
         ax.set_ylim(bottom=0)
         if figname == "17b":
             ax.set_xscale("log", base=2)
+            ax.set_xticks(xs, [str(x) for x in xs])
         ax.grid(alpha=0.3)
         ax.legend()
     axes[0].set_title("(a) scale, uniform 50 MB mean pair, h200")
@@ -172,7 +194,10 @@ def main():
     fig17([2, 4, 8, 16] if args.quick else [2, 4, 8, 16, 24, 32], [1, 2, 4, 9, 18, 36], frows)
     write_csv(os.path.join(args.outdir, "fast_fig17.csv"), frows)
     plot(frows, os.path.join(args.outdir, "fast_fig17.png"))
-    print(f"\nwrote {args.outdir}/fast_fig17_table.csv, fast_fig17.csv, fast_fig17.png")
+    srows = []
+    size_sweep(srows)
+    write_csv(os.path.join(args.outdir, "fast_sizes.csv"), srows)
+    print(f"\nwrote {args.outdir}/fast_fig17_table.csv, fast_fig17.csv, fast_fig17.png, fast_sizes.csv")
 
 
 if __name__ == "__main__":
