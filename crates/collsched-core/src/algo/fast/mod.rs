@@ -34,6 +34,8 @@ use server_matrix::{embed_doubly_stochastic, max_line_sum};
 
 /// Granularity of the head threshold and the tail quantum, in stages per server.
 pub const STAGES_PER_SERVER: u64 = 4;
+/// Exact head levels before the quantised tail.
+pub const HEAD_LEVELS: usize = 2;
 
 /// Options `fast` understands, with their meaning.
 pub const OPTIONS: &[(&str, &str)] = &[
@@ -138,10 +140,19 @@ fn plan_stages_inner(server: &[u64], n: usize, quantum_floor: u64, exact: bool) 
         return out;
     }
     let per = STAGES_PER_SERVER * n as u64;
-    let head_min = ceil_div(line, per).max(quantum_floor).max(1);
     let mut head = Vec::new();
     let saved = d.clone();
-    let rest = decompose(&mut d, n, line, head_min, usize::MAX, &mut head);
+    // Exact levels: each peels the stages heavier than 1/(4N) of what is left, so the
+    // quantised tail only rounds a small remainder.
+    let mut rest = line;
+    for _ in 0..HEAD_LEVELS {
+        let head_min = ceil_div(rest, per).max(quantum_floor).max(1);
+        let before = head.len();
+        rest = decompose(&mut d, n, rest, head_min, usize::MAX, &mut head);
+        if rest == 0 || head.len() == before {
+            break;
+        }
+    }
     allocate(&head, 1, true, n, &mut remaining, &mut out);
     if rest == 0 {
         return out;
