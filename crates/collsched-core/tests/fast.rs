@@ -40,7 +40,7 @@ fn execute(plan: &Plan, t: &Traffic) {
         let tr = plan.transfers[ti];
         for &dep in plan.deps_of(&tr) {
             assert!((dep as usize) < ti, "dep {dep} of transfer {ti} does not point back");
-            assert!(plan.transfers[dep as usize].step < tr.step || plan.transfers[dep as usize].step == tr.step);
+            assert!(plan.transfers[dep as usize].step <= tr.step);
         }
         for sg in plan.segments_of(&tr) {
             for k in 0..sg.len {
@@ -74,14 +74,14 @@ fn cluster(servers: u32, gpus: u32, nics: u32, fabric: u8) -> Cluster {
     let mut c = Cluster::parse("h200:1").unwrap();
     c.servers = servers;
     c.gpus_per_server = gpus;
-    c.nics_per_server = nics.min(gpus).max(1);
+    c.nics_per_server = nics.clamp(1, gpus);
     c.scaleup = match fabric {
         0 => ScaleUp::Switch { port_bw: 450_000_000_000 },
         1 => ScaleUp::FullMesh { link_bw: 64_000_000_000 },
         2 => ScaleUp::Ring { link_bw: 50_000_000_000 },
         _ => {
             c.gpus_per_server = 8;
-            c.nics_per_server = nics.min(8).max(1);
+            c.nics_per_server = nics.clamp(1, 8);
             ScaleUp::HybridCubeMesh { link_bw: 25_000_000_000 }
         }
     };

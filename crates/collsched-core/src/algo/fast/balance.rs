@@ -93,7 +93,7 @@ pub fn carrier_targets(r: u64, s: usize, d: usize, gpus: usize, nics: usize, out
         let idx = (nic as u64 + k - rot) % k;
         let nic_target = base + u64::from(idx < rem);
         // GPUs on this NIC: nic, nic+K, nic+2K, ...
-        let count = ((gpus - nic) + nics - 1) / nics;
+        let count = (gpus - nic).div_ceil(nics);
         let gb = nic_target / count as u64;
         let grem = nic_target % count as u64;
         for (i, c) in (nic..gpus).step_by(nics).enumerate() {
@@ -271,10 +271,10 @@ pub fn balance(traffic: &Traffic, cluster: &Cluster) -> Balanced {
             // Streams: own pieces before balanced-in ones (the first stage need not wait for
             // balancing), and within each, pieces for other GPUs before same-index ones (the
             // last stages then carry fewer bytes that need redistribution).
-            for c in 0..g {
+            for (c, classes) in per_carrier.iter().enumerate() {
                 let begin = out.pieces.len() as u32;
-                for class in [0, 1, 2, 3] {
-                    out.pieces.extend_from_slice(&per_carrier[c][class]);
+                for class in classes {
+                    out.pieces.extend_from_slice(class);
                 }
                 out.stream_range[tile * g + c] = (begin, out.pieces.len() as u32);
             }
@@ -292,7 +292,7 @@ pub fn balance(traffic: &Traffic, cluster: &Cluster) -> Balanced {
 }
 
 /// Stable counting sort of `moves[start..]` by (a, c).
-fn group_moves(moves: &mut Vec<Move>, start: usize, g: usize, count: &mut [usize], tmp: &mut Vec<Move>) {
+fn group_moves(moves: &mut [Move], start: usize, g: usize, count: &mut [usize], tmp: &mut Vec<Move>) {
     if moves.len() - start < 2 {
         return;
     }

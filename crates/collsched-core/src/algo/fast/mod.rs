@@ -87,7 +87,7 @@ pub struct RealStage {
 }
 
 fn ceil_div(a: u64, b: u64) -> u64 {
-    a / b + u64::from(a % b != 0)
+    a.div_ceil(b)
 }
 
 /// Hand the real bytes of each pair to its stages in decomposition order (real first,
@@ -192,10 +192,9 @@ pub fn order_stages(dec: Decomposition, server: &[u64], n: usize, ascending: boo
     let line = rows.iter().chain(cols.iter()).copied().max().unwrap_or(0);
     let tight_active = |st: &RealStage| -> usize {
         let mut k = 0;
-        for s in 0..n {
-            let d = st.perm[s] as usize;
-            if st.real[s] > 0 {
-                k += usize::from(rows[s] == line) + usize::from(cols[d] == line);
+        for (s, (&d, &real)) in st.perm.iter().zip(&st.real).enumerate() {
+            if real > 0 {
+                k += usize::from(rows[s] == line) + usize::from(cols[d as usize] == line);
             }
         }
         k

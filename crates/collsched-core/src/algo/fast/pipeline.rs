@@ -252,8 +252,8 @@ pub fn assemble(name: &str, traffic: &Traffic, cluster: &Cluster, bal: &Balanced
         loads.round_nic_max.push(round_max);
         loads.last_redistribution_max = redistributor.finish_round();
     }
-    for r in 0..p {
-        b.need_scratch(r as u32, recv_cursor[r]);
+    for (r, &bytes) in recv_cursor.iter().enumerate() {
+        b.need_scratch(r as u32, bytes);
     }
     (b, loads)
 }
