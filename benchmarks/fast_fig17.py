@@ -34,12 +34,15 @@ def matrix(p, skew, seed=0):
     return traffic.uniform(p, MEAN, seed=seed) if skew is None else traffic.zipf(p, skew, MEAN, seed=seed)
 
 
-def simulate(m, cluster, algo, **opts):
-    """(simulated seconds, lower-bound seconds, planning seconds) or None if the algorithm is missing."""
+def simulate(m, cluster, algo, planning_reps=1, **opts):
+    """(simulated seconds, lower-bound seconds, planning seconds) or None if the algorithm is missing.
+    Planning time is the fastest of `planning_reps` runs (this machine is shared)."""
     try:
-        t0 = time.perf_counter()
-        plan = collsched.plan_all_to_all(m, cluster, algo, **opts)
-        planning = time.perf_counter() - t0
+        planning = float("inf")
+        for _ in range(planning_reps):
+            t0 = time.perf_counter()
+            plan = collsched.plan_all_to_all(m, cluster, algo, **opts)
+            planning = min(planning, time.perf_counter() - t0)
     except ValueError as e:
         if "not implemented" in str(e):
             return None
@@ -89,7 +92,7 @@ def fig17(servers_list, ratios, rows):
         cluster = collsched.Cluster.parse(f"h200:{servers}")
         p = servers * 8
         m = matrix(p, None, seed=1)
-        f = simulate(m, cluster, "fast")
+        f = simulate(m, cluster, "fast", planning_reps=5)
         s = simulate(m, cluster, "spreadout")
         rows.append({"figure": "17a", "x": servers, "fast": algbw(m, p, f[0]), "fast_with_planning": algbw(m, p, f[0] + f[2]),
                      "spreadout": algbw(m, p, s[0]) if s else "", "bound": algbw(m, p, f[1])})
