@@ -1,0 +1,137 @@
+"""Cluster specs from Python: every preset, every override key, and the errors."""
+import pytest
+
+from collsched import Cluster
+
+GBS = 10**9
+GBPS = 125_000_000
+
+# name -> (gpus/server, fabric, scale-up per GPU bytes/s, nics/server, nic bytes/s)
+PRESETS = {
+    "h200": (8, "switch", 450 * GBS, 8, 400 * GBPS),
+    "h100": (8, "switch", 450 * GBS, 8, 400 * GBPS),
+    "b200": (8, "switch", 900 * GBS, 8, 400 * GBPS),
+    "a100": (8, "switch", 300 * GBS, 8, 200 * GBPS),
+    "mi300x": (8, "mesh", 7 * 64 * GBS, 8, 100 * GBPS),
+    "perlmutter": (4, "mesh", 3 * 100 * GBS, 4, 25 * GBS),
+    "mi250": (8, "ring", 2 * 50 * GBS, 4, 25 * GBS),
+    "v100": (8, "cubemesh", 4 * 25 * GBS, 4, 100 * GBPS),
+    "custom": (8, "switch", 450 * GBS, 8, 400 * GBPS),
+}
+
+
+def test_preset_list_is_documented_here():
+    assert {name for name, _ in Cluster.presets()} == set(PRESETS)
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_every_preset(name):
+    gpus, fabric, scaleup, nics, nic = PRESETS[name]
+    c = Cluster.parse(f"{name}:3")
+    assert (c.servers, c.gpus_per_server, c.num_gpus) == (3, gpus, 3 * gpus)
+    assert c.fabric == fabric
+    assert c.gpu_scaleup_bw == scaleup
+    assert (c.nics_per_server, c.nic_bw) == (nics, nic)
+    # Rank order is server-major, GPU g uses NIC g % nics.
+    assert c.server_of(gpus) == 1 and c.server_of(gpus - 1) == 0
+    assert c.nic_of(gpus + nics) == 0
+    # The canonical spec parses back to the same numbers.
+    back = Cluster.parse(c.spec()).to_dict()
+    assert {k: v for k, v in back.items() if k != "name"} == {k: v for k, v in c.to_dict().items() if k != "name"}
+
+
+def test_preset_name_is_case_insensitive_and_spaces_are_trimmed():
+    assert Cluster.parse(" H200 : 2 , nic = 200Gbps ").nic_bw == 200 * GBPS
+
+
+@pytest.mark.parametrize(
+    "override, field, expected",
+    [
+        ("gpus=4", "gpus_per_server", 4),
+        ("fabric=mesh", "fabric", "mesh"),
+        ("fabric=ring", "fabric", "ring"),
+        ("scaleup=900GB/s", "gpu_scaleup_bw", 900 * GBS),
+        ("nics=2", "nics_per_server", 2),
+        ("nic=200Gbps", "nic_bw", 25 * GBS),
+        ("nic=12.5GB/s", "nic_bw", 12_500_000_000),
+        ("alpha_local=1us", "alpha_local_ns", 1_000),
+        ("alpha_scaleup=500ns", "alpha_scaleup_ns", 500),
+        ("alpha_scaleout=0.01ms", "alpha_scaleout_ns", 10_000),
+        ("copy=2000GB/s", "local_copy_bw", 2000 * GBS),
+    ],
+)
+def test_every_override_key(override, field, expected):
+    c = Cluster.parse(f"h200:2,{override}")
+    assert c.to_dict()[field] == expected
+
+
+def test_overrides_compose_and_mesh_bandwidth_is_per_link():
+    c = Cluster.parse("custom:2,gpus=4,fabric=mesh,scaleup=100GB/s,nics=2,nic=100Gbps")
+    assert (c.gpus_per_server, c.fabric, c.nics_per_server) == (4, "mesh", 2)
+    assert c.gpu_scaleup_bw == 3 * 100 * GBS
+    assert c.nic_bw == 100 * GBPS
+    assert c.nic_of(3) == 1
+
+
+def test_fewer_gpus_keeps_one_nic_per_gpu():
+    assert Cluster.parse("h200:1,gpus=2").nics_per_server == 2
+
+
+def test_spec_keys_cover_the_overrides():
+    keys = {k for k, _ in Cluster.spec_keys()}
+    assert keys == {"gpus", "fabric", "scaleup", "nics", "nic", "alpha_local", "alpha_scaleup", "alpha_scaleout", "copy"}
+
+
+@pytest.mark.parametrize(
+    "spec, words",
+    [
+        ("nope:2", "unknown cluster preset"),
+        ("h200", "NAME:SERVERS"),
+        ("", "NAME:SERVERS"),
+        ("h200:0", "positive integer"),
+        ("h200:-1", "positive integer"),
+        ("h200:two", "positive integer"),
+        ("h200:2,warp=9", "unknown cluster field"),
+        ("h200:2,nic", "key=value"),
+        ("h200:2,nic=-5Gbps", "negative"),
+        ("h200:2,nic=0Gbps", "positive"),
+        ("h200:2,scaleup=0GB/s", "positive"),
+        ("h200:2,copy=0", "positive"),
+        ("h200:2,nic=400furlongs", "unknown bandwidth unit"),
+        ("h200:2,alpha_local=5parsecs", "unknown time unit"),
+        ("h200:2,nics=9", "NICs per server"),
+        ("h200:2,gpus=2,nics=4", "NICs per server"),
+        ("h200:2,nics=0", "positive integer"),
+        ("h200:2,gpus=0", "positive integer"),
+        ("h200:2,gpus=1.5", "positive integer"),
+        ("h200:2,fabric=torus", "unknown fabric"),
+        ("h200:2,fabric=cubemesh,gpus=4", "cube-mesh"),
+        ("h200:2000000", "too large"),
+        ("h200:2,nic=99999999999999999999999Tbps", "too large"),
+    ],
+)
+def test_bad_specs_raise_value_error_naming_the_problem(spec, words):
+    with pytest.raises(ValueError) as e:
+        Cluster.parse(spec)
+    assert words.lower() in str(e.value).lower(), str(e.value)
+
+
+def test_non_string_spec_is_a_type_error():
+    with pytest.raises(TypeError):
+        Cluster.parse(42)
+
+
+def test_units_at_the_edges():
+    from collsched import format_bytes, parse_bandwidth, parse_bytes
+
+    assert parse_bytes("64MiB") == 64 * 2**20
+    assert parse_bytes("1.5GB") == 1_500_000_000
+    assert parse_bandwidth("400Gbps") == 50 * GBS
+    assert parse_bandwidth("450GB/s") == 450 * GBS
+    assert format_bytes(3 * 2**20) == "3.00MiB"
+    for bad in ("-1MiB", "MiB", "1.2.3GB", "5 parsecs", True):
+        with pytest.raises(ValueError):
+            parse_bytes(bad)
+    for bad in ("0Gbps", "-5Gbps", "fast"):
+        with pytest.raises(ValueError):
+            parse_bandwidth(bad)
