@@ -224,3 +224,21 @@ def test_cli_bad_input_exits_2(args):
     assert r.exit_code == 2, (r.stdout, r.stderr)
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), r.stderr
+
+
+# ------------------------------------------------------------------ no hangs on huge or pathological requests
+
+def test_huge_matrix_is_refused_before_allocating():
+    assert "at most 8192" in rejects(make_workload, "uniform", 100_000, 1000, 0)
+    assert "at most 8192" in rejects(traffic.balanced, 2**20, 1)
+    r = _cli("traffic", "--cluster", "h200:131072")
+    assert r.exit_code == 2 and "at most 8192" in r.stderr
+
+
+def test_steep_hot_experts_with_every_expert_chosen_terminates():
+    m = traffic.hot_experts(2, skew=60.0, tokens_per_rank=100, top_k=16, experts=16, hidden=1, dtype_bytes=1)
+    assert m.sum(axis=1).tolist() == [1600, 1600]
+
+
+def test_hot_experts_refuses_unbounded_sampling():
+    assert "routing draws" in rejects(traffic.hot_experts, 4, tokens_per_rank=2**40)

@@ -91,7 +91,7 @@ def gantt(plan, cluster, out, result=None, title: str | None = None) -> Path:
     for s, (t0, t1) in enumerate(steps):
         if t1 > t0 and s % 2 == 0:
             ax.axvspan(t0 * scale, t1 * scale, color="#000000", alpha=0.05, lw=0)
-        if t1 > t0 and len(steps) <= 40:
+        if t1 - t0 >= 0.03 * makespan:  # label only bands wide enough to hold it
             ax.text((t0 + t1) / 2 * scale, rows - 0.35, f"step {s}", ha="center", va="bottom", fontsize=7, color="#444444")
     lane_h = 0.8 / len(TIERS)
     tier_of = cols["tier"]
@@ -103,6 +103,9 @@ def gantt(plan, cluster, out, result=None, title: str | None = None) -> Path:
             if spans:
                 y = rows - 1 - r - 0.4 + k * lane_h
                 ax.broken_barh(spans, (y, lane_h * 0.9), facecolors=TIER_COLOURS[tier], edgecolor="none")
+    if not by_server and 1 < gps < rows:  # server boundaries between rank rows
+        for b in range(gps, rows, gps):
+            ax.axhline(rows - b - 0.5, color="#555555", lw=0.6, ls="--")
     ax.set_ylim(-0.6, rows + 0.2)
     tick_step = max(1, rows // 32)
     ticks = list(range(0, rows, tick_step))
@@ -115,7 +118,8 @@ def gantt(plan, cluster, out, result=None, title: str | None = None) -> Path:
         ax.bar(0, 0, color=TIER_COLOURS[t], label=TIER_LABELS[t])
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.08 if rows > 8 else -0.2), ncol=3, frameon=False, fontsize=9)
     ax.set_title(title or f"{plan.algorithm} on {ranks} ranks: {result.time_s * scale:.3g} {unit}, "
-                          f"{plan.num_transfers} transfers, {plan.num_steps} steps", fontsize=11)
+                          f"{plan.num_transfers} transfers, {plan.num_steps} step{'s' if plan.num_steps != 1 else ''}"
+                          + (" (rows: servers)" if by_server else ""), fontsize=11)
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
     out = Path(out)

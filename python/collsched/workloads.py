@@ -19,9 +19,10 @@ ACCEPTED = ("balanced", "uniform", "zipf:<s>", "hot:<s>", "<path>.npy", "<path>.
 HOT_TOP_K = 2
 HOT_HIDDEN = 4096
 HOT_DTYPE_BYTES = 2
-# Routing is sampled token by token; beyond this many tokens per rank the token width grows
-# instead, so generation stays fast on big clusters (the popularity shape is the same).
+# Routing is sampled token by token; beyond this many tokens per rank (or 2^24 draws in all) the
+# token width grows instead, so generation stays fast on big clusters (the popularity shape is the same).
 HOT_MAX_TOKENS = 16384
+HOT_MAX_DRAWS = 1 << 24
 
 
 def _exponent(spec: str, text: str) -> float:
@@ -43,8 +44,9 @@ def hot_shape(n: int, mean_bytes: int) -> tuple[int, int]:
     """
     hidden = HOT_HIDDEN
     tokens = max(1, round(mean_bytes * n / (HOT_TOP_K * hidden * HOT_DTYPE_BYTES)))
-    if tokens > HOT_MAX_TOKENS:
-        tokens = HOT_MAX_TOKENS
+    cap = max(1, min(HOT_MAX_TOKENS, HOT_MAX_DRAWS // (n * HOT_TOP_K)))
+    if tokens > cap:
+        tokens = cap
         hidden = max(1, round(mean_bytes * n / (HOT_TOP_K * tokens * HOT_DTYPE_BYTES)))
     return tokens, hidden
 
