@@ -143,6 +143,15 @@ def _check_plan_fits(plan, cluster) -> None:
 
 # ---------------------------------------------------------------- commands
 
+def _algorithm_help() -> str:
+    try:
+        return ", ".join(_known_algorithms())
+    except Exception:  # help text must never break the CLI
+        return "see collsched.all_to_all_algorithms()"
+
+
+_ALGORITHMS = _algorithm_help()
+
 
 def clusters_cmd(json_out: bool = typer.Option(False, "--json", help="print one JSON object instead of a table")) -> None:
     """List the cluster presets with their numbers (spec: NAME:SERVERS[,key=value...])."""
@@ -212,7 +221,7 @@ def traffic_cmd(
 
 def plan_cmd(
     cluster: str = typer.Option(..., "--cluster", "-c", help="cluster spec, e.g. h200:4"),
-    algorithm: str = typer.Option(..., "--algorithm", "-a", help="all-to-all algorithm (see `collsched simulate --help`)"),
+    algorithm: str = typer.Option(..., "--algorithm", "-a", help=f"all-to-all algorithm: {_ALGORITHMS}"),
     workload: str = typer.Option("uniform", "--workload", "-w", help="balanced | uniform | zipf:<s> | hot:<s> | file.npy/.csv"),
     mean: str = typer.Option("64MiB", "--mean", "-m", help="mean bytes per pair"),
     seed: int = typer.Option(0, "--seed"),
@@ -232,7 +241,7 @@ def plan_cmd(
     tiers = plan.bytes_per_tier()
     con = _stdout()
     con.print(f"{plan.algorithm} on {c.name} ({c.num_gpus} ranks): {plan.num_transfers} transfers, "
-              f"{plan.num_segments} segments, {plan.num_steps} steps, hash {plan.hash}")
+              f"{plan.num_segments} segments, {plan.num_steps} step{'s' if plan.num_steps != 1 else ''}, hash {plan.hash}")
     con.print(f"bytes: local {fmt_bytes(tiers['local'])}, scale-up {fmt_bytes(tiers['scale_up'])}, "
               f"scale-out {fmt_bytes(tiers['scale_out'])}; scratch max {fmt_bytes(max(plan.scratch_bytes, default=0))}")
     meta = plan.meta
@@ -282,7 +291,7 @@ def simulate_cmd(
     workload: str = typer.Option("uniform", "--workload", "-w", help="balanced | uniform | zipf:<s> | hot:<s> | file.npy/.csv"),
     mean: str = typer.Option("64MiB", "--mean", "-m", help="mean bytes per pair"),
     algorithms: Optional[str] = typer.Option(None, "--algorithms", "-a",
-                                             help="comma-separated; default: every algorithm that plans"),
+                                             help=f"comma-separated from: {_ALGORITHMS}; default: every algorithm that plans"),
     seed: int = typer.Option(0, "--seed"),
     barrier_steps: bool = typer.Option(False, "--barrier-steps", help="simulate steps as global barriers"),
     json_out: bool = typer.Option(False, "--json", help="print exactly one JSON object on stdout"),
@@ -292,7 +301,6 @@ def simulate_cmd(
 
     from collsched.planning import plan_all_to_all
 
-    sim = _sim()
     c = _cluster(cluster)
     known = _known_algorithms()
     explicit = algorithms is not None
@@ -303,6 +311,7 @@ def simulate_cmd(
     if unknown:
         raise ValueError(f"unknown algorithm {unknown[0]!r} (known: {', '.join(known)})")
     m = _matrix(c, workload, mean, seed)
+    sim = _sim()
     bound = sim.lower_bound(m, c)
     skew = _skew(m, c)
     err = _stderr()
@@ -365,10 +374,10 @@ def draw_cmd(
     from collsched import draw
     from collsched.planning import load_plan
 
-    sim = _sim()
     plan = load_plan(path)
     c = _cluster(cluster)
     _check_plan_fits(plan, c)
+    sim = _sim()
     r = sim.simulate(plan, c, barrier_steps=barrier_steps)
     draw.gantt(plan, c, out, result=r)
     print(f"wrote {out} ({plan.algorithm}, {fmt_time(float(r.time_s))} simulated)")
