@@ -102,6 +102,8 @@ def test_spec_keys_cover_the_overrides():
         ("h200:2,nics=9", "NICs per server"),
         ("h200:2,gpus=2,nics=4", "NICs per server"),
         ("h200:2,nics=0", "positive integer"),
+        ("h200:2,nics=3", "divide evenly"),
+        ("perlmutter:2,gpus=6,nics=4", "divide evenly"),
         ("h200:2,gpus=0", "positive integer"),
         ("h200:2,gpus=1.5", "positive integer"),
         ("h200:2,fabric=torus", "unknown fabric"),
