@@ -8,6 +8,8 @@ import typer
 from typer.testing import CliRunner
 
 import collsched
+import collsched.planning
+import collsched.workloads
 from collsched import cli, sim
 
 import _fake_sim

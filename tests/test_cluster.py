@@ -137,3 +137,56 @@ def test_units_at_the_edges():
     for bad in ("0Gbps", "-5Gbps", "fast"):
         with pytest.raises(ValueError):
             parse_bandwidth(bad)
+
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+
+@st.composite
+def cluster_specs(draw):
+    preset = draw(st.sampled_from(sorted(PRESETS)))
+    servers = draw(st.integers(1, 64))
+    fabric = draw(st.sampled_from(["switch", "mesh", "ring", "cubemesh"]))
+    gpus = 8 if fabric == "cubemesh" else draw(st.integers(1, 16))
+    nics = draw(st.sampled_from([d for d in range(1, gpus + 1) if gpus % d == 0]))
+    fields = {
+        "gpus": (str(gpus), "gpus_per_server", gpus),
+        "fabric": (fabric, "fabric", fabric),
+        "nics": (str(nics), "nics_per_server", nics),
+    }
+    nic_gbps = draw(st.integers(1, 3200))
+    fields["nic"] = (f"{nic_gbps}Gbps", "nic_bw", nic_gbps * GBPS)
+    copy_gbs = draw(st.integers(1, 5000))
+    fields["copy"] = (f"{copy_gbs}GB/s", "local_copy_bw", copy_gbs * GBS)
+    for key in ("alpha_local", "alpha_scaleup", "alpha_scaleout"):
+        ns = draw(st.integers(0, 10**6))
+        fields[key] = (f"{ns}ns", f"{key}_ns", ns)
+    chosen = draw(st.lists(st.sampled_from(sorted(fields)), unique=True))
+    if "fabric" in chosen and fabric == "cubemesh" and "gpus" not in chosen:
+        chosen.append("gpus")
+    if "nics" in chosen and "gpus" not in chosen:
+        chosen.remove("nics")  # nics must divide the preset's GPU count; keep it with gpus
+    order = [k for k in ("gpus", "nics", "fabric") if k in chosen] + [k for k in chosen if k not in ("gpus", "nics", "fabric")]
+    spec = f"{preset}:{servers}" + "".join(f",{k}={fields[k][0]}" for k in order)
+    return spec, servers, {fields[k][1]: fields[k][2] for k in chosen}
+
+
+@settings(max_examples=200, deadline=None)
+@given(cluster_specs())
+def test_random_valid_specs_parse_to_their_numbers(case):
+    spec, servers, expected = case
+    try:
+        c = Cluster.parse(spec)
+    except ValueError as e:
+        # The only invalid combinations left: a preset's NIC count that does not divide the new GPU count,
+        # or a cube-mesh preset (v100) whose GPU count was changed.
+        msg = str(e)
+        assert "divide evenly" in msg or "cube-mesh" in msg, (spec, msg)
+        return
+    d = c.to_dict()
+    assert d["servers"] == servers and c.num_gpus == servers * d["gpus_per_server"]
+    for field, value in expected.items():
+        assert d[field] == value, (spec, field)
+    assert d["gpus_per_server"] % d["nics_per_server"] == 0
+    assert Cluster.parse(c.spec()).to_dict() | {"name": d["name"]} == d
