@@ -197,3 +197,34 @@ def test_summary_and_hash():
     assert s == {"ranks": 2, "total_bytes": 16, "max_pair_bytes": 10, "mean_pair_bytes": 4.0, "max_send_bytes": 13,
                  "max_recv_bytes": 12, "hash": traffic.matrix_hash([[1, 2], [3, 10]])}
     assert traffic.matrix_hash([[1, 2], [3, 10]]) != traffic.matrix_hash([[1, 2], [3, 11]])
+
+
+@FAST
+@given(m=matrices, data=st.data())
+def test_one_planted_bad_entry_is_named(m, data):
+    n = m.shape[0]
+    i, j = data.draw(st.integers(0, n - 1)), data.draw(st.integers(0, n - 1))
+    kind, value, words = data.draw(st.sampled_from([
+        ("neg", -data.draw(st.integers(1, 2**40)), f"negative entry at [{i}, {j}]"),
+        ("nan", np.nan, "NaN"), ("inf", np.inf, "infinite"), ("-inf", -np.inf, "infinite"),
+        ("frac", 0.5 + data.draw(st.integers(0, 2**20)), "non-integer"),
+    ]))
+    bad = m.astype(np.float64) if kind != "neg" else m.astype(np.int64)
+    bad[i, j] = value
+    with pytest.raises(ValueError) as e:
+        traffic.as_matrix(bad)
+    assert words in str(e.value), str(e.value)
+
+
+@FAST
+@given(n=st.integers(1, 16), cluster_servers=st.integers(1, 4))
+def test_wrong_size_for_the_cluster_is_named(n, cluster_servers):
+    import collsched
+
+    c = collsched.Cluster.parse(f"h200:{cluster_servers},gpus=2")
+    m = np.ones((n, n), dtype=np.uint64)
+    if n == c.num_gpus:
+        collsched.plan_all_to_all(m, c, "fanout")
+        return
+    with pytest.raises(ValueError, match=f"{n}×{n} but cluster"):
+        collsched.plan_all_to_all(m, c, "fanout")
