@@ -50,7 +50,7 @@ spec_alphabet = st.sampled_from(list("h200:,=.-_ abcxyzGBps/0123456789") + ["nic
 def test_cluster_spec_fuzz_grammar_like(spec):
     c = maybe(Cluster.parse, spec)
     if c is not None:
-        assert c.num_gpus >= 1 and c.nic_bw > 0 and c.gpus_per_server % c.nics_per_server == 0
+        assert c.num_gpus >= 1 and c.nic_bw > 0 and c.nics_per_server <= c.gpus_per_server
 
 
 @FUZZ
