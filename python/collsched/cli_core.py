@@ -263,7 +263,8 @@ def verify_cmd(path: str = typer.Argument(..., help="plan file (JSON or binary)"
         print(f"violation: {_one_line(e)}")
         raise typer.Exit(1) from None
     print(f"OK: {plan.algorithm} {plan.collective} on {plan.num_ranks} ranks, {report['transfers']} transfers, "
-          f"{report['segments']} segments, {report['bytes_moved']} bytes moved, hash {plan.hash}")
+          f"{report['segments']} segments, {report['bytes_moved']} bytes moved ({fmt_bytes(report['bytes_moved'])}), "
+          f"hash {plan.hash}")
 
 
 def _result_row(name: str, plan, r) -> dict:
