@@ -197,3 +197,34 @@ def test_draw_writes_png(app, tmp_path):
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
     r = run(app, "draw", plan_path, "--cluster", "h200:3", "--out", png)
     assert r.exit_code == 2 and "plan is for 16 ranks" in r.stderr
+
+
+@pytest.mark.parametrize("spec", ["h200:2", "h200:16"])
+def test_gantt_draws_multi_step_plans_by_rank_and_by_server(tmp_path, spec):
+    from collsched import draw
+
+    c = collsched.Cluster.parse(spec)
+    m = collsched.workloads.make_workload("zipf:1", c.num_gpus, 1 << 20, 0)
+    plan = collsched.plan_all_to_all(m, c, "hierarchical")
+    r = sim.simulate(plan, c)
+    out = draw.gantt(plan, c, tmp_path / "g.png", result=r)
+    assert out.read_bytes()[:4] == b"\x89PNG" and out.stat().st_size > 10_000
+    cols = draw.transfer_columns(plan)
+    assert len(cols["src"]) == plan.num_transfers and int(cols["step"].max()) + 1 == plan.num_steps
+    from types import SimpleNamespace
+
+    short = SimpleNamespace(time_s=r.time_s, transfer_start_s=np.asarray(r.transfer_start_s)[:1],
+                            transfer_end_s=np.asarray(r.transfer_end_s)[:1], step_times=r.step_times)
+    with pytest.raises(ValueError, match="transfer times"):
+        draw.gantt(plan, c, tmp_path / "bad.png", result=short)
+
+
+def test_link_utilisation_groups_links_into_classes(tmp_path):
+    from collsched import draw
+
+    util = {"nic_up[0]": 0.5, "nic_up[1]": 0.7, "nic_down[0]": 0.1, "scaleup 3->4": [0.2, 0.4]}
+    out = draw.link_utilisation(util, tmp_path / "l.png")
+    assert out.stat().st_size > 5_000
+    assert draw._link_class("nic_up[12]") == "nic_up" and draw._link_class("scaleup 3->4") == "scaleup"
+    with pytest.raises(ValueError, match="no link utilisation"):
+        draw.link_utilisation({}, tmp_path / "e.png")
