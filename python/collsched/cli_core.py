@@ -272,7 +272,7 @@ def _result_row(name: str, plan, r) -> dict:
         "algorithm": name,
         "time_s": float(r.time_s),
         "algbw_gbps": float(r.algbw_gbps),
-        "ratio_to_bound": float(r.ratio_to_bound),
+        "ratio_to_bound": None if r.ratio_to_bound is None else float(r.ratio_to_bound),
         "steps": int(r.steps),
         "scaleout_bytes": int(r.scaleout_bytes),
         "transfers": int(plan.num_transfers),
@@ -353,14 +353,18 @@ def simulate_cmd(
     con.print(f"cluster {cluster} ({c.servers}×{c.gpus_per_server} GPUs, {c.fabric}); workload {workload}, "
               f"mean pair {fmt_bytes(int(m.sum()) / m.size)}, seed {seed}{skew_text}")
     con.print(f"lower bound {fmt_time(float(bound.seconds))} (binding term: {bound.term})")
+    with_stages = any("stages" in r for r in results)
     t = Table()
-    for col, just in (("algorithm", "left"), ("time", "right"), ("algbw GB/s", "right"), ("× bound", "right"),
-                      ("steps", "right"), ("stages", "right"), ("scale-out bytes", "right")):
-        t.add_column(col, justify=just)
+    for col in ("algorithm", "time", "algbw GB/s", "× bound", "steps") + (("stages",) if with_stages else ()) + (
+            "scale-out bytes",):
+        t.add_column(col, justify="left" if col == "algorithm" else "right")
     for r in results:
         name = r["algorithm"] + (f" → {r['chosen']}" if "chosen" in r else "")
-        t.add_row(name, fmt_time(r["time_s"]), f"{r['algbw_gbps']:.1f}", f"{r['ratio_to_bound']:.2f}", str(r["steps"]),
-                  str(r.get("stages", "")), fmt_bytes(r["scaleout_bytes"]))
+        ratio = "" if r["ratio_to_bound"] is None else f"{r['ratio_to_bound']:.2f}"
+        cells = [name, fmt_time(r["time_s"]), f"{r['algbw_gbps']:.1f}", ratio, str(r["steps"])]
+        if with_stages:
+            cells.append(str(r.get("stages", "")))
+        t.add_row(*cells, fmt_bytes(r["scaleout_bytes"]))
     con.print(t)
 
 

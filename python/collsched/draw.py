@@ -79,7 +79,7 @@ def gantt(plan, cluster, out, result=None, title: str | None = None) -> Path:
     by_server = ranks > MAX_RANK_ROWS
     row_of = cols["src"] // gps if by_server else cols["src"]
     rows = (ranks + gps - 1) // gps if by_server else ranks
-    makespan = float(end.max()) if len(end) else float(result.time_s)
+    makespan = float(np.nanmax(end)) if len(end) else float(result.time_s)
     makespan = max(makespan, float(result.time_s), 1e-12)
     scale, unit = _time_unit(makespan)
 
@@ -89,6 +89,8 @@ def gantt(plan, cluster, out, result=None, title: str | None = None) -> Path:
     # Steps as alternating bands with their number on top.
     steps = list(getattr(result, "step_times", []) or [])
     for s, (t0, t1) in enumerate(steps):
+        if not (np.isfinite(t0) and np.isfinite(t1)):  # an empty step
+            continue
         if t1 > t0 and s % 2 == 0:
             ax.axvspan(t0 * scale, t1 * scale, color="#000000", alpha=0.05, lw=0)
         if t1 - t0 >= 0.03 * makespan:  # label only bands wide enough to hold it
@@ -133,41 +135,58 @@ def _link_class(name: str) -> str:
     return re.split(r"[\[\(:#@ ]|\d", str(name), maxsplit=1)[0].strip("_-.") or str(name)
 
 
-def _as_fraction(v) -> float:
-    if isinstance(v, dict):
-        for key in ("utilisation", "utilization", "busy_fraction", "mean"):
-            if key in v:
-                return float(v[key])
-        raise ValueError(f"cannot read a utilisation from {v!r}")
-    a = np.asarray(v, dtype=float)
-    return float(a.mean()) if a.ndim else float(a)
+def _class_stats(util: dict) -> dict[str, dict]:
+    """{class: {mean, peak, links, busiest}} from either form of utilisation dict.
+
+    The simulator reports per class (``{"nic_up": {"links", "utilisation", "busiest_link",
+    "busiest_utilisation", ...}}``); a plain ``{link_name: fraction}`` dict is grouped by name.
+    """
+    out: dict[str, dict] = {}
+    for name, v in util.items():
+        if isinstance(v, dict) and "utilisation" in v:
+            out[str(name)] = {"mean": float(v["utilisation"]), "peak": float(v.get("busiest_utilisation", v["utilisation"])),
+                              "links": int(v.get("links", 1)), "busiest": str(v.get("busiest_link", ""))}
+            continue
+        a = np.asarray(v, dtype=float)
+        value = float(a.mean()) if a.ndim else float(a)
+        c = out.setdefault(_link_class(name), {"values": [], "names": []})
+        c["values"].append(value)
+        c["names"].append(str(name))
+    for c in out.values():
+        if "values" in c:
+            vals = c.pop("values")
+            names = c.pop("names")
+            i = int(np.argmax(vals))
+            c.update(mean=float(np.mean(vals)), peak=vals[i], links=len(vals), busiest=names[i])
+    return out
 
 
 def link_utilisation(result, out, title: str | None = None) -> Path:
-    """Bar chart of link utilisation from a ``SimResult`` (or its ``link_utilisation`` dict).
+    """Bar chart of link utilisation per link class from a ``SimResult`` (or its ``link_utilisation`` dict).
 
-    Links are grouped into classes by name (``nic_up[3]`` → ``nic_up``); each class shows its
-    mean and its busiest link, as a fraction of the run time.
+    Each class shows its mean utilisation (bytes carried / (capacity × run time)) and its busiest link.
     """
     util = result if isinstance(result, dict) else getattr(result, "link_utilisation", None)
     if not util:
         raise ValueError("the simulation result has no link utilisation to draw")
-    classes: dict[str, list[float]] = {}
-    for name, v in util.items():
-        classes.setdefault(_link_class(name), []).append(_as_fraction(v))
-    names = sorted(classes)
-    means = [float(np.mean(classes[c])) for c in names]
-    peaks = [float(np.max(classes[c])) for c in names]
+    stats = _class_stats(util)
+    names = [c for c in sorted(stats) if stats[c]["links"] > 0]
+    means = [stats[c]["mean"] for c in names]
+    peaks = [stats[c]["peak"] for c in names]
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(max(6, 1.4 * len(names) + 2), 4.5), dpi=110)
+    fig, ax = plt.subplots(figsize=(max(7, 1.6 * len(names) + 2), 4.8), dpi=110)
     x = np.arange(len(names))
-    ax.bar(x - 0.2, means, 0.4, label="mean over links", color="#2a7ab9")
-    ax.bar(x + 0.2, peaks, 0.4, label="busiest link", color="#e4572e")
+    ax.bar(x - 0.2, means, 0.4, label="class mean", color="#2a7ab9")
+    bars = ax.bar(x + 0.2, peaks, 0.4, label="busiest link", color="#e4572e")
+    for b, c in zip(bars, names):
+        if stats[c]["busiest"]:
+            ax.annotate(stats[c]["busiest"], (b.get_x() + b.get_width() / 2, b.get_height()), ha="center",
+                        va="bottom", fontsize=7, rotation=0, xytext=(0, 2), textcoords="offset points")
     ax.set_xticks(x)
-    ax.set_xticklabels([f"{c}\n({len(classes[c])} links)" for c in names], fontsize=8)
-    ax.set_ylabel("utilisation (fraction of run time)")
-    ax.set_ylim(0, max(1.0, max(peaks) * 1.1))
-    ax.legend(frameon=False)
+    ax.set_xticklabels([f"{c}\n({stats[c]['links']} links)" for c in names], fontsize=8)
+    ax.set_ylabel("utilisation (bytes / (capacity × run time))")
+    ax.set_ylim(0, max(1.0, max(peaks, default=0) * 1.15))
+    ax.legend(frameon=False, loc="upper right")
     ax.grid(axis="y", alpha=0.3)
     ax.set_title(title or "link utilisation by class", fontsize=11)
     fig.tight_layout()
