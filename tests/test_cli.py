@@ -12,8 +12,6 @@ import collsched.planning
 import collsched.workloads
 from collsched import cli, sim
 
-import _fake_sim
-
 
 @pytest.fixture(scope="module")
 def app():
@@ -24,26 +22,9 @@ def app():
     return a
 
 
-@pytest.fixture(autouse=True)
-def simulator(monkeypatch):
-    """The real simulator when it is built, the contract-shaped stand-in until then."""
-    if not hasattr(sim, "simulate"):
-        monkeypatch.setattr(sim, "simulate", _fake_sim.simulate, raising=False)
-        monkeypatch.setattr(sim, "lower_bound", _fake_sim.lower_bound, raising=False)
-
-
 def run(app, *args):
     kw = {"mix_stderr": False} if "mix_stderr" in inspect.signature(CliRunner).parameters else {}
     return CliRunner(**kw).invoke(app, [str(a) for a in args], catch_exceptions=False)
-
-
-def _verifier_built() -> bool:
-    p = collsched.plan_all_to_all(np.ones((8, 8), dtype=np.uint64), "h200:1", "fanout")
-    try:
-        p.verify()
-        return True
-    except ValueError as e:
-        return "not implemented" not in str(e)
 
 
 def test_entry_point_registers_core_commands():
@@ -77,9 +58,11 @@ def test_simulate_json_shape_and_types(app):
         assert isinstance(row[key], typ), key
     assert row["time_s"] > 0 and row["steps"] >= 1
     assert row["transfers"] == 16 * 16  # fanout: one transfer per non-empty pair
-    if sim.simulate is not _fake_sim.simulate:  # the real simulator never beats its own lower bound
-        assert row["ratio_to_bound"] >= 0.999
-        assert abs(row["time_s"] / doc["lower_bound_s"] - row["ratio_to_bound"]) < 1e-6
+    # The simulator never beats its own lower bound, and the ratio is time / bound.
+    assert row["ratio_to_bound"] >= 0.999
+    assert abs(row["time_s"] / doc["lower_bound_s"] - row["ratio_to_bound"]) < 1e-6
+    assert doc["lower_bound_s"] == pytest.approx(sim.lower_bound(
+        collsched.workloads.make_workload("zipf:0.8", 16, 2**20, 0), "h200:2").seconds)
 
 
 def test_simulate_default_runs_every_planning_algorithm(app):
@@ -150,15 +133,11 @@ def test_plan_then_verify_round_trip(app, tmp_path, suffix):
     expected = collsched.plan_all_to_all(collsched.workloads.make_workload("uniform", 16, 65536, 0), "h200:2", "fanout")
     assert plan.hash == expected.hash
     v = run(app, "verify", out)
-    if _verifier_built():
-        assert v.exit_code == 0 and v.stdout.startswith("OK:"), v.stdout + v.stderr
-    else:
-        assert v.exit_code == 2 and "not implemented" in v.stderr
+    assert v.exit_code == 0 and v.stdout.startswith("OK:"), v.stdout + v.stderr
+    assert f"{int(expected.input_sizes and sum(expected.input_sizes))} bytes moved" in v.stdout
 
 
 def test_verify_reports_a_violation_with_exit_1(app, tmp_path):
-    if not _verifier_built():
-        pytest.skip("verifier not merged yet")
     plan = collsched.plan_all_to_all(np.ones((8, 8), dtype=np.uint64) * 64, "h200:1", "fanout")
     doc = json.loads(plan.to_json())
     doc["transfers"] = doc["transfers"][1:]  # drop one block: a byte never lands
