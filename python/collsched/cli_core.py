@@ -1,6 +1,6 @@
 """Core commands: clusters, traffic, plan, verify, simulate, draw.
 
-Bad input (ValueError/TypeError/OSError) is reported in one place, :func:`_reporting_errors`:
+Bad input (ValueError/TypeError/OSError) is reported in one place, :func:`reporting_errors`:
 one line ``error: <message>`` on stderr and exit code 2, never a traceback.
 """
 from __future__ import annotations
@@ -33,8 +33,11 @@ def _one_line(e: BaseException) -> str:
     return " ".join(str(e).split()) or type(e).__name__
 
 
-def _reporting_errors(fn: Callable) -> Callable:
-    """Turn bad-input exceptions into ``error: ...`` + exit 2 (the one place errors are caught)."""
+def reporting_errors(fn: Callable) -> Callable:
+    """Turn bad-input exceptions into ``error: ...`` + exit 2 (the one place errors are caught).
+
+    Other areas' commands can wrap themselves the same way: ``app.command("x")(reporting_errors(fn))``.
+    """
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -394,4 +397,4 @@ def draw_cmd(
 def register(app: typer.Typer) -> None:
     for name, fn in (("clusters", clusters_cmd), ("traffic", traffic_cmd), ("plan", plan_cmd), ("verify", verify_cmd),
                      ("simulate", simulate_cmd), ("draw", draw_cmd)):
-        app.command(name)(_reporting_errors(fn))
+        app.command(name)(reporting_errors(fn))
