@@ -145,8 +145,16 @@ pub fn predict_ns(plan: &Plan, cluster: &Cluster) -> u64 {
 
 /// Predicted finish time of every transfer, integer nanoseconds.
 pub fn predict_finish_ns(plan: &Plan, cluster: &Cluster) -> Vec<u64> {
-    Model::new(plan, cluster).run()
+    let model = Model::new(plan, cluster);
+    let (finish, release) = model.run(None);
+    match model.interference(&finish, &release) {
+        Some(extra) => model.run(Some(&extra)).0,
+        None => finish,
+    }
 }
+
+/// Links with more transfers than this skip the (quadratic) interference estimate.
+const INTERFERENCE_GROUP_LIMIT: usize = 1024;
 
 struct Model<'a> {
     plan: &'a Plan,
@@ -256,7 +264,9 @@ impl<'a> Model<'a> {
     }
 
     /// Finish times, level by level.
-    fn run(&self) -> Vec<u64> {
+    /// Finish and release times, level by level. `extra[slot]`: bytes of later levels
+    /// that share the slot's link while its transfer runs (second pass).
+    fn run(&self, extra: Option<&[u64]>) -> (Vec<u64>, Vec<u64>) {
         let (plan, m, slots) = (self.plan, self.plan.transfers.len(), self.slot_link.len());
         let mut finish = vec![0u64; m];
         let mut release = vec![0u64; m];
@@ -360,16 +370,54 @@ impl<'a> Model<'a> {
                         continue;
                     }
                     let bw = self.slot_bw[slot];
-                    let own_level = drained[slot].min(release[id].saturating_add(drain_ns(shared[slot], bw)));
+                    let more = extra.map_or(0, |e| e[slot]);
+                    let mine = shared[slot].saturating_add(more);
+                    let own_level = drained[slot].saturating_add(drain_ns(more, bw)).min(release[id].saturating_add(drain_ns(mine, bw)));
                     // Bytes of lower levels on the same link go first (released earlier).
-                    let behind = alpha.saturating_add(drain_ns(self.slot_below[slot].saturating_add(shared[slot]), bw));
+                    let behind = alpha.saturating_add(drain_ns(self.slot_below[slot].saturating_add(mine), bw));
                     f = f.max(own_level).max(behind);
                 }
                 finish[id] = f;
             }
             lo = hi;
         }
-        finish
+        (finish, release)
+    }
+
+    /// Later levels' bytes that overlap each slot's transfer on its link, from a first
+    /// pass's times: transfer b of a later level released before a finishes shares the
+    /// link with a, counted up to a's size as under processor sharing. Phases that are
+    /// meant to overlap (FAST's own bytes beside balanced-in bytes, pipelined stages)
+    /// slow each other down; the first pass only made later levels wait. None if no
+    /// link carries several levels.
+    fn interference(&self, finish: &[u64], release: &[u64]) -> Option<Vec<u64>> {
+        let slots = self.slot_link.len();
+        let ids: Vec<u32> = (0..slots as u32).filter(|&k| self.slot_bytes[k as usize] > 0).collect();
+        let (mut grouped, mut start) = (Vec::new(), Vec::new());
+        bucket_sort(&ids, self.links, |&k| self.slot_link[k as usize] as usize, &mut grouped, &mut start);
+        let mut extra = vec![0u64; slots];
+        let mut any = false;
+        let level_of = |k: u32| self.level[self.slot_owner[k as usize] as usize];
+        for l in 0..self.links {
+            let group = &grouped[start[l]..start[l + 1]];
+            if group.len() < 2 || group.len() > INTERFERENCE_GROUP_LIMIT || group.iter().all(|&k| level_of(k) == level_of(group[0])) {
+                continue;
+            }
+            for &a in group {
+                let (la, ba, fa) = (level_of(a), self.slot_bytes[a as usize], finish[self.slot_owner[a as usize] as usize]);
+                let mut add = 0u64;
+                for &b in group {
+                    if level_of(b) > la && release[self.slot_owner[b as usize] as usize] < fa {
+                        add = add.saturating_add(self.slot_bytes[b as usize].min(ba));
+                    }
+                }
+                if add > 0 {
+                    extra[a as usize] = add;
+                    any = true;
+                }
+            }
+        }
+        any.then_some(extra)
     }
 }
 
