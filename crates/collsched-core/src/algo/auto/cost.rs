@@ -153,8 +153,6 @@ pub fn predict_finish_ns(plan: &Plan, cluster: &Cluster) -> Vec<u64> {
     }
 }
 
-/// Links with more transfers than this skip the (quadratic) interference estimate.
-const INTERFERENCE_GROUP_LIMIT: usize = 1024;
 
 struct Model<'a> {
     plan: &'a Plan,
@@ -385,36 +383,74 @@ impl<'a> Model<'a> {
     }
 
     /// Later levels' bytes that overlap each slot's transfer on its link, from a first
-    /// pass's times: transfer b of a later level released before a finishes shares the
-    /// link with a, counted up to a's size as under processor sharing. Phases that are
-    /// meant to overlap (FAST's own bytes beside balanced-in bytes, pipelined stages)
-    /// slow each other down; the first pass only made later levels wait. None if no
-    /// link carries several levels.
+    /// pass's times: transfers of later levels released before a finishes share the link
+    /// with a. Under processor sharing each counts up to a's size; the estimate used is
+    /// min(their bytes, their count · a's bytes), from a Fenwick tree over release order
+    /// (O(n log n) per link). Phases that are meant to overlap (FAST's own bytes beside
+    /// balanced-in bytes, pipelined stages) slow each other down; the first pass only
+    /// made later levels wait. None if no link carries several levels.
     fn interference(&self, finish: &[u64], release: &[u64]) -> Option<Vec<u64>> {
         let slots = self.slot_link.len();
         let ids: Vec<u32> = (0..slots as u32).filter(|&k| self.slot_bytes[k as usize] > 0).collect();
         let (mut grouped, mut start) = (Vec::new(), Vec::new());
         bucket_sort(&ids, self.links, |&k| self.slot_link[k as usize] as usize, &mut grouped, &mut start);
+        let owner = |k: u32| self.slot_owner[k as usize] as usize;
         let mut extra = vec![0u64; slots];
         let mut any = false;
-        let level_of = |k: u32| self.level[self.slot_owner[k as usize] as usize];
+        let (mut by_release, mut releases, mut by_level) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut tree_bytes, mut tree_count): (Vec<u64>, Vec<u64>) = (Vec::new(), Vec::new());
         for l in 0..self.links {
             let group = &grouped[start[l]..start[l + 1]];
-            if group.len() < 2 || group.len() > INTERFERENCE_GROUP_LIMIT || group.iter().all(|&k| level_of(k) == level_of(group[0])) {
+            if group.len() < 2 || group.iter().all(|&k| self.level[owner(k)] == self.level[owner(group[0])]) {
                 continue;
             }
-            for &a in group {
-                let (la, ba, fa) = (level_of(a), self.slot_bytes[a as usize], finish[self.slot_owner[a as usize] as usize]);
-                let mut add = 0u64;
-                for &b in group {
-                    if level_of(b) > la && release[self.slot_owner[b as usize] as usize] < fa {
-                        add = add.saturating_add(self.slot_bytes[b as usize].min(ba));
+            by_release.clear();
+            by_release.extend_from_slice(group);
+            by_release.sort_by_key(|&k| (release[owner(k)], k));
+            releases.clear();
+            releases.extend(by_release.iter().map(|&k| release[owner(k)]));
+            by_level.clear();
+            by_level.extend((0..by_release.len() as u32).map(|i| (self.level[owner(by_release[i as usize])], i)));
+            by_level.sort_unstable_by(|a, b| b.cmp(a));
+            let n = by_release.len();
+            tree_bytes.clear();
+            tree_bytes.resize(n + 1, 0);
+            tree_count.clear();
+            tree_count.resize(n + 1, 0);
+            let mut i = 0;
+            while i < n {
+                let lv = by_level[i].0;
+                let mut j = i;
+                while j < n && by_level[j].0 == lv {
+                    j += 1;
+                }
+                // Query this level against strictly later levels, then insert it.
+                for &(_, r) in &by_level[i..j] {
+                    let a = by_release[r as usize];
+                    let (ba, fa) = (self.slot_bytes[a as usize], finish[owner(a)]);
+                    let mut p = releases.partition_point(|&x| x < fa);
+                    let (mut sum, mut cnt) = (0u64, 0u64);
+                    while p > 0 {
+                        sum = sum.saturating_add(tree_bytes[p]);
+                        cnt += tree_count[p];
+                        p &= p - 1;
+                    }
+                    let add = sum.min(cnt.saturating_mul(ba));
+                    if add > 0 {
+                        extra[a as usize] = add;
+                        any = true;
                     }
                 }
-                if add > 0 {
-                    extra[a as usize] = add;
-                    any = true;
+                for &(_, r) in &by_level[i..j] {
+                    let b = self.slot_bytes[by_release[r as usize] as usize];
+                    let mut p = r as usize + 1;
+                    while p <= n {
+                        tree_bytes[p] = tree_bytes[p].saturating_add(b);
+                        tree_count[p] += 1;
+                        p += p & p.wrapping_neg();
+                    }
                 }
+                i = j;
             }
         }
         any.then_some(extra)
