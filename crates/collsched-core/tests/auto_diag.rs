@@ -9,7 +9,7 @@ use collsched_core::algo::plan_all_to_all;
 use collsched_core::plan::Options;
 use collsched_core::sim::{simulate, SimOptions};
 use collsched_core::traffic::generators::{self, Rng};
-use collsched_core::{Cluster, Error, Traffic};
+use collsched_core::{Cluster, Traffic};
 #[allow(unused_imports)]
 use common::opts;
 
