@@ -1,1 +1,47 @@
-//! ForestColl: spanning-tree packing for allgather/reduce-scatter/allreduce. Being built.
+//! ForestColl (NSDI'26): throughput-optimal spanning-tree schedules for allgather,
+//! reduce-scatter and allreduce on any Eulerian topology with compute and switch nodes.
+pub mod ratio;
+pub mod optimal;
+
+pub use optimal::{optimal, Optimum};
+pub use ratio::Ratio;
+
+#[cfg(test)]
+mod quick_tests {
+    use super::*;
+    use crate::topology::graph::Graph;
+    #[test]
+    fn paper_optima() {
+        let m = optimal(&Graph::parse_preset("mi250:2").unwrap()).unwrap();
+        assert_eq!(m.k, 83);
+        assert_eq!(m.algbw, Ratio::new(5312_000_000_000, 15));
+        let a = optimal(&Graph::parse_preset("a100:2").unwrap()).unwrap();
+        assert_eq!(a.k, 13);
+        assert_eq!(a.x, Ratio::new(325_000_000_000, 15));
+        let a16 = optimal(&Graph::parse_preset("a100:16").unwrap()).unwrap();
+        assert_eq!(a16.k, 1);
+    }
+}
+pub mod fixed_k;
+pub mod pack;
+pub mod schedule;
+pub mod split;
+
+pub use fixed_k::fixed_k_scale;
+pub use schedule::{schedule, ForestSchedule, ForestTree, KChoice, TreeEdge};
+
+#[cfg(test)]
+mod quick_sched {
+    use super::*;
+    use crate::topology::graph::Graph;
+    #[test]
+    fn small_presets_schedule() {
+        for spec in ["a100:2", "mi250:2", "mi250:1", "a100:1"] {
+            let t = std::time::Instant::now();
+            let s = schedule(&Graph::parse_preset(spec).unwrap(), KChoice::Optimal).unwrap();
+            s.check().unwrap();
+            assert_eq!(s.algbw, s.optimum.algbw);
+            eprintln!("{spec}: k={} trees={} {:?} {:.3}s", s.k, s.trees.len(), s.stats, t.elapsed().as_secs_f64());
+        }
+    }
+}
