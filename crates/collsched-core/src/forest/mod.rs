@@ -30,18 +30,5 @@ pub mod split;
 pub use fixed_k::fixed_k_scale;
 pub use schedule::{schedule, ForestSchedule, ForestTree, KChoice, TreeEdge};
 
-#[cfg(test)]
-mod quick_sched {
-    use super::*;
-    use crate::topology::graph::Graph;
-    #[test]
-    fn small_presets_schedule() {
-        for spec in ["a100:2", "mi250:2", "mi250:1", "a100:1"] {
-            let t = std::time::Instant::now();
-            let s = schedule(&Graph::parse_preset(spec).unwrap(), KChoice::Optimal).unwrap();
-            s.check().unwrap();
-            assert_eq!(s.algbw, s.optimum.algbw);
-            eprintln!("{spec}: k={} trees={} {:?} {:.3}s", s.k, s.trees.len(), s.stats, t.elapsed().as_secs_f64());
-        }
-    }
-}
+pub mod plan;
+pub use plan::{plan_allgather, plan_allreduce, plan_reduce_scatter, predicted_time};

@@ -122,7 +122,8 @@ pub fn schedule(g: &Graph, choice: KChoice) -> Result<ForestSchedule> {
     }
     let compute: Vec<bool> = (0..n as u32).map(|v| g.is_compute(v)).collect();
     let t2 = Instant::now();
-    let split = remove_switches(n, &compute, &scaled, k)?;
+    let boxes: Vec<Option<u32>> = g.nodes.iter().map(|nd| nd.box_id).collect();
+    let split = remove_switches(n, &compute, &boxes, &scaled, k)?;
     stats.removal_s = t2.elapsed().as_secs_f64();
     stats.splits = split.splits;
     stats.gammas = split.gammas;

@@ -38,6 +38,7 @@ pub struct SplitResult {
 
 struct Splitter {
     n: usize,
+    boxes: Vec<Option<u32>>,
     compute: Vec<bool>,
     comp: Vec<u32>,
     nk: u64,
@@ -178,8 +179,12 @@ impl Splitter {
     fn remove_switch(&mut self, w: u32) -> Result<()> {
         for t in self.outs(w) {
             let mut ins = self.ins(w);
-            // Prefer u != t: a split u -> w -> u only makes a useless self-loop.
-            ins.sort_by_key(|&u| (u == t, u));
+            // Prefer u != t (u -> w -> u only makes a useless self-loop), then u in another box
+            // than t (a same-box pair through a network switch would spend scale-out bandwidth
+            // on scale-up traffic), then the next nodes after t (spreads pairs around).
+            let bx = |v: u32| self.boxes[v as usize];
+            let n = self.n as u32;
+            ins.sort_by_key(|&u| (u == t, bx(u).is_some() && bx(u) == bx(t) && bx(w) != bx(t), (u + n - t) % n));
             for u in ins {
                 if self.cap(w, t) == 0 {
                     break;
@@ -250,10 +255,12 @@ fn join(a: Vec<Segment>, b: Vec<Segment>) -> Vec<Segment> {
 }
 
 /// Remove every switch node of the scaled graph (`edges`: (src, dst, trees it can carry)).
-pub fn remove_switches(n: usize, compute: &[bool], edges: &[(u32, u32, u64)], k: u64) -> Result<SplitResult> {
+/// `boxes[v]` is node v's server (pairing prefers routes that stay consistent with boxes).
+pub fn remove_switches(n: usize, compute: &[bool], boxes: &[Option<u32>], edges: &[(u32, u32, u64)], k: u64) -> Result<SplitResult> {
     let comp: Vec<u32> = (0..n as u32).filter(|&v| compute[v as usize]).collect();
     let mut sp = Splitter {
         n,
+        boxes: boxes.to_vec(),
         compute: compute.to_vec(),
         nk: comp.len() as u64 * k,
         comp,
