@@ -182,10 +182,11 @@ fn preset_plans_execute() {
     }
 }
 
-/// Execute a plan on symbolic bytes (each byte a u64 cell; ReduceSum adds) in transfer order,
+/// Verify a plan, then execute it on symbolic bytes (each byte a u64 cell; ReduceSum adds) in transfer order,
 /// checking step/dependency order and that nothing reads an unwritten byte, then compare the
 /// outputs with the collective's definition.
 fn execute_and_check(p: &Plan) -> Result<(), String> {
+    collsched_core::plan::verify::verify(p).map_err(|e| format!("verifier: {e}"))?;
     let n = p.num_ranks() as usize;
     let val = |r: usize, i: u64| (r as u64 + 1) * 1_000_003 + i * 7919;
     let mut bufs: Vec<[Vec<Option<u64>>; 3]> = (0..n)

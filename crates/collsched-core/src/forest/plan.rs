@@ -123,68 +123,69 @@ impl<'a> Emitter<'a> {
         }
     }
 
-    /// Reduce `[in_base+off, +len)` of every rank's Input into the root's `out` along the
-    /// reversed tree. Returns, per chunk, the transfers that complete the root's sum.
-    /// `scratch` is each rank's next free scratch offset.
+    /// Reduce `[in_base+off, +len)` of every rank's Input into the root's Output at
+    /// `out_base+off` along the reversed tree. A node with children accumulates in a buffer
+    /// (the root: its Output; others: scratch) initialised with its own contribution; each
+    /// child's partial sum is copied into a slot of its own and added locally, one addition
+    /// after another (concurrent reductions into one buffer would race). Returns, per chunk,
+    /// the transfer that completes the root's sum. `scratch` is each rank's next free offset.
     fn reduce(&mut self, tree: &ForestTree, chunks: &[(u64, u64)], in_base: u64, out_base: u64, scratch: &mut [u64], part_len: u64) -> Vec<Vec<usize>> {
         let n = self.s.ranks.len();
+        let root = tree.root as usize;
         let mut children: Vec<Vec<usize>> = vec![Vec::new(); n];
         for (i, e) in tree.edges.iter().enumerate() {
             children[e.src as usize].push(i);
         }
-        let mut height = vec![0u32; n];
-        for e in tree.edges.iter().rev() {
-            height[e.src as usize] = height[e.src as usize].max(height[e.dst as usize] + 1);
-        }
-        // Scratch region per internal non-root node for this tree part.
-        let mut region = vec![u64::MAX; n];
+        // Scratch: an accumulator for internal non-root nodes, a slot per child for every parent.
+        let mut acc = vec![u64::MAX; n];
+        let mut slot = vec![u64::MAX; tree.edges.len()];
         for v in 0..n {
-            if v as u32 != tree.root && !children[v].is_empty() {
-                region[v] = scratch[v];
-                scratch[v] += part_len;
+            if !children[v].is_empty() {
+                if v != root {
+                    acc[v] = scratch[v];
+                    scratch[v] += part_len;
+                }
+                for &i in &children[v] {
+                    slot[i] = scratch[v];
+                    scratch[v] += part_len;
+                }
             }
         }
         let first_off = chunks.first().map(|c| c.0).unwrap_or(0);
         let mut done = Vec::new();
         for (c, &(off, len)) in chunks.iter().enumerate() {
-            let mut ready = Vec::new();
             if len == 0 {
-                done.push(ready);
+                done.push(Vec::new());
                 continue;
             }
             let rel = off - first_off;
-            // Initial contributions of nodes that receive partial sums.
-            let mut init: Vec<Option<usize>> = vec![None; n];
-            let root = tree.root as usize;
-            init[root] = Some(self.local(tree.root, Buf::Input, in_base + off, Buf::Output, out_base + off, len));
+            let acc_at = |v: usize| if v == root { (Buf::Output, out_base + off) } else { (Buf::Scratch, acc[v] + rel) };
+            // last[v]: the transfer that completes v's partial sum (None for leaves: Input is ready).
+            let mut last: Vec<Option<usize>> = vec![None; n];
             for v in 0..n {
-                if region[v] != u64::MAX {
-                    init[v] = Some(self.local(v as u32, Buf::Input, in_base + off, Buf::Scratch, region[v] + rel, len));
+                if !children[v].is_empty() {
+                    let (b, o) = acc_at(v);
+                    last[v] = Some(self.push(c as u32, v as u32, v as u32, Op::Copy, Tier::Local, Segment { src_buf: Buf::Input, src_off: in_base + off, dst_buf: b, dst_off: o, len }, Vec::new()));
                 }
             }
-            ready.push(init[root].unwrap());
-            // Sends go deepest-first so that a node's incoming sums exist before it sends.
-            let mut sent: Vec<Vec<usize>> = vec![Vec::new(); n];
-            let mut order: Vec<usize> = (0..tree.edges.len()).collect();
-            order.sort_by_key(|&i| (height[tree.edges[i].dst as usize], i));
-            for i in order {
+            // Children before parents: reverse insertion order of a parent-before-child edge list.
+            for i in (0..tree.edges.len()).rev() {
                 let e = &tree.edges[i];
                 let (q, p) = (e.dst as usize, e.src as usize);
-                let (src_buf, src_off) = if region[q] != u64::MAX { (Buf::Scratch, region[q] + rel) } else { (Buf::Input, in_base + off) };
-                let (dst_buf, dst_off) = if p == root { (Buf::Output, out_base + off) } else { (Buf::Scratch, region[p] + rel) };
-                let mut deps: Vec<usize> = init[q].into_iter().chain(init[p]).collect();
-                deps.extend(sent[q].iter().copied());
+                let (src_buf, src_off) = if children[q].is_empty() { (Buf::Input, in_base + off) } else { acc_at(q) };
                 let mut rpath = e.path.clone();
                 rpath.reverse();
                 let tier = self.tier_of(e.dst, e.src, &rpath);
-                let step = 1 + c as u32 + height[q];
-                let id = self.push(step, e.dst, e.src, Op::ReduceSum, tier, Segment { src_buf, src_off, dst_buf, dst_off, len }, deps);
-                sent[p].push(id);
-                if p == root {
-                    ready.push(id);
-                }
+                let ready = last[q];
+                let send_step = ready.map_or(c as u32, |t| self.pending[t].0) + 1;
+                let send = self.push(send_step, q as u32, p as u32, Op::Copy, tier, Segment { src_buf, src_off, dst_buf: Buf::Scratch, dst_off: slot[i] + rel, len }, ready.into_iter().collect());
+                let prev = last[p].expect("a parent has an accumulator");
+                let (b, o) = acc_at(p);
+                let step = send_step.max(self.pending[prev].0) + 1;
+                let add = self.push(step, p as u32, p as u32, Op::ReduceSum, Tier::Local, Segment { src_buf: Buf::Scratch, src_off: slot[i] + rel, dst_buf: b, dst_off: o, len }, vec![send, prev]);
+                last[p] = Some(add);
             }
-            done.push(ready);
+            done.push(vec![last[root].expect("root has children")]);
         }
         done
     }
