@@ -236,3 +236,17 @@ fn execute_and_check(p: &Plan) -> Result<(), String> {
     }
     Ok(())
 }
+
+/// Generation time trend (run with `--ignored --nocapture`; FOREST_SPECS="a100:64,..." to choose).
+#[test]
+#[ignore]
+fn generation_trend() {
+    let specs = std::env::var("FOREST_SPECS").unwrap_or_else(|_| "a100:2,mi250:2,a100:8,a100:16".into());
+    for spec in specs.split(',') {
+        let t = std::time::Instant::now();
+        let s = schedule(&Graph::parse_preset(spec).unwrap(), KChoice::Auto).unwrap();
+        let el = t.elapsed().as_secs_f64();
+        s.check().unwrap();
+        eprintln!("{spec}: {el:.3}s k={} trees={} depth={} algbw={:.2} opt={:.2} {:?}", s.k, s.trees.len(), s.max_depth(), s.algbw.to_f64() / 1e9, s.optimum.algbw.to_f64() / 1e9, s.stats);
+    }
+}

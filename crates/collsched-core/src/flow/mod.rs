@@ -63,6 +63,18 @@ impl FlowNetwork {
     pub fn reset(&mut self) {
         self.cap.copy_from_slice(&self.orig);
     }
+    /// The residual capacities, to `restore` a solved state and augment from it again.
+    pub fn snapshot(&self) -> Vec<Cap> {
+        self.cap.clone()
+    }
+    pub fn restore(&mut self, snap: &[Cap]) {
+        self.cap.copy_from_slice(snap);
+    }
+    /// Change the residual capacity of an edge that carries no flow (keeps `orig` as is).
+    pub fn set_residual(&mut self, edge: usize, c: Cap) {
+        debug_assert_eq!(self.cap[edge ^ 1], 0);
+        self.cap[edge] = c;
+    }
     /// Flow currently on an added edge.
     pub fn flow_on(&self, edge: usize) -> Cap {
         self.orig[edge] - self.cap[edge]

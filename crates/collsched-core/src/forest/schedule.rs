@@ -142,19 +142,24 @@ pub fn schedule(g: &Graph, choice: KChoice) -> Result<ForestSchedule> {
     let mut segments = split.segments;
     let mut trees = Vec::new();
     for b in batches {
-        let mut parts: Vec<(u64, Vec<TreeEdge>)> = vec![(b.mult, Vec::new())];
+        // A batch whose logical edge is realised by several routes splits into sub-batches.
+        let mut parts: Vec<(u64, Vec<TreeEdge>)> = vec![(b.mult, Vec::with_capacity(b.edges.len()))];
         for &(x, y) in &b.edges {
             let key = (ranks[x as usize], ranks[y as usize]);
             let q: &mut VecDeque<Segment> = segments.get_mut(&key).expect("tree edge is a logical edge");
-            let mut next = Vec::new();
-            for (m, edges) in parts {
-                for (amt, path) in take(q, m) {
-                    let mut e = edges.clone();
-                    e.push(TreeEdge { src: x, dst: y, path });
-                    next.push((amt, e));
+            let mut extra = Vec::new();
+            for part in parts.iter_mut() {
+                let mut routes = take(q, part.0).into_iter();
+                let (first_amount, first_path) = routes.next().expect("a route");
+                for (amount, path) in routes {
+                    let mut edges = part.1.clone();
+                    edges.push(TreeEdge { src: x, dst: y, path });
+                    extra.push((amount, edges));
                 }
+                part.0 = first_amount;
+                part.1.push(TreeEdge { src: x, dst: y, path: first_path });
             }
-            parts = next;
+            parts.extend(extra);
         }
         for (m, edges) in parts {
             trees.push(ForestTree { root: b.root, multiplicity: m, edges });

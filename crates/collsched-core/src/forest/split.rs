@@ -99,6 +99,9 @@ impl Splitter {
         for &(a, b) in extras {
             net.add_edge(map(a), map(b), INF);
         }
+        // Uncuttable v -> sink edges for the per-v fallback, inert (capacity 0) for now.
+        let candidates: Vec<u32> = if sink_always_valid { Vec::new() } else { self.comp.iter().copied().filter(|v| !forced_source.contains(v)).collect() };
+        let ids: Vec<usize> = candidates.iter().map(|&v| net.add_edge(v, sink, 0)).collect();
         let need = self.nk + amount;
         self.flows += 1;
         let f = net.max_flow(src, sink, need);
@@ -112,17 +115,17 @@ impl Splitter {
         if self.comp.iter().any(|&c| !side[c as usize]) {
             return f.saturating_sub(self.nk).min(amount);
         }
-        // Some min cut holds only switches on the sink side: force each compute node there.
-        let candidates: Vec<u32> = self.comp.iter().copied().filter(|v| !forced_source.contains(v)).collect();
-        let ids: Vec<usize> = candidates.iter().map(|&v| net.add_edge(v, sink, 0)).collect();
+        // Every min cut holds only switches on the sink side: force each compute node there
+        // in turn. The max flow f to the sink is a valid start for every v, so each v only
+        // needs the few units beyond f (usually one or two augmenting paths).
+        let base = net.snapshot();
         let mut best = amount;
         for &id in &ids {
-            net.set_capacity(id, INF);
-            net.reset();
+            net.restore(&base);
+            net.set_residual(id, INF);
             self.flows += 1;
-            let f = net.max_flow(src, sink, self.nk + best);
-            best = best.min(f.saturating_sub(self.nk));
-            net.set_capacity(id, 0);
+            let extra = net.max_flow(src, sink, (self.nk + best).saturating_sub(f));
+            best = best.min((f + extra).saturating_sub(self.nk));
             if best == 0 {
                 break;
             }
@@ -283,7 +286,12 @@ pub fn remove_switches(n: usize, compute: &[bool], boxes: &[Option<u32>], edges:
         // Remove the switch with the fewest neighbours first (NICs before fabrics): cheap and short paths.
         let (i, _) = pending.iter().enumerate().min_by_key(|(_, &w)| (sp.distinct_neighbours(w), w)).unwrap();
         let w = pending.remove(i);
+        let (f0, g0, t0) = (sp.flows, sp.gammas, std::time::Instant::now());
+        let deg = sp.distinct_neighbours(w);
         sp.remove_switch(w)?;
+        if std::env::var_os("FOREST_DEBUG").is_some() {
+            eprintln!("switch {w}: {deg} neighbours, {} gammas, {} flows, {:.4}s", sp.gammas - g0, sp.flows - f0, t0.elapsed().as_secs_f64());
+        }
     }
     Ok(SplitResult { caps: sp.caps, segments: sp.segs, splits: sp.splits, gammas: sp.gammas, flows: sp.flows })
 }
