@@ -51,6 +51,11 @@ struct Splitter {
     splits: u64,
 }
 
+/// How many partners a switch's egress capacity towards one node is first spread over.
+const SPREAD_FAN: u64 = 8;
+/// Switches with more in-neighbours than this are split without spreading.
+const SPREAD_MAX_PORTS: usize = 16;
+
 /// Placeholder for the auxiliary source s in edge lists.
 const S: u32 = u32::MAX;
 
@@ -134,10 +139,11 @@ impl Splitter {
     }
 
     /// Theorem 6: the largest γ such that splitting γ units of (u,w),(w,t) keeps k trees per root.
-    fn gamma(&mut self, u: u32, w: u32, t: u32) -> u64 {
+    /// Theorem 6's γ, capped at `limit` (a smaller cap makes the flows cheaper).
+    fn gamma(&mut self, u: u32, w: u32, t: u32, limit: u64) -> u64 {
         self.gammas += 1;
         let (cuw, cwt) = (self.cap(u, w), self.cap(w, t));
-        let mut g = cuw.min(cwt);
+        let mut g = cuw.min(cwt).min(limit);
         if g == 0 {
             return 0;
         }
@@ -180,24 +186,34 @@ impl Splitter {
     }
 
     fn remove_switch(&mut self, w: u32) -> Result<()> {
+        let boxes = self.boxes.clone();
+        let bx = |v: u32| boxes[v as usize];
         for t in self.outs(w) {
             let mut ins = self.ins(w);
             // Prefer u != t (u -> w -> u only makes a useless self-loop), then u in another box
-            // than t (a same-box pair through a network switch would spend scale-out bandwidth
-            // on scale-up traffic), then the next nodes after t (spreads pairs around).
-            let bx = |v: u32| self.boxes[v as usize];
-            let n = self.n as u32;
-            ins.sort_by_key(|&u| (u == t, bx(u).is_some() && bx(u) == bx(t) && bx(w) != bx(t), (u + n - t) % n));
-            for u in ins {
-                if self.cap(w, t) == 0 {
-                    break;
-                }
-                if self.cap(u, w) == 0 {
-                    continue;
-                }
-                let g = self.gamma(u, w, t);
-                if g > 0 {
-                    self.split(u, w, t, g);
+            // than t when w is outside t's box (a same-box pair through a network switch would
+            // spend scale-out bandwidth on scale-up traffic), then a fixed pseudo-random order
+            // (spreads pairs so the logical graph looks like an expander: shallow trees).
+            let mix = |u: u32| (u as u64 ^ 0x9e37_79b9).wrapping_mul(0x2545_f491_4f6c_dd1d).wrapping_add((t as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)) >> 20;
+            ins.sort_by_key(|&u| (u == t, bx(u).is_some() && bx(u) == bx(t) && bx(w) != bx(t), mix(u), u));
+            // First pass: spread t's capacity over up to SPREAD_FAN partners when w is a small
+            // switch (inside a box: a complete logical graph there keeps trees shallow; a
+            // network switch with hundreds of ports would cost too many γ), then split fully.
+            let eligible = ins.iter().filter(|&&u| u != t).count().max(1) as u64;
+            let fan = if ins.len() <= SPREAD_MAX_PORTS { eligible.min(SPREAD_FAN) } else { 1 };
+            let quota = self.cap(w, t).div_ceil(fan);
+            for pass_limit in [quota, u64::MAX] {
+                for &u in &ins {
+                    if self.cap(w, t) == 0 {
+                        break;
+                    }
+                    if self.cap(u, w) == 0 || (pass_limit != u64::MAX && u == t) {
+                        continue;
+                    }
+                    let g = self.gamma(u, w, t, pass_limit);
+                    if g > 0 {
+                        self.split(u, w, t, g);
+                    }
                 }
             }
             if self.cap(w, t) != 0 {
