@@ -55,16 +55,20 @@ def optimal(graph) -> dict:
     return _core.forest_optimal(as_graph(graph))
 
 
-def schedule(graph, k: int | None = None, optimal: bool = False) -> ForestSchedule:
+def schedule(graph, k: int | None = None, optimal: bool = False, spread_fan: int | None = None) -> ForestSchedule:
     """Build the spanning-tree schedule.
 
     ``k=None``: the optimal k when it is below 10, else the best k in 1..9 (paper §5.5);
     ``optimal=True``: the exactly optimal k however large; ``k=n``: exactly n trees per root
-    with the best bandwidth for that n.
+    with the best bandwidth for that n. ``spread_fan``: edge splitting first spreads each
+    egress of a small switch over that many partners (shallower trees, slower generation);
+    default 8 up to 256 GPUs, 1 above.
     """
     if k is not None and (not isinstance(k, int) or isinstance(k, bool) or k < 1):
         raise ValueError(f"k must be a positive integer, got {k!r}")
-    return _core.forest_schedule(as_graph(graph), k, optimal)
+    if spread_fan is not None and (not isinstance(spread_fan, int) or isinstance(spread_fan, bool) or spread_fan < 1):
+        raise ValueError(f"spread_fan must be a positive integer, got {spread_fan!r}")
+    return _core.forest_schedule(as_graph(graph), k, optimal, spread_fan)
 
 
 def _schedule(s) -> ForestSchedule:

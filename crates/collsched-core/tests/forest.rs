@@ -1,6 +1,6 @@
 //! ForestColl core: paper numbers, brute-force agreement, schedule invariants, plans.
 use collsched_core::forest::optimal::brute_force_inv_x;
-use collsched_core::forest::{self, fixed_k_scale, optimal, schedule, ForestSchedule, KChoice, Ratio};
+use collsched_core::forest::{self, fixed_k_scale, optimal, schedule, schedule_with, ForestOptions, ForestSchedule, KChoice, Ratio};
 use collsched_core::plan::{Buf, Collective, Op, Plan};
 use collsched_core::topology::graph::{Graph, GraphBuilder, NodeKind};
 use proptest::prelude::*;
@@ -101,7 +101,7 @@ proptest! {
         let out: u128 = g.links.iter().filter(|l| inside[l.src as usize] && !inside[l.dst as usize]).map(|l| l.bw as u128).sum();
         prop_assert_eq!(Ratio::new(n_in, out), brute);
         prop_assert_eq!(opt.tree_bw.mul_int(opt.k as u128), opt.x);
-        let s = schedule(&g, KChoice::Optimal).unwrap();
+        let s = schedule_with(&g, KChoice::Optimal, &ForestOptions { spread_fan: if bidir { 1 } else { 8 } }).unwrap();
         s.check().map_err(|e| TestCaseError::fail(e.to_string()))?;
         prop_assert_eq!(s.k, opt.k);
         // Throughput equals the brute-force bottleneck bound: N / (1/x*).
@@ -244,7 +244,9 @@ fn generation_trend() {
     let specs = std::env::var("FOREST_SPECS").unwrap_or_else(|_| "a100:2,mi250:2,a100:8,a100:16".into());
     for spec in specs.split(',') {
         let t = std::time::Instant::now();
-        let s = schedule(&Graph::parse_preset(spec).unwrap(), KChoice::Auto).unwrap();
+        let g = Graph::parse_preset(spec).unwrap();
+        let fan = std::env::var("FOREST_FAN").ok().and_then(|v| v.parse().ok()).unwrap_or(ForestOptions::for_graph(&g).spread_fan);
+        let s = schedule_with(&g, KChoice::Auto, &ForestOptions { spread_fan: fan }).unwrap();
         let el = t.elapsed().as_secs_f64();
         s.check().unwrap();
         eprintln!("{spec}: {el:.3}s k={} trees={} depth={} algbw={:.2} opt={:.2} {:?}", s.k, s.trees.len(), s.max_depth(), s.algbw.to_f64() / 1e9, s.optimum.algbw.to_f64() / 1e9, s.stats);

@@ -212,10 +212,11 @@ impl PySchedule {
 }
 
 /// `k=None`: automatic (optimal k if < 10, else the best k in 1..9); `optimal=True`: the
-/// optimal k however large; else exactly `k` trees per root.
+/// optimal k however large; else exactly `k` trees per root. `spread_fan`: see
+/// `ForestOptions` (None: 8 up to 256 compute nodes, else 1).
 #[pyfunction]
-#[pyo3(signature = (graph, k = None, optimal = false))]
-fn forest_schedule(py: Python<'_>, graph: &PyGraph, k: Option<u64>, optimal: bool) -> PyResult<PySchedule> {
+#[pyo3(signature = (graph, k = None, optimal = false, spread_fan = None))]
+fn forest_schedule(py: Python<'_>, graph: &PyGraph, k: Option<u64>, optimal: bool, spread_fan: Option<u64>) -> PyResult<PySchedule> {
     let choice = match (k, optimal) {
         (Some(_), true) => return Err(pyo3::exceptions::PyValueError::new_err("give either k or optimal=True, not both")),
         (Some(k), false) => KChoice::Fixed(k),
@@ -223,7 +224,14 @@ fn forest_schedule(py: Python<'_>, graph: &PyGraph, k: Option<u64>, optimal: boo
         (None, false) => KChoice::Auto,
     };
     let g = graph.inner.clone();
-    let s = py.allow_threads(move || guarded(|| forest::schedule(&g, choice)))?;
+    let mut opts = forest::ForestOptions::for_graph(&g);
+    if let Some(f) = spread_fan {
+        if f == 0 {
+            return Err(pyo3::exceptions::PyValueError::new_err("spread_fan must be at least 1"));
+        }
+        opts.spread_fan = f;
+    }
+    let s = py.allow_threads(move || guarded(|| forest::schedule_with(&g, choice, &opts)))?;
     Ok(PySchedule { inner: s })
 }
 

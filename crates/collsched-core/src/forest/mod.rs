@@ -17,4 +17,4 @@ pub use fixed_k::fixed_k_scale;
 pub use optimal::{optimal, Optimum};
 pub use plan::{plan_allgather, plan_allreduce, plan_reduce_scatter, predicted_time, predicted_time_chunks};
 pub use ratio::Ratio;
-pub use schedule::{schedule, ForestSchedule, ForestTree, KChoice, TreeEdge};
+pub use schedule::{schedule, schedule_with, ForestOptions, ForestSchedule, ForestTree, KChoice, TreeEdge};

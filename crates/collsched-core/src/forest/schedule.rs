@@ -23,6 +23,23 @@ pub enum KChoice {
     Fixed(u64),
 }
 
+/// Knobs of schedule generation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ForestOptions {
+    /// Edge splitting first spreads each egress of a small switch (<= 16 ports, e.g. an
+    /// NVSwitch) over up to this many partners, so the compute-only graph is dense inside a
+    /// box and trees come out shallower (fewer pipeline steps). 1 = plain Algorithm 3 (one
+    /// partner per egress, fastest). Costs generation time on large graphs.
+    pub spread_fan: u64,
+}
+
+impl ForestOptions {
+    /// Spreading on (fan 8) up to 256 compute nodes, off above (generation time first).
+    pub fn for_graph(g: &Graph) -> ForestOptions {
+        ForestOptions { spread_fan: if g.num_compute() <= 256 { 8 } else { 1 } }
+    }
+}
+
 /// Largest k that `Auto` uses without scanning.
 pub const AUTO_MAX_K: u64 = 9;
 
@@ -71,8 +88,13 @@ pub struct ForestSchedule {
     pub stats: ScheduleStats,
 }
 
-/// Build a schedule for `g`.
+/// Build a schedule for `g` with the default options for its size.
 pub fn schedule(g: &Graph, choice: KChoice) -> Result<ForestSchedule> {
+    schedule_with(g, choice, &ForestOptions::for_graph(g))
+}
+
+/// Build a schedule for `g`.
+pub fn schedule_with(g: &Graph, choice: KChoice, opts: &ForestOptions) -> Result<ForestSchedule> {
     let t0 = Instant::now();
     let opt = optimal(g)?;
     let mut stats = ScheduleStats { optimal_s: t0.elapsed().as_secs_f64(), ..Default::default() };
@@ -123,7 +145,7 @@ pub fn schedule(g: &Graph, choice: KChoice) -> Result<ForestSchedule> {
     let compute: Vec<bool> = (0..n as u32).map(|v| g.is_compute(v)).collect();
     let t2 = Instant::now();
     let boxes: Vec<Option<u32>> = g.nodes.iter().map(|nd| nd.box_id).collect();
-    let split = remove_switches(n, &compute, &boxes, &scaled, k)?;
+    let split = remove_switches(n, &compute, &boxes, &scaled, k, opts.spread_fan)?;
     stats.removal_s = t2.elapsed().as_secs_f64();
     stats.splits = split.splits;
     stats.gammas = split.gammas;

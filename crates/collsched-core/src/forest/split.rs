@@ -38,6 +38,7 @@ pub struct SplitResult {
 
 struct Splitter {
     n: usize,
+    spread_fan: u64,
     boxes: Vec<Option<u32>>,
     compute: Vec<bool>,
     comp: Vec<u32>,
@@ -51,8 +52,6 @@ struct Splitter {
     splits: u64,
 }
 
-/// How many partners a switch's egress capacity towards one node is first spread over.
-const SPREAD_FAN: u64 = 8;
 /// Switches with more in-neighbours than this are split without spreading.
 const SPREAD_MAX_PORTS: usize = 16;
 
@@ -196,11 +195,11 @@ impl Splitter {
             // (spreads pairs so the logical graph looks like an expander: shallow trees).
             let mix = |u: u32| (u as u64 ^ 0x9e37_79b9).wrapping_mul(0x2545_f491_4f6c_dd1d).wrapping_add((t as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)) >> 20;
             ins.sort_by_key(|&u| (u == t, bx(u).is_some() && bx(u) == bx(t) && bx(w) != bx(t), mix(u), u));
-            // First pass: spread t's capacity over up to SPREAD_FAN partners when w is a small
+            // First pass: spread t's capacity over up to `spread_fan` partners when w is a small
             // switch (inside a box: a complete logical graph there keeps trees shallow; a
             // network switch with hundreds of ports would cost too many γ), then split fully.
             let eligible = ins.iter().filter(|&&u| u != t).count().max(1) as u64;
-            let fan = if ins.len() <= SPREAD_MAX_PORTS { eligible.min(SPREAD_FAN) } else { 1 };
+            let fan = if ins.len() <= SPREAD_MAX_PORTS { eligible.min(self.spread_fan.max(1)) } else { 1 };
             let quota = self.cap(w, t).div_ceil(fan);
             for pass_limit in [quota, u64::MAX] {
                 for &u in &ins {
@@ -275,10 +274,12 @@ fn join(a: Vec<Segment>, b: Vec<Segment>) -> Vec<Segment> {
 
 /// Remove every switch node of the scaled graph (`edges`: (src, dst, trees it can carry)).
 /// `boxes[v]` is node v's server (pairing prefers routes that stay consistent with boxes).
-pub fn remove_switches(n: usize, compute: &[bool], boxes: &[Option<u32>], edges: &[(u32, u32, u64)], k: u64) -> Result<SplitResult> {
+/// `spread_fan` > 1 first spreads each egress of a small switch over that many partners.
+pub fn remove_switches(n: usize, compute: &[bool], boxes: &[Option<u32>], edges: &[(u32, u32, u64)], k: u64, spread_fan: u64) -> Result<SplitResult> {
     let comp: Vec<u32> = (0..n as u32).filter(|&v| compute[v as usize]).collect();
     let mut sp = Splitter {
         n,
+        spread_fan,
         boxes: boxes.to_vec(),
         compute: compute.to_vec(),
         nk: comp.len() as u64 * k,
