@@ -104,21 +104,31 @@ impl<'a> Emitter<'a> {
     #[allow(clippy::too_many_arguments)]
     fn broadcast(&mut self, tree: &ForestTree, chunks: &[(u64, u64)], root_buf: Buf, root_off: i128, dst_base: u64, step0: &[u32], ready: &[Vec<usize>]) {
         let depth = self.s.depths(tree);
+        // The previous chunk's transfer on each tree edge: chunks of one edge form a stream
+        // (chunk c waits for chunk c-1), so an edge carries one chunk at a time and a link's
+        // fair share goes to streams, as the trees' rates assume, not to whoever queued most.
+        let mut prev_on_edge: Vec<Option<usize>> = vec![None; tree.edges.len()];
         for (c, &(off, len)) in chunks.iter().enumerate() {
             if len == 0 {
                 continue;
             }
             let mut delivered: Vec<Option<usize>> = vec![None; self.s.ranks.len()];
-            for e in &tree.edges {
-                let (src_buf, src_off, deps) = if e.src == tree.root {
+            for (ei, e) in tree.edges.iter().enumerate() {
+                let (src_buf, src_off, mut deps) = if e.src == tree.root {
                     ((root_buf), (off as i128 + root_off) as u64, ready[c].clone())
                 } else {
                     (Buf::Output, dst_base + off, vec![delivered[e.src as usize].expect("parent first")])
                 };
+                deps.extend(prev_on_edge[ei]);
                 let tier = self.tier_of(e.src, e.dst, &e.path);
-                let step = step0[c] + c as u32 + depth[e.dst as usize];
+                let mut step = step0[c] + c as u32 + depth[e.dst as usize];
+                for &d in &deps {
+                    step = step.max(self.pending[d].0 + 1);
+                }
                 let seg = Segment { src_buf, src_off, dst_buf: Buf::Output, dst_off: dst_base + off, len };
-                delivered[e.dst as usize] = Some(self.push(step, e.src, e.dst, Op::Copy, tier, seg, deps));
+                let id = self.push(step, e.src, e.dst, Op::Copy, tier, seg, deps);
+                delivered[e.dst as usize] = Some(id);
+                prev_on_edge[ei] = Some(id);
             }
         }
     }
@@ -153,6 +163,7 @@ impl<'a> Emitter<'a> {
         }
         let first_off = chunks.first().map(|c| c.0).unwrap_or(0);
         let mut done = Vec::new();
+        let mut prev_send: Vec<Option<usize>> = vec![None; tree.edges.len()];
         for (c, &(off, len)) in chunks.iter().enumerate() {
             if len == 0 {
                 done.push(Vec::new());
@@ -177,8 +188,14 @@ impl<'a> Emitter<'a> {
                 rpath.reverse();
                 let tier = self.tier_of(e.dst, e.src, &rpath);
                 let ready = last[q];
-                let send_step = ready.map_or(c as u32, |t| self.pending[t].0) + 1;
-                let send = self.push(send_step, q as u32, p as u32, Op::Copy, tier, Segment { src_buf, src_off, dst_buf: Buf::Scratch, dst_off: slot[i] + rel, len }, ready.into_iter().collect());
+                let mut send_step = ready.map_or(c as u32, |t| self.pending[t].0) + 1;
+                let mut deps: Vec<usize> = ready.into_iter().collect();
+                if let Some(prev) = prev_send[i] {
+                    send_step = send_step.max(self.pending[prev].0 + 1);
+                    deps.push(prev);
+                }
+                let send = self.push(send_step, q as u32, p as u32, Op::Copy, tier, Segment { src_buf, src_off, dst_buf: Buf::Scratch, dst_off: slot[i] + rel, len }, deps);
+                prev_send[i] = Some(send);
                 let prev = last[p].expect("a parent has an accumulator");
                 let (b, o) = acc_at(p);
                 let step = send_step.max(self.pending[prev].0) + 1;
