@@ -191,10 +191,10 @@ impl Splitter {
             let mut ins = self.ins(w);
             // Prefer u != t (u -> w -> u only makes a useless self-loop), then u in another box
             // than t when w is outside t's box (a same-box pair through a network switch would
-            // spend scale-out bandwidth on scale-up traffic), then a fixed pseudo-random order
-            // (spreads pairs so the logical graph looks like an expander: shallow trees).
-            let mix = |u: u32| (u as u64 ^ 0x9e37_79b9).wrapping_mul(0x2545_f491_4f6c_dd1d).wrapping_add((t as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)) >> 20;
-            ins.sort_by_key(|&u| (u == t, bx(u).is_some() && bx(u) == bx(t) && bx(w) != bx(t), mix(u), u));
+            // spend scale-out bandwidth on scale-up traffic), then the nodes after t in id order
+            // (a rotation: node t's partners differ from node t+1's).
+            let n = self.n as u32;
+            ins.sort_by_key(|&u| (u == t, bx(u).is_some() && bx(u) == bx(t) && bx(w) != bx(t), (u + n - t) % n));
             // First pass: spread t's capacity over up to `spread_fan` partners when w is a small
             // switch (inside a box: a complete logical graph there keeps trees shallow; a
             // network switch with hundreds of ports would cost too many γ), then split fully.
