@@ -64,9 +64,11 @@ fn time_one(f: &dyn Fn() -> u64, reps: u32) -> (u64, f64) {
     (v, t.elapsed().as_secs_f64() / reps as f64)
 }
 
+type Case = (usize, Vec<(u32, u32, u64)>, u32, u32);
+
 fn main() {
     println!("{:<10} {:>6} {:>7} {:>14} {:>14} {:>14} {:>9} {:>9}", "graph", "nodes", "edges", "dinic_us", "pathfind_EK_us", "own_EK_us", "vs_pf", "vs_ownEK");
-    let cases: Vec<(String, (usize, Vec<(u32, u32, u64)>, u32, u32))> = ["a100:2", "mi250:2", "a100:8", "mi250:8", "a100:32", "a100:128"]
+    let cases: Vec<(String, Case)> = ["a100:2", "mi250:2", "a100:8", "mi250:8", "a100:32", "a100:128"]
         .iter()
         .map(|s| (s.to_string(), aux_network(s)))
         .chain([("rand300".to_string(), random_network(300, 3000, 1)), ("rand2000".to_string(), random_network(2000, 20000, 2))])

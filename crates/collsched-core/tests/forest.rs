@@ -219,8 +219,8 @@ fn execute_and_check(p: &Plan) -> Result<(), String> {
             }
         }
     }
-    for r in 0..n {
-        let out = &bufs[r][Buf::Output as usize];
+    for (r, b) in bufs.iter().enumerate() {
+        let out = &b[Buf::Output as usize];
         for (i, cell) in out.iter().enumerate() {
             let i = i as u64;
             let want = match &p.collective {

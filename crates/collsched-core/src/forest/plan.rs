@@ -64,10 +64,12 @@ fn tree_parts(s: &ForestSchedule, root: u32, total: u64) -> Vec<(usize, u64, u64
         .collect()
 }
 
+/// A transfer before ids are final: (step, src, dst, op, tier, segment, deps as pending indices).
+type Pending = (u32, u32, u32, Op, Tier, Segment, Vec<usize>);
+
 struct Emitter<'a> {
     s: &'a ForestSchedule,
-    /// Pending transfers: (step, src, dst, op, tier, segment, deps as pending indices).
-    pending: Vec<(u32, u32, u32, Op, Tier, Segment, Vec<usize>)>,
+    pending: Vec<Pending>,
     tiers_agree: bool,
     gpus: u32,
 }
@@ -82,14 +84,15 @@ impl<'a> Emitter<'a> {
         let nodes = &self.s.graph.nodes;
         let home = nodes[path[0] as usize].box_id;
         let t = if home.is_some() && path.iter().all(|&v| nodes[v as usize].box_id == home) { Tier::ScaleUp } else { Tier::ScaleOut };
-        if self.gpus > 0 {
-            let by_server = if src / self.gpus == dst / self.gpus { Tier::ScaleUp } else { Tier::ScaleOut };
+        if let (Some(a), Some(b)) = (src.checked_div(self.gpus), dst.checked_div(self.gpus)) {
+            let by_server = if a == b { Tier::ScaleUp } else { Tier::ScaleOut };
             if by_server != t {
                 self.tiers_agree = false;
             }
         }
         t
     }
+    #[allow(clippy::too_many_arguments)]
     fn push(&mut self, step: u32, src: u32, dst: u32, op: Op, tier: Tier, seg: Segment, deps: Vec<usize>) -> usize {
         self.pending.push((step, src, dst, op, tier, seg, deps));
         self.pending.len() - 1
@@ -280,7 +283,7 @@ fn elems(bytes: u64, elem_bytes: u32, what: &str) -> Result<u64> {
     if elem_bytes == 0 {
         return invalid!("elem_bytes must be positive");
     }
-    if bytes % elem_bytes as u64 != 0 {
+    if !bytes.is_multiple_of(elem_bytes as u64) {
         return invalid!("{what} ({bytes} bytes) is not a multiple of elem_bytes ({elem_bytes})");
     }
     Ok(bytes / elem_bytes as u64)

@@ -111,7 +111,7 @@ pub fn schedule_with(g: &Graph, choice: KChoice, opts: &ForestOptions) -> Result
             for k in 1..=AUTO_MAX_K {
                 let u = fixed_k_scale(g, k)?;
                 let tput = Ratio::int(k as u128).div(&u);
-                if best.as_ref().map_or(true, |b| tput > b.2) {
+                if best.as_ref().is_none_or(|b| tput > b.2) {
                     best = Some((k, u, tput));
                 }
             }

@@ -8,13 +8,13 @@
 //! families, each computed as min over compute v of a max-flow in D̂_{(u,w),v} / D̂_{(w,t),v}.
 //!
 //! Three shortcuts avoid most of those N max-flows, each exact:
-//! 1. a local bound: for S with u,t ∈ S, w ∉ S, sur(S) >= sur(S + w) + c(S, w) − c(w, S̄ − w)
-//!    >= c(u,w) + c(t,w) − (out(w) − c(w,t) − c(w,u)) (w is a switch, so S + w is a valid cut);
-//!    symmetrically for the other family. If the bound already covers min(c(u,w), c(w,t)),
-//!    no flow is needed.
-//! 2. one flow without the "some compute node outside" condition: a lower bound for every v;
-//!    if it covers the amount, done; if its largest sink side holds a compute node, it is exact.
-//! 3. otherwise the per-v flows, each stopped at the amount that would suffice.
+//! * A local bound: for S with u,t ∈ S, w ∉ S, sur(S) is at least
+//!   sur(S + w) + c(S, w) − c(w, S̄ − w), so at least c(u,w) + c(t,w) − (out(w) − c(w,t) −
+//!   c(w,u)) (w is a switch, so S + w is a valid cut); symmetrically for the other family.
+//!   If it covers min(c(u,w), c(w,t)), no flow is needed.
+//! * One flow without the "some compute node outside" condition: a lower bound for every v;
+//!   if it covers the amount, done; if its largest sink side holds a compute node, it is exact.
+//! * Otherwise the per-v flows, each augmenting the shared flow only as far as needed.
 //!
 //! Every split records which physical path the new logical capacity stands for, so trees on
 //! the compute-only graph map back to routes through switches (`segments`).

@@ -245,7 +245,7 @@ impl Graph {
         }
         // Eulerian + weakly connected => strongly connected; check compute nodes share one component.
         let mut parent: Vec<usize> = (0..n).collect();
-        fn find(p: &mut Vec<usize>, mut x: usize) -> usize {
+        fn find(p: &mut [usize], mut x: usize) -> usize {
             while p[x] != x {
                 p[x] = p[p[x]];
                 x = p[x];
@@ -314,7 +314,7 @@ impl Graph {
             return 0;
         }
         let first = boxes.iter().take_while(|&&b| b == boxes[0]).count();
-        if first == 0 || comp.len() % first != 0 {
+        if first == 0 || !comp.len().is_multiple_of(first) {
             return 0;
         }
         for (r, b) in boxes.iter().enumerate() {
