@@ -26,7 +26,7 @@ pub enum KChoice {
 /// Knobs of schedule generation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ForestOptions {
-    /// Edge splitting first spreads each egress of a small switch (<= 16 ports, e.g. an
+    /// Edge splitting first spreads each egress of a small in-box switch (<= 16 ports, e.g. an
     /// NVSwitch) over up to this many partners, so the compute-only graph is dense inside a
     /// box and trees come out shallower (fewer pipeline steps). 1 = plain Algorithm 3 (one
     /// partner per egress, fastest). Costs generation time on large graphs.

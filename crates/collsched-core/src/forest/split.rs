@@ -196,10 +196,11 @@ impl Splitter {
             let n = self.n as u32;
             ins.sort_by_key(|&u| (u == t, bx(u).is_some() && bx(u) == bx(t) && bx(w) != bx(t), (u + n - t) % n));
             // First pass: spread t's capacity over up to `spread_fan` partners when w is a small
-            // switch (inside a box: a complete logical graph there keeps trees shallow; a
-            // network switch with hundreds of ports would cost too many γ), then split fully.
+            // switch inside a box (a complete logical graph there keeps trees shallow; network
+            // switches are left alone: many ports cost many γ, and partial splits there can
+            // leave only same-box partners at the end), then split fully.
             let eligible = ins.iter().filter(|&&u| u != t).count().max(1) as u64;
-            let fan = if ins.len() <= SPREAD_MAX_PORTS { eligible.min(self.spread_fan.max(1)) } else { 1 };
+            let fan = if bx(w).is_some() && ins.len() <= SPREAD_MAX_PORTS { eligible.min(self.spread_fan.max(1)) } else { 1 };
             let quota = self.cap(w, t).div_ceil(fan);
             for pass_limit in [quota, u64::MAX] {
                 for &u in &ins {
