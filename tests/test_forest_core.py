@@ -128,3 +128,28 @@ def test_optimum_matches_brute_force(g):
     forest.plan_allgather(s, 12, chunks=2).verify()
     forest.plan_allreduce(s, 64, elem_bytes=4, chunks=2).verify()
     assert s.predicted_time(10**9) >= float(10**9 / frac(opt["algbw_exact"])) * (1 - 1e-12)
+
+
+def test_cluster_graph_plans_simulate_near_the_bound():
+    from collsched import sim
+
+    s = forest.schedule("h200:2")
+    shard = (256 << 20) // s.num_ranks
+    p = forest.plan_allgather(s, shard, chunks=16)
+    p.verify()
+    assert p.gpus_per_server == 8  # every route's tier agrees with the cluster's servers
+    r = sim.simulate(p, "h200:2")
+    algbw = shard * s.num_ranks / r.time_s / 1e9
+    assert algbw <= s.algbw_gbps * 1.001  # the schedule's rate is the optimum: nothing beats it
+    assert algbw >= 0.6 * s.algbw_gbps, algbw
+
+
+def test_spread_fan_and_fixed_k_options():
+    a = forest.schedule("a100:2", spread_fan=1)
+    b = forest.schedule("a100:2", spread_fan=8)
+    a.check(), b.check()
+    assert a.algbw_exact == b.algbw_exact and b.max_depth <= a.max_depth
+    with pytest.raises(ValueError, match="spread_fan"):
+        forest.schedule("a100:2", spread_fan=0)
+    with pytest.raises(ValueError, match="either k or optimal"):
+        forest.schedule("a100:2", k=2, optimal=True)

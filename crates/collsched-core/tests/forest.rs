@@ -104,6 +104,7 @@ proptest! {
         let s = schedule_with(&g, KChoice::Optimal, &ForestOptions { spread_fan: if bidir { 1 } else { 8 } }).unwrap();
         s.check().map_err(|e| TestCaseError::fail(e.to_string()))?;
         prop_assert_eq!(s.k, opt.k);
+        independent_checks(&s).map_err(TestCaseError::fail)?;
         // Throughput equals the brute-force bottleneck bound: N / (1/x*).
         prop_assert_eq!(s.algbw, Ratio::int(g.num_compute() as u128).div(&brute));
         for p in [forest::plan_allgather(&s, 24, 3).unwrap(), forest::plan_reduce_scatter(&s, 24, 4, 2).unwrap(), forest::plan_allreduce(&s, 8 * 13, 8, 3).unwrap()] {
@@ -126,6 +127,56 @@ proptest! {
         prop_assert!(lhs <= rhs);
         if k == opt.k { prop_assert_eq!(s.algbw, opt.algbw); }
     }
+}
+
+/// The schedule invariants, recomputed here without `ForestSchedule::check`: every tree is an
+/// arborescence spanning all ranks along existing links through switches only, each root has
+/// k trees counted with multiplicity, and (without multicast) no link carries more than its
+/// capacity when each tree runs at `tree_bw`.
+fn independent_checks(s: &ForestSchedule) -> Result<(), String> {
+    let n = s.ranks.len();
+    let mut per_root = vec![0u64; n];
+    let mut load: std::collections::BTreeMap<(u32, u32), u128> = Default::default();
+    for t in &s.trees {
+        per_root[t.root as usize] += t.multiplicity;
+        let mut parent = vec![None; n];
+        for e in &t.edges {
+            if e.dst == t.root || parent[e.dst as usize].is_some() {
+                return Err(format!("rank {} entered twice in a tree of root {}", e.dst, t.root));
+            }
+            parent[e.dst as usize] = Some(e.src);
+            if e.path[0] != s.ranks[e.src as usize] || *e.path.last().unwrap() != s.ranks[e.dst as usize] {
+                return Err("route endpoints".into());
+            }
+            for (i, w) in e.path.windows(2).enumerate() {
+                if s.graph.capacity(w[0], w[1]) == 0 || (i > 0 && s.graph.is_compute(w[0])) {
+                    return Err("route uses a missing link or forwards through a GPU".into());
+                }
+                *load.entry((w[0], w[1])).or_default() += t.multiplicity as u128;
+            }
+        }
+        // Every rank reaches the root by parent pointers (spanning, acyclic).
+        for v in 0..n as u32 {
+            let (mut x, mut hops) = (v, 0);
+            while x != t.root {
+                x = parent[x as usize].ok_or(format!("rank {x} not in the tree of root {}", t.root))?;
+                hops += 1;
+                if hops > n {
+                    return Err("cycle".into());
+                }
+            }
+        }
+    }
+    if per_root.iter().any(|&c| c != s.k) {
+        return Err(format!("trees per root {per_root:?}, expected {}", s.k));
+    }
+    let multicast = s.graph.nodes.iter().any(|nd| nd.multicast);
+    for (&(a, b), &m) in &load {
+        if !multicast && s.tree_bw.mul_int(m) > Ratio::int(s.graph.capacity(a, b) as u128) {
+            return Err(format!("link {a}->{b} over capacity"));
+        }
+    }
+    Ok(())
 }
 
 #[test]
