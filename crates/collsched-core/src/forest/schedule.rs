@@ -88,6 +88,16 @@ pub struct ForestSchedule {
     pub stats: ScheduleStats,
 }
 
+fn rounded_is_eulerian(n: usize, links: &[(u32, u32, u64)], u: &Ratio) -> bool {
+    let mut bal = vec![0i128; n];
+    for &(a, b, c) in links {
+        let v = u.floor_mul(c as u128) as i128;
+        bal[a as usize] += v;
+        bal[b as usize] -= v;
+    }
+    bal.iter().all(|&x| x == 0)
+}
+
 /// Build a schedule for `g` with the default options for its size.
 pub fn schedule(g: &Graph, choice: KChoice) -> Result<ForestSchedule> {
     schedule_with(g, choice, &ForestOptions::for_graph(g))
@@ -107,16 +117,23 @@ pub fn schedule_with(g: &Graph, choice: KChoice, opts: &ForestOptions) -> Result
         KChoice::Fixed(k) if k == opt.k => (opt.k, Ratio::int(opt.scale as u128)),
         KChoice::Fixed(k) => (k, fixed_k_scale(g, k)?),
         KChoice::Auto => {
+            // Small k whose rounded capacities stay Eulerian (edge splitting needs it); the
+            // optimal k if none does.
             let mut best: Option<(u64, Ratio, Ratio)> = None; // (k, U, k/U)
             for k in 1..=AUTO_MAX_K {
                 let u = fixed_k_scale(g, k)?;
+                if !rounded_is_eulerian(g.num_nodes(), &links, &u) {
+                    continue;
+                }
                 let tput = Ratio::int(k as u128).div(&u);
                 if best.as_ref().is_none_or(|b| tput > b.2) {
                     best = Some((k, u, tput));
                 }
             }
-            let (k, u, _) = best.unwrap();
-            (k, u)
+            match best {
+                Some((k, u, _)) => (k, u),
+                None => (opt.k, Ratio::int(opt.scale as u128)),
+            }
         }
     };
     stats.fixed_k_s = t1.elapsed().as_secs_f64();
