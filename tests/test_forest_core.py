@@ -55,7 +55,9 @@ def test_schedule_trees_and_loads():
 
 def test_plans_verify_shape():
     s = forest.schedule("h100:2")
-    for p in (forest.plan_allgather(s, 1 << 16, chunks=4), forest.plan_reduce_scatter(s, 1 << 16), forest.plan_allreduce(s, 1 << 20)):
+    merged = forest.plan_allgather(s, 1 << 16, chunks=4)
+    assert merged.num_transfers < forest.plan_allgather(s, 1 << 16, chunks=4, merge=False).num_transfers
+    for p in (merged, forest.plan_reduce_scatter(s, 1 << 16), forest.plan_allreduce(s, 1 << 20, merge=False)):
         assert p.num_ranks == 16 and p.gpus_per_server == 8 and p.num_transfers > 0
         p.verify()
 
@@ -126,6 +128,7 @@ def test_optimum_matches_brute_force(g):
     s.check()
     assert s.algbw_exact == opt["algbw_exact"]
     forest.plan_allgather(s, 12, chunks=2).verify()
+    forest.plan_allgather(s, 12, chunks=2, merge=False).verify()
     forest.plan_allreduce(s, 64, elem_bytes=4, chunks=2).verify()
     assert s.predicted_time(10**9) >= float(10**9 / frac(opt["algbw_exact"])) * (1 - 1e-12)
 

@@ -75,17 +75,19 @@ def _schedule(s) -> ForestSchedule:
     return s if isinstance(s, ForestSchedule) else schedule(s)
 
 
-def plan_allgather(schedule, shard_bytes: int, chunks: int = 8) -> _core.Plan:
+def plan_allgather(schedule, shard_bytes: int, chunks: int = 8, merge: bool = True) -> _core.Plan:
     """Allgather plan: every rank contributes ``shard_bytes``; ranks are the graph's compute
-    nodes in order. ``schedule`` may also be a graph (the automatic schedule is built)."""
-    return _core.forest_plan_allgather(_schedule(schedule), int(shard_bytes), int(chunks))
+    nodes in order. ``schedule`` may also be a graph (the automatic schedule is built).
+    ``chunks``: pipeline chunks per tree; ``merge``: one multi-segment message per rank pair
+    and step instead of one per tree."""
+    return _core.forest_plan_allgather(_schedule(schedule), int(shard_bytes), int(chunks), bool(merge))
 
 
-def plan_reduce_scatter(schedule, shard_bytes: int, elem_bytes: int = 4, chunks: int = 8) -> _core.Plan:
+def plan_reduce_scatter(schedule, shard_bytes: int, elem_bytes: int = 4, chunks: int = 8, merge: bool = True) -> _core.Plan:
     """Reduce-scatter plan along the reversed trees: input ``ranks × shard_bytes``."""
-    return _core.forest_plan_reduce_scatter(_schedule(schedule), int(shard_bytes), int(elem_bytes), int(chunks))
+    return _core.forest_plan_reduce_scatter(_schedule(schedule), int(shard_bytes), int(elem_bytes), int(chunks), bool(merge))
 
 
-def plan_allreduce(schedule, bytes: int, elem_bytes: int = 4, chunks: int = 8) -> _core.Plan:
+def plan_allreduce(schedule, bytes: int, elem_bytes: int = 4, chunks: int = 8, merge: bool = True) -> _core.Plan:
     """Allreduce plan: reduce-scatter along the in-trees, then allgather along the out-trees."""
-    return _core.forest_plan_allreduce(_schedule(schedule), int(bytes), int(elem_bytes), int(chunks))
+    return _core.forest_plan_allreduce(_schedule(schedule), int(bytes), int(elem_bytes), int(chunks), bool(merge))

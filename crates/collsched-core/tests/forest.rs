@@ -111,7 +111,9 @@ proptest! {
         let auto = schedule(&g, KChoice::Auto).unwrap();
         independent_checks(&auto).map_err(TestCaseError::fail)?;
         prop_assert!(auto.algbw <= opt.algbw && (auto.k <= 9 || auto.k == opt.k));
-        for p in [forest::plan_allgather(&s, 24, 3).unwrap(), forest::plan_reduce_scatter(&s, 24, 4, 2).unwrap(), forest::plan_allreduce(&s, 8 * 13, 8, 3).unwrap()] {
+        let unmerged = forest::PlanOptions { chunks: 2, merge: false };
+        for p in [forest::plan_allgather(&s, 24, 3).unwrap(), forest::plan_reduce_scatter(&s, 24, 4, 2).unwrap(), forest::plan_allreduce(&s, 8 * 13, 8, 3).unwrap(),
+                  forest::plan_allgather_with(&s, 7, &unmerged).unwrap(), forest::plan_reduce_scatter_with(&s, 8, 2, &unmerged).unwrap(), forest::plan_allreduce_with(&s, 40, 4, &unmerged).unwrap()] {
             execute_and_check(&p).map_err(TestCaseError::fail)?;
         }
     }

@@ -236,23 +236,23 @@ fn forest_schedule(py: Python<'_>, graph: &PyGraph, k: Option<u64>, optimal: boo
 }
 
 #[pyfunction]
-#[pyo3(signature = (schedule, shard_bytes, chunks = 8))]
-fn forest_plan_allgather(py: Python<'_>, schedule: &PySchedule, shard_bytes: u64, chunks: u32) -> PyResult<PyPlan> {
-    let p = py.allow_threads(|| guarded(|| forest::plan_allgather(&schedule.inner, shard_bytes, chunks)))?;
+#[pyo3(signature = (schedule, shard_bytes, chunks = 8, merge = true))]
+fn forest_plan_allgather(py: Python<'_>, schedule: &PySchedule, shard_bytes: u64, chunks: u32, merge: bool) -> PyResult<PyPlan> {
+    let p = py.allow_threads(|| guarded(|| forest::plan_allgather_with(&schedule.inner, shard_bytes, &forest::PlanOptions { chunks, merge })))?;
     Ok(PyPlan { inner: p })
 }
 
 #[pyfunction]
-#[pyo3(signature = (schedule, shard_bytes, elem_bytes = 4, chunks = 8))]
-fn forest_plan_reduce_scatter(py: Python<'_>, schedule: &PySchedule, shard_bytes: u64, elem_bytes: u32, chunks: u32) -> PyResult<PyPlan> {
-    let p = py.allow_threads(|| guarded(|| forest::plan_reduce_scatter(&schedule.inner, shard_bytes, elem_bytes, chunks)))?;
+#[pyo3(signature = (schedule, shard_bytes, elem_bytes = 4, chunks = 8, merge = true))]
+fn forest_plan_reduce_scatter(py: Python<'_>, schedule: &PySchedule, shard_bytes: u64, elem_bytes: u32, chunks: u32, merge: bool) -> PyResult<PyPlan> {
+    let p = py.allow_threads(|| guarded(|| forest::plan_reduce_scatter_with(&schedule.inner, shard_bytes, elem_bytes, &forest::PlanOptions { chunks, merge })))?;
     Ok(PyPlan { inner: p })
 }
 
 #[pyfunction]
-#[pyo3(signature = (schedule, bytes, elem_bytes = 4, chunks = 8))]
-fn forest_plan_allreduce(py: Python<'_>, schedule: &PySchedule, bytes: u64, elem_bytes: u32, chunks: u32) -> PyResult<PyPlan> {
-    let p = py.allow_threads(|| guarded(|| forest::plan_allreduce(&schedule.inner, bytes, elem_bytes, chunks)))?;
+#[pyo3(signature = (schedule, bytes, elem_bytes = 4, chunks = 8, merge = true))]
+fn forest_plan_allreduce(py: Python<'_>, schedule: &PySchedule, bytes: u64, elem_bytes: u32, chunks: u32, merge: bool) -> PyResult<PyPlan> {
+    let p = py.allow_threads(|| guarded(|| forest::plan_allreduce_with(&schedule.inner, bytes, elem_bytes, &forest::PlanOptions { chunks, merge })))?;
     Ok(PyPlan { inner: p })
 }
 

@@ -15,6 +15,9 @@ pub mod split;
 
 pub use fixed_k::fixed_k_scale;
 pub use optimal::{optimal, Optimum};
-pub use plan::{plan_allgather, plan_allreduce, plan_reduce_scatter, predicted_time, predicted_time_chunks};
+pub use plan::{
+    plan_allgather, plan_allgather_with, plan_allreduce, plan_allreduce_with, plan_reduce_scatter, plan_reduce_scatter_with, predicted_time,
+    predicted_time_chunks, PlanOptions,
+};
 pub use ratio::Ratio;
 pub use schedule::{schedule, schedule_with, ForestOptions, ForestSchedule, ForestTree, KChoice, TreeEdge};
