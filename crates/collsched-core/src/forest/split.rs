@@ -304,12 +304,7 @@ pub fn remove_switches(n: usize, compute: &[bool], boxes: &[Option<u32>], edges:
         // Remove the switch with the fewest neighbours first (NICs before fabrics): cheap and short paths.
         let (i, _) = pending.iter().enumerate().min_by_key(|(_, &w)| (sp.distinct_neighbours(w), w)).unwrap();
         let w = pending.remove(i);
-        let (f0, g0, t0) = (sp.flows, sp.gammas, std::time::Instant::now());
-        let deg = sp.distinct_neighbours(w);
         sp.remove_switch(w)?;
-        if std::env::var_os("FOREST_DEBUG").is_some() {
-            eprintln!("switch {w}: {deg} neighbours, {} gammas, {} flows, {:.4}s", sp.gammas - g0, sp.flows - f0, t0.elapsed().as_secs_f64());
-        }
     }
     Ok(SplitResult { caps: sp.caps, segments: sp.segs, splits: sp.splits, gammas: sp.gammas, flows: sp.flows })
 }
