@@ -84,7 +84,7 @@ fn cycles_strategy() -> impl Strategy<Value = Vec<(Vec<usize>, u64)>> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
 
     #[test]
     fn optimum_matches_brute_force_and_schedule_is_valid(
