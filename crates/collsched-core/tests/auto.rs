@@ -1,13 +1,13 @@
 //! `auto`: the choice is the candidate with the smallest predicted time, ties go to
 //! the fixed candidate order, the plan is the winner's plan, and caching never changes
 //! a plan. (Accuracy against the simulator is in `auto_sim.rs`.)
-mod common;
+mod sabre_common;
 use collsched_core::algo::auto::{self, cost, CANDIDATES};
 use collsched_core::algo::plan_all_to_all;
 use collsched_core::plan::Options;
 use collsched_core::traffic::generators;
 use collsched_core::Cluster;
-use common::{check, cluster, opts, sparse_matrix};
+use sabre_common::{check, cluster, opts, sparse_matrix};
 
 fn predicted(p: &collsched_core::Plan, alg: &str) -> Option<u64> {
     p.meta.get(&format!("predicted_{alg}_ns")).map(|v| v.parse().unwrap())

@@ -3,7 +3,7 @@
 //! Generator shared with `auto_sim.rs`: a fixed, seeded set of small random cases
 //! (2–4 servers of 2–8 GPUs, switch and mesh fabrics, shared and dedicated NICs, uniform,
 //! Zipf, hot-receiver and sparse matrices, 64 KiB–64 MiB per GPU).
-mod common;
+mod sabre_common;
 use collsched_core::algo::auto::CANDIDATES;
 use collsched_core::algo::plan_all_to_all;
 use collsched_core::plan::Options;
@@ -11,7 +11,7 @@ use collsched_core::sim::{simulate, SimOptions};
 use collsched_core::traffic::generators::{self, Rng};
 use collsched_core::{Cluster, Traffic};
 #[allow(unused_imports)]
-use common::opts;
+use sabre_common::opts;
 
 const CASES: u64 = 240;
 

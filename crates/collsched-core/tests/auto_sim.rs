@@ -8,14 +8,14 @@
 //! algorithm. The closed-form cost model does not see every max-min sharing effect, so
 //! "within 2% in every case" does not hold: with all seven candidates 5 of these 240
 //! cases land at 2.2–4.4% (1.2% of 940 cases over this and two other seeds; docs/auto.md).
-mod common;
+mod sabre_common;
 use collsched_core::algo::auto::CANDIDATES;
 use collsched_core::algo::plan_all_to_all;
 use collsched_core::plan::Options;
 use collsched_core::sim::{simulate, SimOptions};
 use collsched_core::traffic::generators::{self, Rng};
 use collsched_core::{Cluster, Error, Traffic};
-use common::opts;
+use sabre_common::opts;
 
 const CASES: u64 = 240;
 

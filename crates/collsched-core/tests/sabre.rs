@@ -1,13 +1,13 @@
 //! SABRE's algorithms and selector: every plan is executed byte by byte (in step
 //! order and in a random order that respects only the dependencies) and checked by
 //! the verifier; balancing and selection properties are asserted on top.
-mod common;
+mod sabre_common;
 use collsched_core::algo::plan_all_to_all;
 use collsched_core::plan::{Options, Plan};
 use collsched_core::traffic::generators;
 use collsched_core::traffic::stats;
 use collsched_core::{Cluster, Tier, Traffic};
-use common::{check, cluster, opts, sparse_matrix};
+use sabre_common::{check, cluster, opts, sparse_matrix};
 use proptest::prelude::*;
 
 /// SABRE's dependent transfers read what their deps delivered: strictly later steps.
