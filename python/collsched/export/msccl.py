@@ -51,7 +51,7 @@ def _plan_dict(plan) -> dict:
 def _sizes(collective: dict, rank: int) -> tuple[int, int]:
     """(input bytes, output bytes) of `rank` for the plan's collective."""
     kind = collective["kind"]
-    n = collective["ranks"] if "ranks" in collective else None
+    n = collective.get("ranks")
     if kind == "all_gather":
         return collective["shard_bytes"], n * collective["shard_bytes"]
     if kind == "reduce_scatter":
@@ -276,10 +276,10 @@ def to_xml(plan, name: str | None = None, channels: int | None = None, proto: st
         raise ValueError(f"proto must be one of {', '.join(R.PROTOCOLS)}, got {proto!r}")
     if channels is not None and not 1 <= channels <= R.EXPORT_CHANNELS:
         raise ValueError(f"channels must be between 1 and {R.EXPORT_CHANNELS}, got {channels}")
+    _sizes(p["collective"], 0)  # rejects unsupported collectives early
     name = name or f"collsched_{p['algorithm']}_{R.COLL_NAME.get(p['collective']['kind'], 'x')}_{p['collective']['ranks']}"
     if not re.fullmatch(r"[A-Za-z0-9_.:+-]{1,%d}" % R.MAX_STR_LEN, name):
         raise ValueError(f"algorithm name {name!r} must be 1-{R.MAX_STR_LEN} characters of letters, digits and _.:+-")
-    _sizes(p["collective"], 0)  # rejects unsupported collectives early
     ex = _Exporter(p, channels)
     ex.run()
     ex.check_limits()
