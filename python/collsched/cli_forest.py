@@ -1,8 +1,243 @@
-"""CLI commands of one area (being built)."""
+"""``collsched forest``: ForestColl's optimum and trees for a topology, with
+MSCCL XML export and a drawing of one tree."""
 from __future__ import annotations
+
+import json
+from fractions import Fraction
+from pathlib import Path
+from typing import Optional
 
 import typer
 
+COLLECTIVES = ("allgather", "reduce_scatter", "allreduce")
+# Size the exported XML is planned for: the XML is size-independent (the runtime
+# divides the user's buffer into nchunksperloop chunks), so any size whose pieces
+# are whole chunks will do. 2^20 elements per shard divides evenly for every k.
+XML_SHARD_ELEMS = 1 << 20
+
+
+def _gbps(bytes_per_s) -> float:
+    return float(bytes_per_s) / 1e9
+
+
+def _exact(value) -> str:
+    if isinstance(value, str):
+        return value
+    f = Fraction(value).limit_denominator(1 << 40)
+    return f"{f.numerator}/{f.denominator}" if f.denominator != 1 else str(f.numerator)
+
+
+def _tree_dict(t) -> dict:
+    get = (lambda k: t[k]) if isinstance(t, dict) else (lambda k: getattr(t, k))
+    edges = []
+    for e in get("edges"):
+        u, v = e[0], e[1]
+        path = list(e[2]) if len(e) > 2 and e[2] is not None else []
+        edges.append({"from": u, "to": v, "path": path})
+    return {"root": get("root"), "multiplicity": int(get("multiplicity")), "edges": edges}
+
+
+def summary(topology: str, k: Optional[int]) -> tuple[dict, object, object]:
+    """The JSON summary for `topology`, plus the graph and schedule it came from."""
+    from collsched import forest
+    from collsched.collectives import _graph
+
+    graph = _graph(topology, 0)
+    opt = forest.optimal(graph)
+    sched = forest.schedule(graph, k=k) if k is not None else forest.schedule(graph)
+    tree_bw = opt.get("tree_bandwidth_gbps")
+    if tree_bw is None:
+        tree_bw = _gbps(opt["tree_bandwidth"])
+    algbw_exact = opt["algbw_exact"]
+    kk = getattr(sched, "k", None) or opt["k"]
+    out = {
+        "topology": topology,
+        "algbw_gbps": float(opt["algbw_gbps"]),
+        "algbw_exact": _exact(algbw_exact),
+        "k": int(kk),
+        "optimal_k": int(opt["k"]),
+        "tree_bandwidth_gbps": float(tree_bw),
+        "bottleneck_cut": [str(x) for x in opt["bottleneck_cut"]],
+        "trees": [_tree_dict(t) for t in sched.trees],
+        "generation_s": float(getattr(sched, "generation_s", opt.get("generation_s", 0.0))),
+    }
+    if getattr(sched, "algbw_gbps", None) is not None:
+        out["schedule_algbw_gbps"] = float(sched.algbw_gbps)
+    return out, graph, sched
+
+
+def export_xml(sched, collective: str, nranks: int, channels: Optional[int] = None) -> tuple[str, list[str]]:
+    """MSCCL XML of the schedule's `collective`, and the validator's verdict."""
+    from collsched import forest
+    from collsched.export.msccl import to_xml
+    from collsched.export.validate import validate_msccl_xml
+
+    elem = 1 if collective == "allgather" else 4
+    nbytes = XML_SHARD_ELEMS * elem * (nranks if collective == "allreduce" else 1)
+    fn = {"allgather": forest.plan_allgather, "reduce_scatter": forest.plan_reduce_scatter, "allreduce": forest.plan_allreduce}[collective]
+    plan = fn(sched, nbytes, 1)
+    xml = to_xml(plan, name=f"forestcoll_{collective}_{nranks}", channels=channels)
+    return xml, validate_msccl_xml(xml)
+
+
+def _print_summary(s: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console()
+    con.print(f"[bold]ForestColl[/bold] on [cyan]{s['topology']}[/cyan]")
+    con.print(f"  optimal allgather algbw: [bold green]{s['algbw_gbps']:.3f} GB/s[/bold green] (exact {s['algbw_exact']} GB/s)")
+    con.print(f"  trees per root k = {s['k']} (optimal k = {s['optimal_k']}), bandwidth per tree {s['tree_bandwidth_gbps']:.3f} GB/s")
+    cut = s["bottleneck_cut"]
+    con.print(f"  bottleneck cut ({len(cut)} nodes): {', '.join(cut[:16])}{' ...' if len(cut) > 16 else ''}")
+    con.print(f"  generation time: {s['generation_s'] * 1e3:.1f} ms")
+    t = Table(title=f"{len(s['trees'])} trees")
+    for col in ("root", "multiplicity", "edges", "depth"):
+        t.add_column(col, justify="right")
+    for tr in s["trees"][:24]:
+        t.add_row(str(tr["root"]), str(tr["multiplicity"]), str(len(tr["edges"])), str(_depth(tr)))
+    con.print(t)
+    if len(s["trees"]) > 24:
+        con.print(f"  ... {len(s['trees']) - 24} more (use --json)")
+
+
+def _depth(tree: dict) -> int:
+    parent = {e["to"]: e["from"] for e in tree["edges"]}
+    best = 0
+    for v in parent:
+        d, x, seen = 0, v, set()
+        while x in parent and x not in seen:
+            seen.add(x)
+            x = parent[x]
+            d += 1
+        best = max(best, d)
+    return best
+
+
+def _rank(node, names: dict) -> Optional[int]:
+    if isinstance(node, int):
+        return node
+    if node in names:
+        return names[node]
+    digits = "".join(ch for ch in str(node) if ch.isdigit())
+    return int(digits) if digits and str(node)[:1].lower() in ("g", "c", "r") else None
+
+
+def _adjacent(cluster, a: int, b: int) -> bool:
+    """Whether local GPUs a and b share a scale-up link (a switch counts as all pairs)."""
+    g = cluster.gpus_per_server
+    fabric = cluster.fabric
+    if fabric == "ring":
+        return (a + 1) % g == b or (b + 1) % g == a
+    if fabric == "cubemesh":
+        return a // 4 == b // 4 or a ^ 4 == b
+    return True
+
+
+def _num_ranks(topology: str, graph) -> int:
+    from collsched import _core
+
+    try:
+        return _core.Cluster.parse(topology).num_gpus
+    except ValueError:
+        for attr in ("num_compute", "num_gpus", "num_ranks"):
+            v = getattr(graph, attr, None)
+            if v is not None:
+                return int(v() if callable(v) else v)
+        raise ValueError(f"cannot tell how many GPUs topology {topology!r} has")
+
+
+def draw_tree(s: dict, tree_index: int, path: Path, cluster) -> None:
+    """Draw one tree over the topology: GPUs laid out per box, scale-up links
+    faint, the tree's edges as arrows (inter-box ones in a second colour), root ringed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
+
+    if not 0 <= tree_index < len(s["trees"]):
+        raise ValueError(f"tree index {tree_index} out of range (0..{len(s['trees']) - 1})")
+    tree = s["trees"][tree_index]
+    servers, gps = cluster.servers, cluster.gpus_per_server
+    cols = min(gps, 4)
+    rows = (gps + cols - 1) // cols
+    box_w, box_h, gap = cols * 1.2 + 0.6, rows * 1.2 + 0.8, 1.2
+    pos = {}
+    for r in range(servers * gps):
+        b, g = divmod(r, gps)
+        pos[r] = (b * (box_w + gap) + 0.6 + (g % cols) * 1.2, 0.5 + (rows - 1 - g // cols) * 1.2)
+    fig, ax = plt.subplots(figsize=(max(6, servers * (box_w + gap) * 0.9), max(3.5, box_h * 1.1)))
+    for b in range(servers):
+        ax.add_patch(FancyBboxPatch((b * (box_w + gap), -0.1), box_w, box_h, boxstyle="round,pad=0.05", fc="#f4f4f8", ec="#888"))
+        ax.text(b * (box_w + gap) + box_w / 2, box_h - 0.25, f"box {b}", ha="center", fontsize=10, color="#444")
+        for g1 in range(gps):
+            for g2 in range(g1 + 1, gps):
+                if not _adjacent(cluster, g1, g2):
+                    continue
+                a, c = pos[b * gps + g1], pos[b * gps + g2]
+                ax.plot([a[0], c[0]], [a[1], c[1]], color="#ddd", lw=0.6, zorder=1)
+    names = {}
+    root = _rank(tree["root"], names)
+    for e in tree["edges"]:
+        u, v = _rank(e["from"], names), _rank(e["to"], names)
+        if u is None or v is None or u not in pos or v not in pos:
+            continue
+        cross = u // gps != v // gps
+        ax.add_patch(FancyArrowPatch(pos[u], pos[v], arrowstyle="-|>", mutation_scale=14, lw=2.2 if cross else 1.8,
+                                     color="#d1495b" if cross else "#2e86ab", connectionstyle="arc3,rad=0.12", zorder=3,
+                                     shrinkA=11, shrinkB=11))
+    for r, (x, y) in pos.items():
+        ax.scatter([x], [y], s=420, c="#ffd166" if r == root else "white", edgecolors="#222", linewidths=2.5 if r == root else 1.2, zorder=4)
+        ax.text(x, y, str(r), ha="center", va="center", fontsize=9, zorder=5)
+    ax.set_title(f"{s['topology']}: tree {tree_index} rooted at GPU {tree['root']} (×{tree['multiplicity']}), "
+                 f"k={s['k']}, optimum {s['algbw_gbps']:.2f} GB/s\nblue: intra-box edge, red: inter-box edge", fontsize=10)
+    ax.set_aspect("equal")
+    ax.axis("off")
+    ax.autoscale_view()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
 
 def register(app: typer.Typer) -> None:
-    pass
+    @app.command("forest")
+    def forest_cmd(
+        topology: str = typer.Option(..., "--topology", "-t", help="topology: a preset such as mi250:2, a100:2, h100:4 (or any cluster spec)"),
+        k: Optional[int] = typer.Option(None, "--k", min=1, help="trees per root (default: the optimal k)"),
+        collective: str = typer.Option("allgather", "--collective", "-c", help="allgather, reduce_scatter or allreduce (for --xml)"),
+        xml: Optional[Path] = typer.Option(None, "--xml", help="write the schedule as MSCCL XML to this file"),
+        channels: Optional[int] = typer.Option(None, "--channels", min=1, max=32, help="MSCCL channels for parallel trees (--xml)"),
+        as_json: bool = typer.Option(False, "--json", help="print the summary as JSON"),
+        draw: Optional[Path] = typer.Option(None, "--draw", help="draw one tree over the topology to this PNG"),
+        tree: int = typer.Option(0, "--tree", min=0, help="which tree --draw shows"),
+    ):
+        """ForestColl: optimal allgather bandwidth, bottleneck cut and spanning trees for a topology."""
+        if collective not in COLLECTIVES:
+            raise typer.BadParameter(f"--collective must be one of {', '.join(COLLECTIVES)}, got {collective!r}")
+        try:
+            s, graph, sched = summary(topology, k)
+            nranks = _num_ranks(topology, graph)
+            if xml is not None:
+                text, problems = export_xml(sched, collective, nranks, channels)
+                xml.write_text(text)
+                s["xml"] = {"path": str(xml), "collective": collective, "problems": problems}
+            if draw is not None:
+                from collsched import _core
+
+                draw_tree(s, tree, draw, _core.Cluster.parse(topology))
+                s["draw"] = str(draw)
+        except (ValueError, ImportError) as e:
+            typer.echo(f"error: {e}", err=True)
+            raise typer.Exit(2)
+        if as_json:
+            typer.echo(json.dumps(s, indent=2))
+        else:
+            _print_summary(s)
+            if xml is not None:
+                verdict = "valid" if not s["xml"]["problems"] else f"{len(s['xml']['problems'])} problems: {s['xml']['problems'][:3]}"
+                typer.echo(f"MSCCL XML ({collective}) written to {xml}: {verdict}")
+            if draw is not None:
+                typer.echo(f"tree {tree} drawn to {draw}")
+        if xml is not None and s["xml"]["problems"]:
+            raise typer.Exit(1)
