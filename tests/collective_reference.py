@@ -81,3 +81,62 @@ def verify_if_available(plan) -> None:
     except ValueError as e:
         if "not implemented" not in str(e):
             raise
+
+
+def torch_execute(plan, input, output, group=None, *, timeout=None):
+    """A minimal step-synchronous executor on torch.distributed point-to-point ops,
+    used by the Gloo tests until (and beside) collsched.comm.execute: per step,
+    senders snapshot their segments, receivers receive into temporaries, then
+    every transfer into this rank is applied in id order."""
+    import torch
+    import torch.distributed as dist
+
+    p = json.loads(plan.to_json())
+    me = dist.get_rank(group)
+    elem = p["collective"].get("elem_bytes", 1)
+    bufs = {
+        "input": input.view(-1).view(torch.uint8),
+        "output": output.view(-1).view(torch.uint8),
+        "scratch": torch.zeros(p["scratch_bytes"][me], dtype=torch.uint8),
+    }
+    dtype = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[elem]
+    if input.dtype.is_floating_point:
+        dtype = input.dtype
+    by_step: dict[int, list[int]] = {}
+    for i, t in enumerate(p["transfers"]):
+        if me in (t["src"], t["dst"]):
+            by_step.setdefault(t["step"], []).append(i)
+
+    def gather(t):
+        segs = p["segments"][t["seg_begin"] : t["seg_end"]]
+        return torch.cat([bufs[s["src_buf"]][s["src_off"] : s["src_off"] + s["len"]] for s in segs]).clone()
+
+    for step in sorted(by_step):
+        ids = by_step[step]
+        ops, incoming = [], {}
+        for i in ids:
+            t = p["transfers"][i]
+            if t["src"] == t["dst"]:
+                incoming[i] = gather(t)
+            elif t["src"] == me:
+                ops.append(dist.P2POp(dist.isend, gather(t), t["dst"], group, tag=i % (1 << 20)))
+            else:
+                n = sum(s["len"] for s in p["segments"][t["seg_begin"] : t["seg_end"]])
+                incoming[i] = torch.empty(n, dtype=torch.uint8)
+                ops.append(dist.P2POp(dist.irecv, incoming[i], t["src"], group, tag=i % (1 << 20)))
+        if ops:
+            for w in dist.batch_isend_irecv(ops):
+                w.wait()
+        for i in ids:
+            t = p["transfers"][i]
+            if t["dst"] != me:
+                continue
+            data, off = incoming[i], 0
+            for s in p["segments"][t["seg_begin"] : t["seg_end"]]:
+                dst = bufs[s["dst_buf"]][s["dst_off"] : s["dst_off"] + s["len"]]
+                piece = data[off : off + s["len"]]
+                off += s["len"]
+                if t["op"] == "copy":
+                    dst.copy_(piece)
+                else:
+                    dst.view(dtype).add_(piece.view(dtype))
