@@ -1,0 +1,128 @@
+"""Plan.verify() from Python: baseline plans verify, survive serialisation, and
+tampered plans raise collsched.VerificationError naming the transfer."""
+import json
+import re
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import collsched
+
+BASELINES = ["fanout", "spreadout", "hierarchical"]
+
+
+@st.composite
+def cluster_and_matrix(draw):
+    servers = draw(st.integers(1, 3))
+    gpus = draw(st.integers(1, 4))
+    nics = draw(st.integers(1, gpus))
+    n = servers * gpus
+    entries = draw(st.lists(st.integers(0, 4096), min_size=n * n, max_size=n * n))
+    return f"custom:{servers},gpus={gpus},nics={nics}", np.array(entries, dtype=np.uint64).reshape(n, n)
+
+
+@settings(max_examples=40, deadline=None)
+@given(cluster_and_matrix(), st.sampled_from(BASELINES))
+def test_baselines_verify(cm, algorithm):
+    cluster, m = cm
+    plan = collsched.plan_all_to_all(m, cluster, algorithm)
+    report = plan.verify()
+    assert report["transfers"] == plan.num_transfers
+    assert report["segments"] == plan.num_segments
+    assert report["bytes_moved"] == sum(plan.bytes_per_tier().values())
+    # Every block leaves its sender exactly once at least (more for hierarchical forwarding).
+    assert report["bytes_moved"] >= int(m.sum())
+
+
+def _plan(algorithm="hierarchical", n_servers=2, gpus=3):
+    n = n_servers * gpus
+    m = (np.arange(n * n, dtype=np.uint64).reshape(n, n) % 5 + 1) * 32
+    return collsched.plan_all_to_all(m, f"h200:{n_servers},gpus={gpus}", algorithm)
+
+
+@pytest.mark.parametrize("algorithm", BASELINES)
+def test_round_trips_verify_and_keep_hash(algorithm):
+    plan = _plan(algorithm)
+    plan.verify()
+    for back in (collsched.Plan.from_json(plan.to_json()), collsched.Plan.from_binary(plan.to_binary())):
+        assert back.hash == plan.hash
+        assert back.verify() == plan.verify()
+
+
+def _first_scale_out_with_deps(d):
+    for k, t in enumerate(d["transfers"]):
+        if t["tier"] == "scale_out" and t["dep_end"] > t["dep_begin"]:
+            return k
+    raise AssertionError("no scale-out transfer with deps")
+
+
+def _tamper(mutate):
+    d = json.loads(_plan().to_json())
+    k = mutate(d)
+    return collsched.Plan.from_json(json.dumps(d)), k
+
+
+def _same_step(d):
+    k = _first_scale_out_with_deps(d)
+    d["transfers"][k]["step"] = 0
+    return k
+
+
+def _no_deps(d):
+    k = _first_scale_out_with_deps(d)
+    d["transfers"][k]["dep_end"] = d["transfers"][k]["dep_begin"]
+    return k
+
+
+def _shifted_destination(d):
+    # The last transfer writes into a block another transfer already filled.
+    k = len(d["transfers"]) - 1
+    t = d["transfers"][k]
+    d["segments"][t["seg_begin"]]["dst_off"] = 0 if d["segments"][t["seg_begin"]]["dst_off"] else 32
+    return k
+
+
+def _write_input(d):
+    d["segments"][d["transfers"][1]["seg_begin"]]["dst_buf"] = "input"
+    return 1
+
+
+def _wrong_tier(d):
+    k = _first_scale_out_with_deps(d)
+    d["transfers"][k]["tier"] = "scale_up"
+    return k
+
+
+@pytest.mark.parametrize("mutate,what", [
+    (_same_step, "not before step 0"),
+    (_no_deps, "not an ancestor through deps"),
+    (_shifted_destination, "already written by transfer"),
+    (_write_input, "inputs are read-only"),
+    (_wrong_tier, "tier is scale_up"),
+])
+def test_tampered_json_is_rejected_naming_the_transfer(mutate, what):
+    plan, k = _tamper(mutate)
+    with pytest.raises(collsched.VerificationError) as err:
+        plan.verify()
+    msg = str(err.value)
+    assert re.match(rf"transfer {k} \(rank \d+→\d+, \w+, step \d+\)", msg), msg
+    assert what in msg
+
+
+def test_dropped_transfer_names_the_missing_block():
+    d = json.loads(_plan("fanout").to_json())
+    t = d["transfers"][3]
+    t["seg_end"] = t["seg_begin"]  # transfer 3 now carries nothing
+    with pytest.raises(collsched.VerificationError, match=rf"output of rank {t['dst']} .*block {t['src']}→{t['dst']}.* never written"):
+        collsched.Plan.from_json(json.dumps(d)).verify()
+
+
+def test_verification_error_is_a_value_error():
+    assert issubclass(collsched.VerificationError, ValueError)
+
+
+@pytest.mark.parametrize("algorithm", ["spreadout", "hierarchical"])
+def test_unknown_option_is_rejected(algorithm):
+    with pytest.raises(ValueError, match="takes no options, got 'chunk'"):
+        collsched.plan_all_to_all(np.ones((4, 4), dtype=np.uint64), "h200:2,gpus=2", algorithm, chunk="1MiB")
