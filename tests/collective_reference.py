@@ -75,12 +75,8 @@ def assert_computes(plan, seed: int = 1) -> None:
 
 
 def verify_if_available(plan) -> None:
-    """Run the verifier; tolerate only its 'not implemented yet' placeholder."""
-    try:
-        plan.verify()
-    except ValueError as e:
-        if "not implemented" not in str(e):
-            raise
+    """Run the verifier (symbolic execution; raises VerificationError naming the transfer)."""
+    plan.verify()
 
 
 def torch_execute(plan, input, output, group=None, *, timeout=None):

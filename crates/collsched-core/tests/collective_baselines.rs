@@ -3,7 +3,7 @@
 //! against the collective's definition, and goes through the verifier.
 use collsched_core::algo::collective::plan;
 use collsched_core::plan::{verify::verify, Options};
-use collsched_core::{Buf, Cluster, Collective, Error, Op, Plan, Tier};
+use collsched_core::{Buf, Cluster, Collective, Op, Plan, Tier};
 use proptest::prelude::*;
 
 /// Deterministic pseudo-random bytes.
@@ -102,9 +102,8 @@ fn check(kind: &str, algo: &str, ranks: u32, bytes: u64, elem: u32, cluster: Opt
     let inputs: Vec<Vec<u8>> = (0..ranks).map(|r| data(r as u64 + 7 * bytes, p.collective.input_size(r) as usize)).collect();
     let got = execute(&p, &inputs, elem as usize);
     assert_eq!(got, expected(&p.collective, &inputs), "{kind} {algo} ranks={ranks} bytes={bytes} elem={elem} chunks={chunks}");
-    match verify(&p) {
-        Ok(_) | Err(Error::Unsupported(_)) => {} // Unsupported: verifier not merged yet
-        Err(e) => panic!("{kind} {algo} ranks={ranks} bytes={bytes}: verifier rejects: {e}"),
+    if let Err(e) = verify(&p) {
+        panic!("{kind} {algo} ranks={ranks} bytes={bytes}: verifier rejects: {e}");
     }
     p
 }

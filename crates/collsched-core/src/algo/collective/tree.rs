@@ -136,11 +136,32 @@ pub(crate) fn allgather(ctx: &Ctx, shard: u64, b: &mut PlanBuilder) {
     }
 }
 
+/// Step (for piece 0) in which each non-root node adds its subtree's sum into its
+/// parent: after its own children, and strictly after the sibling that added into
+/// the same parent region before it (two additions into one byte may not share a
+/// step). Returns the steps and the last step of an addition into the root.
+fn reduce_steps(t: &Tree) -> (Vec<u32>, u32) {
+    let p = t.p as usize;
+    let mut step = vec![0u32; p];
+    // Step 0 holds the local copies that seed every parent's scratch.
+    let mut last_into = vec![0u32; p];
+    let mut ready = vec![1u32; p];
+    for &i in &t.bottom_up {
+        let (i, q) = (i as usize, t.parent(i) as usize);
+        step[i] = ready[i].max(last_into[q] + 1);
+        last_into[q] = step[i];
+        ready[q] = ready[q].max(step[i] + 1);
+    }
+    (step, last_into[0])
+}
+
 /// Reduce every rank's `region` (list of (offset, len) pieces of its input, one
 /// transfer per piece list) up the tree into scratch. Returns, per piece, the
-/// transfers into the root. `scratch_init[i]` is the local copy that seeded node i's scratch.
-fn reduce_up(ctx: &Ctx, t: &Tree, piece_segs: &[Vec<(u64, u64)>], scratch_init: &[Option<u32>], b: &mut PlanBuilder) -> Vec<Vec<u32>> {
+/// transfers into the root, and the step of the last one for piece 0.
+/// `scratch_init[i]` is the local copy that seeded node i's scratch.
+fn reduce_up(ctx: &Ctx, t: &Tree, piece_segs: &[Vec<(u64, u64)>], scratch_init: &[Option<u32>], b: &mut PlanBuilder) -> (Vec<Vec<u32>>, u32) {
     let p = ctx.ranks;
+    let (steps, root_done) = reduce_steps(t);
     let mut into_root = Vec::new();
     for (j, ranges) in piece_segs.iter().enumerate() {
         let j = j as u32;
@@ -154,12 +175,12 @@ fn reduce_up(ctx: &Ctx, t: &Tree, piece_segs: &[Vec<(u64, u64)>], scratch_init: 
             deps.extend(scratch_init[q as usize]);
             // Order after the sibling that added into the same parent region before.
             deps.extend(reduce_in[q as usize].last());
-            let id = b.transfer(i, q, Op::ReduceSum, ctx.tier(i, q), 1 + t.height[i as usize] + j, &segs, &deps);
+            let id = b.transfer(i, q, Op::ReduceSum, ctx.tier(i, q), steps[i as usize] + j, &segs, &deps);
             reduce_in[q as usize].push(id);
         }
         into_root.push(std::mem::take(&mut reduce_in[0]));
     }
-    into_root
+    (into_root, root_done)
 }
 
 fn seed_scratch(t: &Tree, total: u64, b: &mut PlanBuilder) -> Vec<Option<u32>> {
@@ -189,9 +210,8 @@ pub(crate) fn reduce_scatter(ctx: &Ctx, shard: u64, b: &mut PlanBuilder) {
     let init = seed_scratch(&t, total, b);
     let pieces = ctx.pieces(shard);
     let piece_segs: Vec<Vec<(u64, u64)>> = pieces.iter().map(|&(off, len)| (0..p).map(|x| (x as u64 * shard + off, len)).collect()).collect();
-    let into_root = reduce_up(ctx, &t, &piece_segs, &init, b);
+    let (into_root, h) = reduce_up(ctx, &t, &piece_segs, &init, b);
     let subtrees: Vec<Vec<u32>> = (0..p).map(|i| t.subtree(i)).collect();
-    let h = t.root_height();
     for (j, &(off, len)) in pieces.iter().enumerate() {
         let j = j as u32;
         b.transfer(0, 0, Op::Copy, Tier::Local, h + 1 + j, &[seg(Buf::Scratch, off, Buf::Output, off, len)], &into_root[j as usize]);
@@ -230,8 +250,7 @@ pub(crate) fn allreduce(ctx: &Ctx, bytes: u64, b: &mut PlanBuilder) {
     let init = seed_scratch(&t, bytes, b);
     let pieces = ctx.pieces(bytes);
     let piece_segs: Vec<Vec<(u64, u64)>> = pieces.iter().map(|&pc| vec![pc]).collect();
-    let into_root = reduce_up(ctx, &t, &piece_segs, &init, b);
-    let h = t.root_height();
+    let (into_root, h) = reduce_up(ctx, &t, &piece_segs, &init, b);
     for (j, &(off, len)) in pieces.iter().enumerate() {
         let j = j as u32;
         b.transfer(0, 0, Op::Copy, Tier::Local, h + 1 + j, &[seg(Buf::Scratch, off, Buf::Output, off, len)], &into_root[j as usize]);
