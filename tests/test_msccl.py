@@ -239,3 +239,16 @@ def test_exported_forest_allgather_reaches_the_optimum_in_simulation():
     back = from_xml(xml, shard, 1, cluster=cluster)
     res = sim.simulate(back, cluster)
     assert res.algbw_gbps >= 0.99 * opt["algbw_gbps"], (res.algbw_gbps, opt)
+
+
+def test_dropping_the_exporters_dependencies_is_caught_by_the_verifier():
+    """The depid/deps the exporter writes carry real data dependencies: without
+    them the XML still loads, but read back the plan forwards data before it arrives."""
+    p = plan("allgather", "ring", 4, 64, 1)
+    xml = to_xml(p)
+    assert 'depid="-1" deps="-1"' in xml and re.search(r'depid="[0-9]+"', xml)
+    stripped = re.sub(r'depid="[0-9]+" deps="[0-9]+"', 'depid="-1" deps="-1"', xml)
+    assert validate_msccl_xml(stripped) == []  # structurally fine...
+    back = from_xml(stripped, 64, 1)
+    with pytest.raises(ValueError, match="reads bytes of output.*never written"):
+        back.verify()  # ...but a send reads a shard before its receive
