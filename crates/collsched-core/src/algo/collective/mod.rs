@@ -122,10 +122,10 @@ pub fn plan(kind: &str, algorithm: &str, ranks: u32, bytes: u64, elem_bytes: u32
         Kind::ReduceScatter => Collective::ReduceScatter { ranks, shard_bytes: bytes, elem_bytes },
         Kind::AllReduce => Collective::AllReduce { ranks, bytes, elem_bytes },
     };
-    if kind != Kind::AllGather && bytes % elem != 0 {
+    if kind != Kind::AllGather && !bytes.is_multiple_of(elem) {
         return invalid!("{bytes} bytes is not a multiple of the element size {elem_bytes}");
     }
-    if (ranks as u64).checked_mul(bytes).map_or(true, |t| t > u64::MAX / 4) {
+    if (ranks as u64).checked_mul(bytes).is_none_or(|t| t > u64::MAX / 4) {
         return invalid!("{ranks} ranks × {bytes} bytes overflows");
     }
     // Allgather moves bytes, not elements: any byte boundary is a valid split.
