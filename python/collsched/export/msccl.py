@@ -239,7 +239,7 @@ class _Exporter:
             s = self.p["scratch_bytes"][r]
             gpu_chunks.append((i // self.chunk, o // self.chunk, s // self.chunk))
             nchunks = max(nchunks, i // self.chunk, o // self.chunk)
-        nchannels = 1 + max((tb.chan for tb in self.tbs.values() if tb.send >= 0 or tb.recv >= 0), default=0)
+        nchannels = 1 + max((tb.chan for tb in self.tbs.values()), default=0)
         lines = [
             f'<algo name="{name}" proto="{proto}" nchannels="{nchannels}" nchunksperloop="{nchunks}" ngpus="{self.n}" '
             f'coll="{coll}" inplace="0" outofplace="1" minBytes="0" maxBytes="0">'

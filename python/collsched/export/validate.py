@@ -156,7 +156,7 @@ def validate_msccl_xml(xml: str) -> list[str]:
             ids.append(tid)
             if send == gid or recv == gid:
                 problems.append(f"{where}: send/recv peer is the GPU itself")
-            if nchannels is not None and chan is not None and chan >= nchannels and (send not in (-1, None) or recv not in (-1, None)):
+            if nchannels is not None and chan is not None and chan >= nchannels:
                 problems.append(f"{where}: channel {chan} but nchannels={nchannels}")
             if chan is not None:
                 if send is not None and send >= 0:
