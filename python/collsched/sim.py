@@ -1,4 +1,4 @@
-"""Simulator and lower bound (being built).
+"""Simulator and lower bound.
 
 API contract (other modules rely on it):
     lower_bound(traffic, cluster) -> Bound          # .seconds (float), .term (str), .terms (dict str->float)
@@ -6,4 +6,121 @@ API contract (other modules rely on it):
                                                     # .ratio_to_bound, .steps, .scaleout_bytes,
                                                     # .transfer_start_s / .transfer_end_s (numpy, per transfer),
                                                     # .step_times (list of (start, end)), .link_utilisation (dict)
+
+The simulator is event-driven over the plan's dependency DAG: a transfer pays
+its tier's alpha once its dependencies completed, then its bytes share every
+link of its route max-min fairly with the other flowing transfers (see
+docs/simulator.md). It predicts; it does not execute anything.
 """
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from collsched import _core
+from collsched.planning import _cluster
+from collsched.traffic import as_matrix
+
+DEFAULT_TOLERANCE = 1e-3
+
+
+@dataclass(frozen=True)
+class Bound:
+    """Lower bound on all-to-all(v) completion time, valid for any plan on the cluster model."""
+
+    seconds: float
+    term: str
+    terms: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SimResult:
+    """What one simulation measured. Times in seconds, bandwidths in bytes/s unless named ``_gbps`` (GB/s, 1e9)."""
+
+    time_s: float
+    transfers: int
+    bytes_moved: int
+    bytes_per_rank: float
+    algbw: float
+    busbw: float
+    lower_bound: Bound | None
+    ratio_to_bound: float | None
+    transfer_start_s: np.ndarray
+    transfer_end_s: np.ndarray
+    step_times: list[tuple[float, float]]
+    step_transfers: list[int]
+    link_utilisation: dict[str, dict]
+    scaleout_bytes: int
+    windows: int
+    recomputations: int
+
+    @property
+    def algbw_gbps(self) -> float:
+        return self.algbw / 1e9
+
+    @property
+    def busbw_gbps(self) -> float:
+        return self.busbw / 1e9
+
+    @property
+    def lower_bound_s(self) -> float | None:
+        return None if self.lower_bound is None else self.lower_bound.seconds
+
+    @property
+    def bound_term(self) -> str | None:
+        return None if self.lower_bound is None else self.lower_bound.term
+
+    @property
+    def steps(self) -> int:
+        return len(self.step_times)
+
+
+def _bound(d: dict) -> Bound:
+    return Bound(seconds=float(d["seconds"]), term=str(d["term"]), terms=dict(d["terms"]))
+
+
+def lower_bound(traffic, cluster) -> Bound:
+    """Lower bound on the completion time of an all-to-all(v) of ``traffic`` on ``cluster``.
+
+    The maximum of per-server NIC, per-GPU scale-up, per-server byte-hop and per-GPU
+    port terms (FAST's Theorem 1 generalised), each plus its tier's alpha.
+    """
+    m = as_matrix(traffic)
+    return _bound(_core.lower_bound(m.shape[0], m.tobytes(), _cluster(cluster)))
+
+
+def simulate(plan, cluster, *, barrier_steps: bool = False, tolerance: float = DEFAULT_TOLERANCE,
+             incast_threshold: int | None = None, incast_goodput: float = 0.5) -> SimResult:
+    """Simulate ``plan`` on ``cluster`` (a Cluster or a spec string like ``"h200:4"``).
+
+    ``barrier_steps``: also hold every step until all earlier steps completed (the
+    runtime's synchronous executor). ``tolerance``: event coalescing window (relative;
+    0 = exact; events are only ever delayed). ``incast_threshold``: enable the incast
+    model: a NIC downlink with more concurrent flows delivers ``incast_goodput`` of its bandwidth.
+    """
+    if not isinstance(plan, _core.Plan):
+        raise TypeError(f"plan must be a collsched.Plan, got {type(plan).__name__}")
+    if incast_threshold is not None and (isinstance(incast_threshold, bool) or int(incast_threshold) < 0):
+        raise ValueError(f"incast_threshold must be a non-negative integer, got {incast_threshold!r}")
+    d = _core.simulate(plan, _cluster(cluster), bool(barrier_steps), float(tolerance),
+                       None if incast_threshold is None else int(incast_threshold), float(incast_goodput))
+    lb = d["lower_bound"]
+    return SimResult(
+        time_s=d["time_s"],
+        transfers=d["transfers"],
+        bytes_moved=d["bytes_moved"],
+        bytes_per_rank=d["bytes_per_rank"],
+        algbw=d["algbw"],
+        busbw=d["busbw"],
+        lower_bound=None if lb is None else _bound(lb),
+        ratio_to_bound=d["ratio_to_bound"],
+        transfer_start_s=np.frombuffer(d["transfer_start"], dtype="<f8").copy(),
+        transfer_end_s=np.frombuffer(d["transfer_end"], dtype="<f8").copy(),
+        step_times=[(s, e) for s, e, _ in d["steps"]],
+        step_transfers=[n for _, _, n in d["steps"]],
+        link_utilisation=d["link_utilisation"],
+        scaleout_bytes=d["scaleout_bytes"],
+        windows=d["windows"],
+        recomputations=d["recomputations"],
+    )

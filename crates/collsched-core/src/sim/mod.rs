@@ -1,1 +1,93 @@
-//! Event-driven simulator over a Plan's dependency DAG. Being built.
+//! Event-driven simulator over a Plan's dependency DAG.
+//!
+//! A transfer becomes ready when its dependencies have completed (and, with
+//! `barrier_steps`, when every transfer of an earlier step has), pays its
+//! tier's alpha, then its bytes flow over every link of its route, sharing
+//! bandwidth max-min fairly with every other flowing transfer. It predicts; it
+//! does not plan, so it uses floating point, but it is single-threaded with
+//! fixed iteration orders and therefore deterministic. See docs/simulator.md.
+pub mod engine;
+pub mod fairshare;
+pub mod links;
+pub mod report;
+
+use crate::error::Result;
+use crate::invalid;
+use crate::plan::Plan;
+use crate::topology::Cluster;
+
+pub use links::LinkClass;
+pub use report::{LinkClassUse, SimReport, StepTime};
+
+/// Optional incast model: a NIC downlink receiving more than `threshold`
+/// concurrent flows delivers only `goodput` × its bandwidth (PFC pauses,
+/// drops and retransmissions on real fabrics). Off by default.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Incast {
+    pub threshold: u32,
+    pub goodput: f64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SimOptions {
+    /// Also order steps: a transfer of step s starts only after every transfer of
+    /// steps < s completed (the runtime's synchronous step executor).
+    pub barrier_steps: bool,
+    /// Event coalescing tolerance (see `engine`): events within `tolerance`
+    /// relative time of the earliest are merged, as long as no link is left more
+    /// than `tolerance` idle. Merging only delays events. 0 = exact.
+    pub tolerance: f64,
+    pub incast: Option<Incast>,
+}
+
+/// Default coalescing tolerance: 0.1% (measured cost and error in docs/simulator.md).
+pub const DEFAULT_TOLERANCE: f64 = 1e-3;
+
+impl Default for SimOptions {
+    fn default() -> Self {
+        SimOptions { barrier_steps: false, tolerance: DEFAULT_TOLERANCE, incast: None }
+    }
+}
+
+fn check(plan: &Plan, cluster: &Cluster, opts: &SimOptions) -> Result<()> {
+    cluster.validate()?;
+    plan.check_shape()?;
+    if plan.num_ranks() != cluster.num_gpus() {
+        return invalid!("plan is for {} ranks but cluster {} has {} GPUs", plan.num_ranks(), cluster.name, cluster.num_gpus());
+    }
+    if plan.gpus_per_server != cluster.gpus_per_server {
+        return invalid!("plan was made for {} GPUs per server but cluster {} has {}", plan.gpus_per_server, cluster.name, cluster.gpus_per_server);
+    }
+    if !(opts.tolerance >= 0.0 && opts.tolerance < 1.0) {
+        return invalid!("simulator tolerance must be in [0, 1), got {}", opts.tolerance);
+    }
+    if let Some(m) = opts.incast {
+        if !(m.goodput > 0.0 && m.goodput <= 1.0) {
+            return invalid!("incast goodput must be in (0, 1], got {}", m.goodput);
+        }
+    }
+    for (i, t) in plan.transfers.iter().enumerate() {
+        let want = cluster.tier(t.src, t.dst);
+        if t.tier != want {
+            return invalid!("transfer {i}: {}→{} is tagged {} but on cluster {} it is {}", t.src, t.dst, t.tier.name(), cluster.name, want.name());
+        }
+        for &d in plan.deps_of(t) {
+            if d as usize >= i {
+                return invalid!("transfer {i}: depends on transfer {d}, which does not come before it");
+            }
+            if opts.barrier_steps && plan.transfers[d as usize].step > t.step {
+                return invalid!("transfer {i} (step {}) depends on transfer {d} of later step {}: deadlock under barrier_steps", t.step, plan.transfers[d as usize].step);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Simulate `plan` on `cluster`.
+pub fn simulate(plan: &Plan, cluster: &Cluster, opts: &SimOptions) -> Result<SimReport> {
+    check(plan, cluster, opts)?;
+    let links = links::Links::new(cluster);
+    let flows = engine::Flows::build(plan, &links);
+    let timeline = engine::Engine::new(plan, cluster, &links, &flows, opts).run().map_err(crate::error::Error::InvalidInput)?;
+    report::build(plan, cluster, &links, &flows, timeline)
+}
