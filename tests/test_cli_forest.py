@@ -28,12 +28,21 @@ runner = CliRunner()
 
 
 def _fake_forest():
-    """Ring 'trees' on a Cluster: k=1, one chain per root; plans are the ring baselines."""
+    """Stand-in with collsched.forest's interface: a Cluster-shaped graph (full mesh
+    in each box, one switch joining the boxes), ring 'trees' (one chain per root),
+    and the ring baselines as plans."""
     m = types.ModuleType("collsched.forest")
 
     class Graph:
         def __init__(self, cluster):
             self.cluster = cluster
+            n, g = cluster.num_gpus, cluster.gpus_per_server
+            self.num_compute = n
+            self.compute_nodes = [f"b{r // g}.gpu{r % g}" for r in range(n)]
+            self.nodes = [{"name": x, "kind": "compute", "box": r // g, "multicast": False} for r, x in enumerate(self.compute_nodes)]
+            self.nodes += [{"name": f"b{b}.nvs", "kind": "switch", "box": b, "multicast": False} for b in range(cluster.servers)]
+            self.nodes.append({"name": "ib", "kind": "switch", "box": None, "multicast": False})
+            self.links = [(x, f"b{r // g}.nvs", 1) for r, x in enumerate(self.compute_nodes)] + [(x, "ib", 1) for x in self.compute_nodes]
 
         @staticmethod
         def from_cluster(c):
@@ -41,28 +50,36 @@ def _fake_forest():
 
     class Schedule:
         def __init__(self, g, k):
-            n = g.cluster.num_gpus
-            self.k = k
-            self.generation_s = 0.0123
-            self.ranks = n
+            n = g.num_compute
+            self.k, self.generation_s, self.ranks = k, 0.0123, n
+            self.tree_bandwidth, self.algbw_gbps = 3.5e9, 3.5
             self.trees = [
                 {"root": r, "multiplicity": k, "edges": [((r + i) % n, (r + i + 1) % n, []) for i in range(n - 1)]}
                 for r in range(n)
             ]
 
-    def optimal(g):
-        return {"algbw_exact": "7/2", "algbw_gbps": 3.5, "k": 1, "tree_bandwidth": 3.5e9, "bottleneck_cut": ["box0.gpu0", "box0.gpu1"]}
+    def as_graph(x):
+        if isinstance(x, Graph):
+            return x
+        return Graph(x if isinstance(x, _core.Cluster) else _core.Cluster.parse(x))
 
-    def schedule(g, k=None):
+    def optimal(g):
+        return {"algbw_exact": "7000000000/2", "algbw_gbps": 3.5, "k": 1, "tree_bandwidth": 3.5e9, "bottleneck_cut": ["b0.gpu0", "b0.gpu1"]}
+
+    def schedule(g, k=None, optimal=False):
         return Schedule(g, k or 1)
 
-    def _plan(kind):
-        def f(sch, nbytes, chunks):
-            return _core.plan_collective(kind, "ring", sch.ranks, nbytes, 1 if kind == "allgather" else 4, None, {"chunks": str(chunks)})
-        return f
+    def plan_allgather(sch, shard_bytes, chunks=8):
+        return _core.plan_collective("allgather", "ring", sch.ranks, shard_bytes, 1, None, {"chunks": str(chunks)})
 
-    m.Graph, m.optimal, m.schedule = Graph, optimal, schedule
-    m.plan_allgather, m.plan_reduce_scatter, m.plan_allreduce = _plan("allgather"), _plan("reduce_scatter"), _plan("allreduce")
+    def plan_reduce_scatter(sch, shard_bytes, elem_bytes=4, chunks=8):
+        return _core.plan_collective("reduce_scatter", "ring", sch.ranks, shard_bytes, elem_bytes, None, {"chunks": str(chunks)})
+
+    def plan_allreduce(sch, nbytes, elem_bytes=4, chunks=8):
+        return _core.plan_collective("allreduce", "ring", sch.ranks, nbytes, elem_bytes, None, {"chunks": str(chunks)})
+
+    m.Graph, m.as_graph, m.optimal, m.schedule = Graph, as_graph, optimal, schedule
+    m.plan_allgather, m.plan_reduce_scatter, m.plan_allreduce = plan_allgather, plan_reduce_scatter, plan_allreduce
     return m
 
 
@@ -82,7 +99,8 @@ def test_json_summary(fake):
     s = json.loads(r.output)
     assert s["algbw_exact"] == "7/2" and isinstance(s["algbw_gbps"], float) and s["algbw_gbps"] == 3.5
     assert s["k"] == 1 and s["tree_bandwidth_gbps"] == 3.5
-    assert s["bottleneck_cut"] == ["box0.gpu0", "box0.gpu1"]
+    assert s["algbw_exact_bytes_per_s"] == "3500000000" and s["gpus"] == 16
+    assert s["bottleneck_cut"] == ["b0.gpu0", "b0.gpu1"]
     assert len(s["trees"]) == 16 and s["trees"][3]["root"] == 3 and len(s["trees"][3]["edges"]) == 15
     assert s["generation_s"] == pytest.approx(0.0123)
 

@@ -38,31 +38,28 @@ def _tree_dict(t) -> dict:
 
 
 def summary(topology: str, k: Optional[int]) -> tuple[dict, object, object]:
-    """The JSON summary for `topology`, plus the graph and schedule it came from."""
+    """The JSON summary for `topology`, plus the graph and schedule it came from.
+    Bandwidths in GB/s (1e9 bytes/s); ``algbw_exact`` is the exact optimum in GB/s."""
     from collsched import forest
-    from collsched.collectives import _graph
 
-    graph = _graph(topology, 0)
+    graph = forest.as_graph(topology)
     opt = forest.optimal(graph)
-    sched = forest.schedule(graph, k=k) if k is not None else forest.schedule(graph)
-    tree_bw = opt.get("tree_bandwidth_gbps")
-    if tree_bw is None:
-        tree_bw = _gbps(opt["tree_bandwidth"])
-    algbw_exact = opt["algbw_exact"]
-    kk = getattr(sched, "k", None) or opt["k"]
+    sched = forest.schedule(graph, k=k)
+    exact = Fraction(opt["algbw_exact"])  # bytes/s
     out = {
         "topology": topology,
+        "gpus": int(graph.num_compute),
         "algbw_gbps": float(opt["algbw_gbps"]),
-        "algbw_exact": _exact(algbw_exact),
-        "k": int(kk),
+        "algbw_exact": _exact(exact / 10**9),
+        "algbw_exact_bytes_per_s": _exact(exact),
+        "k": int(sched.k),
         "optimal_k": int(opt["k"]),
-        "tree_bandwidth_gbps": float(tree_bw),
+        "tree_bandwidth_gbps": _gbps(getattr(sched, "tree_bandwidth", opt["tree_bandwidth"])),
+        "schedule_algbw_gbps": float(getattr(sched, "algbw_gbps", opt["algbw_gbps"])),
         "bottleneck_cut": [str(x) for x in opt["bottleneck_cut"]],
         "trees": [_tree_dict(t) for t in sched.trees],
-        "generation_s": float(getattr(sched, "generation_s", opt.get("generation_s", 0.0))),
+        "generation_s": float(sched.generation_s),
     }
-    if getattr(sched, "algbw_gbps", None) is not None:
-        out["schedule_algbw_gbps"] = float(sched.algbw_gbps)
     return out, graph, sched
 
 
@@ -73,9 +70,13 @@ def export_xml(sched, collective: str, nranks: int, channels: Optional[int] = No
     from collsched.export.validate import validate_msccl_xml
 
     elem = 1 if collective == "allgather" else 4
-    nbytes = XML_SHARD_ELEMS * elem * (nranks if collective == "allreduce" else 1)
-    fn = {"allgather": forest.plan_allgather, "reduce_scatter": forest.plan_reduce_scatter, "allreduce": forest.plan_allreduce}[collective]
-    plan = fn(sched, nbytes, 1)
+    shard = XML_SHARD_ELEMS * elem
+    if collective == "allgather":
+        plan = forest.plan_allgather(sched, shard, chunks=1)
+    elif collective == "reduce_scatter":
+        plan = forest.plan_reduce_scatter(sched, shard, elem_bytes=elem, chunks=1)
+    else:
+        plan = forest.plan_allreduce(sched, shard * nranks, elem_bytes=elem, chunks=1)
     xml = to_xml(plan, name=f"forestcoll_{collective}_{nranks}", channels=channels)
     return xml, validate_msccl_xml(xml)
 
@@ -87,7 +88,8 @@ def _print_summary(s: dict) -> None:
     con = Console()
     con.print(f"[bold]ForestColl[/bold] on [cyan]{s['topology']}[/cyan]")
     con.print(f"  optimal allgather algbw: [bold green]{s['algbw_gbps']:.3f} GB/s[/bold green] (exact {s['algbw_exact']} GB/s)")
-    con.print(f"  trees per root k = {s['k']} (optimal k = {s['optimal_k']}), bandwidth per tree {s['tree_bandwidth_gbps']:.3f} GB/s")
+    con.print(f"  trees per root k = {s['k']} (optimal k = {s['optimal_k']}), bandwidth per tree {s['tree_bandwidth_gbps']:.3f} GB/s, "
+              f"schedule algbw {s['schedule_algbw_gbps']:.3f} GB/s")
     cut = s["bottleneck_cut"]
     con.print(f"  bottleneck cut ({len(cut)} nodes): {', '.join(cut[:16])}{' ...' if len(cut) > 16 else ''}")
     con.print(f"  generation time: {s['generation_s'] * 1e3:.1f} ms")
@@ -102,6 +104,7 @@ def _print_summary(s: dict) -> None:
 
 
 def _depth(tree: dict) -> int:
+    """Longest root-to-leaf path (edges go parent -> child)."""
     parent = {e["to"]: e["from"] for e in tree["edges"]}
     best = 0
     for v in parent:
@@ -114,42 +117,28 @@ def _depth(tree: dict) -> int:
     return best
 
 
-def _rank(node, names: dict) -> Optional[int]:
-    if isinstance(node, int):
-        return node
-    if node in names:
-        return names[node]
-    digits = "".join(ch for ch in str(node) if ch.isdigit())
-    return int(digits) if digits and str(node)[:1].lower() in ("g", "c", "r") else None
+def _layout(graph) -> tuple[dict, dict, int]:
+    """Rank -> (box, index in box), switch name -> box, number of boxes, from the graph's nodes."""
+    ranks, switches, seen = {}, {}, {}
+    r = 0
+    for n in graph.nodes:
+        box = n.get("box")
+        box = -1 if box is None else int(box)
+        if n["kind"] == "compute":
+            ranks[r] = (box, seen.get(box, 0))
+            seen[box] = seen.get(box, 0) + 1
+            r += 1
+        else:
+            switches[n["name"]] = box
+    boxes = sorted(seen)
+    remap = {b: i for i, b in enumerate(boxes)}
+    return {k: (remap[b], i) for k, (b, i) in ranks.items()}, {k: remap.get(b, -1) for k, b in switches.items()}, len(boxes)
 
 
-def _adjacent(cluster, a: int, b: int) -> bool:
-    """Whether local GPUs a and b share a scale-up link (a switch counts as all pairs)."""
-    g = cluster.gpus_per_server
-    fabric = cluster.fabric
-    if fabric == "ring":
-        return (a + 1) % g == b or (b + 1) % g == a
-    if fabric == "cubemesh":
-        return a // 4 == b // 4 or a ^ 4 == b
-    return True
-
-
-def _num_ranks(topology: str, graph) -> int:
-    from collsched import _core
-
-    try:
-        return _core.Cluster.parse(topology).num_gpus
-    except ValueError:
-        for attr in ("num_compute", "num_gpus", "num_ranks"):
-            v = getattr(graph, attr, None)
-            if v is not None:
-                return int(v() if callable(v) else v)
-        raise ValueError(f"cannot tell how many GPUs topology {topology!r} has")
-
-
-def draw_tree(s: dict, tree_index: int, path: Path, cluster) -> None:
-    """Draw one tree over the topology: GPUs laid out per box, scale-up links
-    faint, the tree's edges as arrows (inter-box ones in a second colour), root ringed."""
+def draw_tree(s: dict, tree_index: int, path: Path, graph) -> None:
+    """Draw one tree over the topology: GPUs laid out per box, the graph's links
+    inside a box faint (switches as grey squares), the tree's edges as arrows
+    (inter-box ones in a second colour), the root highlighted."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -159,38 +148,49 @@ def draw_tree(s: dict, tree_index: int, path: Path, cluster) -> None:
     if not 0 <= tree_index < len(s["trees"]):
         raise ValueError(f"tree index {tree_index} out of range (0..{len(s['trees']) - 1})")
     tree = s["trees"][tree_index]
-    servers, gps = cluster.servers, cluster.gpus_per_server
-    cols = min(gps, 4)
-    rows = (gps + cols - 1) // cols
-    box_w, box_h, gap = cols * 1.2 + 0.6, rows * 1.2 + 0.8, 1.2
-    pos = {}
-    for r in range(servers * gps):
-        b, g = divmod(r, gps)
-        pos[r] = (b * (box_w + gap) + 0.6 + (g % cols) * 1.2, 0.5 + (rows - 1 - g // cols) * 1.2)
-    fig, ax = plt.subplots(figsize=(max(6, servers * (box_w + gap) * 0.9), max(3.5, box_h * 1.1)))
-    for b in range(servers):
+    where, switch_box, nboxes = _layout(graph)
+    per_box = max((i + 1 for _, i in where.values()), default=1)
+    cols = min(per_box, 4 if per_box <= 8 else 8)
+    rows = (per_box + cols - 1) // cols
+    box_w, box_h, gap = cols * 1.2 + 0.6, rows * 1.2 + 1.4, 1.2
+    pos, names = {}, {}
+    for r, (b, i) in where.items():
+        pos[r] = (b * (box_w + gap) + 0.6 + (i % cols) * 1.2, 1.1 + (rows - 1 - i // cols) * 1.2)
+    compute_names = list(graph.compute_nodes)
+    for r, name in enumerate(compute_names):
+        names[name] = r
+    switch_pos = {}
+    for name, b in switch_box.items():
+        if b >= 0:
+            k = sum(1 for x in switch_pos if switch_box[x] == b)
+            switch_pos[name] = (b * (box_w + gap) + box_w / 2 + 0.5 * k, 0.3)
+    fig, ax = plt.subplots(figsize=(max(6, nboxes * (box_w + gap) * 0.9), max(3.5, box_h * 1.1)))
+    for b in range(nboxes):
         ax.add_patch(FancyBboxPatch((b * (box_w + gap), -0.1), box_w, box_h, boxstyle="round,pad=0.05", fc="#f4f4f8", ec="#888"))
-        ax.text(b * (box_w + gap) + box_w / 2, box_h - 0.25, f"box {b}", ha="center", fontsize=10, color="#444")
-        for g1 in range(gps):
-            for g2 in range(g1 + 1, gps):
-                if not _adjacent(cluster, g1, g2):
-                    continue
-                a, c = pos[b * gps + g1], pos[b * gps + g2]
-                ax.plot([a[0], c[0]], [a[1], c[1]], color="#ddd", lw=0.6, zorder=1)
-    names = {}
-    root = _rank(tree["root"], names)
+        ax.text(b * (box_w + gap) + box_w / 2, box_h - 0.3, f"box {b}", ha="center", fontsize=10, color="#444")
+    drawn = set()
+    for src, dst, _ in graph.links:
+        a = pos.get(names[src]) if src in names else switch_pos.get(src)
+        c = pos.get(names[dst]) if dst in names else switch_pos.get(dst)
+        if a is None or c is None or frozenset((src, dst)) in drawn:
+            continue  # inter-box switches are not drawn; each undirected pair once
+        drawn.add(frozenset((src, dst)))
+        ax.plot([a[0], c[0]], [a[1], c[1]], color="#d8d8d8", lw=0.6, zorder=1)
+    for name, (x, y) in switch_pos.items():
+        ax.scatter([x], [y], s=160, marker="s", c="#bbb", edgecolors="#666", zorder=2)
+    root = tree["root"]
     for e in tree["edges"]:
-        u, v = _rank(e["from"], names), _rank(e["to"], names)
-        if u is None or v is None or u not in pos or v not in pos:
+        u, v = e["from"], e["to"]
+        if u not in pos or v not in pos:
             continue
-        cross = u // gps != v // gps
+        cross = where[u][0] != where[v][0]
         ax.add_patch(FancyArrowPatch(pos[u], pos[v], arrowstyle="-|>", mutation_scale=14, lw=2.2 if cross else 1.8,
                                      color="#d1495b" if cross else "#2e86ab", connectionstyle="arc3,rad=0.12", zorder=3,
                                      shrinkA=11, shrinkB=11))
     for r, (x, y) in pos.items():
         ax.scatter([x], [y], s=420, c="#ffd166" if r == root else "white", edgecolors="#222", linewidths=2.5 if r == root else 1.2, zorder=4)
         ax.text(x, y, str(r), ha="center", va="center", fontsize=9, zorder=5)
-    ax.set_title(f"{s['topology']}: tree {tree_index} rooted at GPU {tree['root']} (×{tree['multiplicity']}), "
+    ax.set_title(f"{s['topology']}: tree {tree_index} rooted at GPU {root} (×{tree['multiplicity']}), "
                  f"k={s['k']}, optimum {s['algbw_gbps']:.2f} GB/s\nblue: intra-box edge, red: inter-box edge", fontsize=10)
     ax.set_aspect("equal")
     ax.axis("off")
@@ -217,15 +217,13 @@ def register(app: typer.Typer) -> None:
             raise typer.BadParameter(f"--collective must be one of {', '.join(COLLECTIVES)}, got {collective!r}")
         try:
             s, graph, sched = summary(topology, k)
-            nranks = _num_ranks(topology, graph)
+            nranks = s["gpus"]
             if xml is not None:
                 text, problems = export_xml(sched, collective, nranks, channels)
                 xml.write_text(text)
                 s["xml"] = {"path": str(xml), "collective": collective, "problems": problems}
             if draw is not None:
-                from collsched import _core
-
-                draw_tree(s, tree, draw, _core.Cluster.parse(topology))
+                draw_tree(s, tree, draw, graph)
                 s["draw"] = str(draw)
         except (ValueError, ImportError) as e:
             typer.echo(f"error: {e}", err=True)

@@ -14,7 +14,6 @@ byte-identical to torch's, floating-point ones equal up to summation order.
 """
 from __future__ import annotations
 
-import inspect
 import threading
 from collections import OrderedDict
 
@@ -42,38 +41,27 @@ def _cluster(topology):
 
 
 def _graph(topology, ranks: int):
-    """A ForestColl Graph from a Graph, a preset/cluster spec, a Cluster, or None
-    (one switch joining `ranks` GPUs)."""
+    """A ForestColl Graph from a Graph, a preset/cluster spec (``"mi250:2"``, ForestColl's
+    testbeds first), a Cluster, or None (one switch joining `ranks` GPUs)."""
     from collsched import forest
 
-    if isinstance(topology, forest.Graph):
-        return topology
     if topology is None:
         topology = _core.Cluster.parse(f"h100:1,gpus={ranks}")
-    if isinstance(topology, _core.Cluster):
-        return forest.Graph.from_cluster(topology)
-    if isinstance(topology, str):
-        for ctor in ("preset", "parse", "from_spec"):
-            if hasattr(forest.Graph, ctor):
-                try:
-                    return getattr(forest.Graph, ctor)(topology)
-                except ValueError:
-                    break
-        return forest.Graph.from_cluster(_core.Cluster.parse(topology))
-    raise TypeError(f"topology must be a Cluster, a forest.Graph or a spec string, got {type(topology).__name__}")
+    return forest.as_graph(topology)
 
 
 def _forest_plan(kind: str, ranks: int, nbytes: int, elem_bytes: int, topology, chunks: int | None, k: int | None):
     from collsched import forest
 
     g = _graph(topology, ranks)
-    sch = forest.schedule(g, k=k) if k is not None else forest.schedule(g)
-    fn = {"allgather": forest.plan_allgather, "reduce_scatter": forest.plan_reduce_scatter, "allreduce": forest.plan_allreduce}[kind]
-    kwargs = {}
-    params = inspect.signature(fn).parameters
-    if "elem_bytes" in params:
-        kwargs["elem_bytes"] = elem_bytes
-    plan = fn(sch, nbytes, chunks or 1, **kwargs)
+    sch = forest.schedule(g, k=k)
+    kw = {} if chunks is None else {"chunks": chunks}
+    if kind == "allgather":
+        plan = forest.plan_allgather(sch, nbytes, **kw)
+    elif kind == "reduce_scatter":
+        plan = forest.plan_reduce_scatter(sch, nbytes, elem_bytes=elem_bytes, **kw)
+    else:
+        plan = forest.plan_allreduce(sch, nbytes, elem_bytes=elem_bytes, **kw)
     if plan.num_ranks != ranks:
         raise ValueError(f"the topology has {plan.num_ranks} GPUs but the group has {ranks} ranks")
     return plan
