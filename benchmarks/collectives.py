@@ -22,6 +22,34 @@ def _m_bytes(kind: str, n: int, nbytes: int) -> int:
     return n * nbytes if kind in ("allgather", "reduce_scatter") else nbytes
 
 
+def _with_tiers(plan, gps: int):
+    """Plans made from a forest.Graph carry gpus_per_server = 0; give them the cluster's tiers."""
+    d = json.loads(plan.to_json())
+    d["gpus_per_server"] = gps
+    for t in d["transfers"]:
+        t["tier"] = "local" if t["src"] == t["dst"] else ("scale_up" if t["src"] // gps == t["dst"] // gps else "scale_out")
+    return _core.Plan.from_json(json.dumps(d))
+
+
+def _via_xml(kind: str, n: int, per: int, elem: int, cluster, chunks: int):
+    """The ForestColl plan exported to MSCCL XML for a small symbolic size and read back
+    for `per` bytes (the XML is size-independent), or None if `per` does not fit its chunks."""
+    import re
+
+    from collsched import forest
+    from collsched.export.msccl import from_xml, to_xml
+
+    k = forest.schedule(forest.as_graph(cluster)).k
+    unit = k * chunks * 16 * elem
+    small = unit * (n if kind == "allreduce" else 1)
+    xml = to_xml(C.plan_collective(kind, n, small, "forest", elem_bytes=elem, topology=cluster, chunks=chunks))
+    total = int(re.search(r'nchunksperloop="(\d+)"', xml).group(1))
+    m = per * (n if kind != "allreduce" else 1)
+    m -= m % (total * elem)
+    per = m // n if kind != "allreduce" else m
+    return from_xml(xml, per, elem, cluster=cluster) if per else None
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--topology", default="mi250:2")
@@ -49,12 +77,14 @@ def main() -> None:
             per = m // n if kind != "allreduce" else m
             per -= per % (elem * n * args.chunks)
             for algo in algos:
-                base = "forest" if algo.startswith("forest") else algo
-                plan = C.plan_collective(kind, n, per, base, elem_bytes=elem, topology=cluster, chunks=args.chunks)
                 if algo == "forest_xml":
-                    from collsched.export.msccl import from_xml, to_xml
-
-                    plan = from_xml(to_xml(plan), per, elem, cluster=cluster)
+                    plan = _via_xml(kind, n, per, elem, cluster, args.chunks)
+                    if plan is None:
+                        continue
+                else:
+                    plan = C.plan_collective(kind, n, per, algo, elem_bytes=elem, topology=cluster, chunks=args.chunks)
+                    if plan.gpus_per_server == 0:
+                        plan = _with_tiers(plan, cluster.gpus_per_server)
                 r = sim.simulate(plan, cluster)
                 mb = _m_bytes(kind, n, per)
                 algbw = mb / r.time_s / 1e9

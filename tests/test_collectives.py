@@ -59,10 +59,19 @@ def test_forest_plans_compute():
     forest = pytest.importorskip("collsched.forest")
     if not hasattr(forest, "plan_allreduce"):
         pytest.skip("ForestColl planning not available yet")
-    for kind in C.KINDS:
-        p = C.plan_collective(kind, 16, 1 << 12, "forest", elem_bytes=4, topology="mi250:2", chunks=2)
-        assert_computes(p)
-        verify_if_available(p)
+    from collsched import _core
+
+    # A Cluster is lowered with Graph.from_cluster (16 GPUs); a string names ForestColl's
+    # testbed graphs first (a100:2: 2 DGX A100 boxes).
+    for topology in (_core.Cluster.parse("mi250:2"), "a100:2"):
+        n = forest.as_graph(topology).num_compute
+        for kind in C.KINDS:
+            p = C.plan_collective(kind, n, 64 * n, "forest", elem_bytes=4, topology=topology, chunks=2)
+            assert p.num_ranks == n
+            assert_computes(p)
+            verify_if_available(p)
+    with pytest.raises(ValueError, match="GPUs but the group has"):
+        C.plan_collective("allgather", 4, 64, "forest", topology="a100:2")
 
 
 # ---------------------------------------------------------------------------

@@ -10,10 +10,6 @@ from typing import Optional
 import typer
 
 COLLECTIVES = ("allgather", "reduce_scatter", "allreduce")
-# Size the exported XML is planned for: the XML is size-independent (the runtime
-# divides the user's buffer into nchunksperloop chunks), so any size whose pieces
-# are whole chunks will do. 2^20 elements per shard divides evenly for every k.
-XML_SHARD_ELEMS = 1 << 20
 
 
 def _gbps(bytes_per_s) -> float:
@@ -64,21 +60,34 @@ def summary(topology: str, k: Optional[int]) -> tuple[dict, object, object]:
 
 
 def export_xml(sched, collective: str, nranks: int, channels: Optional[int] = None) -> tuple[str, list[str]]:
-    """MSCCL XML of the schedule's `collective`, and the validator's verdict."""
+    """MSCCL XML of the schedule's `collective`, and the validator's verdict.
+
+    The XML is size-independent (the runtime cuts the user's buffer into
+    ``nchunksperloop`` chunks), so the plan is made for the smallest shard that
+    splits into whole chunks over the trees: k × 2^j elements, j = 0, 1, ...
+    """
     from collsched import forest
     from collsched.export.msccl import to_xml
     from collsched.export.validate import validate_msccl_xml
 
     elem = 1 if collective == "allgather" else 4
-    shard = XML_SHARD_ELEMS * elem
-    if collective == "allgather":
-        plan = forest.plan_allgather(sched, shard, chunks=1)
-    elif collective == "reduce_scatter":
-        plan = forest.plan_reduce_scatter(sched, shard, elem_bytes=elem, chunks=1)
-    else:
-        plan = forest.plan_allreduce(sched, shard * nranks, elem_bytes=elem, chunks=1)
-    xml = to_xml(plan, name=f"forestcoll_{collective}_{nranks}", channels=channels)
-    return xml, validate_msccl_xml(xml)
+    k = max(1, int(getattr(sched, "k", 1)))
+    last = None
+    for j in range(12):
+        shard = k * (1 << j) * elem
+        if collective == "allgather":
+            plan = forest.plan_allgather(sched, shard, chunks=1)
+        elif collective == "reduce_scatter":
+            plan = forest.plan_reduce_scatter(sched, shard, elem_bytes=elem, chunks=1)
+        else:
+            plan = forest.plan_allreduce(sched, shard * nranks, elem_bytes=elem, chunks=1)
+        try:
+            xml = to_xml(plan, name=f"forestcoll_{collective}_{nranks}", channels=channels)
+        except ValueError as e:
+            last = e
+            continue
+        return xml, validate_msccl_xml(xml)
+    raise ValueError(f"cannot express the schedule as MSCCL XML: {last}")
 
 
 def _print_summary(s: dict) -> None:

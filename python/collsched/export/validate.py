@@ -29,16 +29,18 @@ def _lexical(xml: str) -> list[str]:
     stripped = xml.lstrip(" \r\n")
     if stripped.startswith("<?xml"):
         problems.append("XML declaration (<?xml ...?>) found: the MSCCL parser reads it as an element and fails; start with <algo>")
-    pos = 0
+    pos, line = 0, 1
     for m in _TAG.finditer(xml):
         between = xml[pos : m.start()]
-        line = xml.count("\n", 0, m.start()) + 1
+        line += between.count("\n")
         if "\t" in between:
             problems.append(f"line {line}: tab character between elements: the MSCCL parser only skips spaces and newlines")
         elif between.strip(" \r\n"):
             problems.append(f"line {line}: text {between.strip()[:20]!r} between elements: the MSCCL parser expects '<'")
         tag = m.group(0)
         pos = m.end()
+        tag_line = line
+        line += tag.count("\n")
         if tag.startswith("<!--") or tag.startswith("<?xml"):
             continue
         if not (_OPEN.match(tag) or _CLOSE.match(tag)):
@@ -50,7 +52,7 @@ def _lexical(xml: str) -> list[str]:
                 why = "attributes must be separated by exactly one space, with no space around '=' or before '>' or '/>'"
             else:
                 why = "not a tag of the form <name key=\"value\" ...> or </name>"
-            problems.append(f"line {line}: {why}: {tag[:60]!r}")
+            problems.append(f"line {tag_line}: {why}: {tag[:60]!r}")
     if xml[pos:].strip(" \r\n"):
         problems.append("text after the last element")
     return problems
