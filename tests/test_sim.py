@@ -12,6 +12,7 @@ def test_single_transfer_time_is_alpha_plus_bytes_over_bandwidth():
     m = np.zeros((n, n), dtype=np.uint64)
     m[0, 8] = 50_000_000  # one scale-out pair on h200:2 (50 GB/s NICs, 6 us alpha)
     p = collsched.plan_all_to_all(m, "h200:2", "fanout")
+    p.verify()
     r = sim.simulate(p, "h200:2", tolerance=0.0)
     assert r.time_s == pytest.approx(6e-6 + 1e-3, rel=1e-12)
     assert r.transfer_start_s.shape == (1,) and r.transfer_end_s[0] == pytest.approx(r.time_s)
@@ -28,6 +29,7 @@ def test_balanced_fanout_report():
     c = collsched.Cluster.parse("h200:2")
     m = traffic.balanced(16, 1 << 20)
     p = collsched.plan_all_to_all(m, c, "fanout")
+    p.verify()
     r = sim.simulate(p, c)
     assert r.transfers == 256 and r.steps == 1 and r.step_transfers == [256]
     assert r.algbw == pytest.approx(m.sum() / 16 / r.time_s)
@@ -86,6 +88,7 @@ def test_fanout_never_beats_the_bound(spec, servers, seed, skew, barrier):
     c = collsched.Cluster.parse(spec.format(s=servers))
     m = traffic.zipf(c.num_gpus, skew, 1 << 18, seed=seed)
     p = collsched.plan_all_to_all(m, c, "fanout")
+    p.verify()
     r = sim.simulate(p, c, barrier_steps=barrier)
     b = sim.lower_bound(m, c)
     assert r.time_s >= b.seconds * (1 - 1e-9), (c.spec(), r.time_s, b)

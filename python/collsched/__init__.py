@@ -26,3 +26,12 @@ __all__ = [
     "plan_collective",
 ]
 __version__ = "0.1.0"
+
+
+def __getattr__(name):
+    # The runtime needs torch; load it only when someone asks for it.
+    if name == "all_to_all_single":
+        from collsched.comm.api import all_to_all_single
+
+        return all_to_all_single
+    raise AttributeError(f"module 'collsched' has no attribute {name!r}")

@@ -57,18 +57,6 @@ fn diameter(cluster: &Cluster) -> u32 {
     (0..g).flat_map(|a| (0..g).filter(move |&b| b != a).map(move |b| (a, b))).map(|(a, b)| scaleup_hops(cluster, a, b)).max().unwrap_or(0)
 }
 
-/// `min over D of max((x + D)/n, (s - k·D)/u)`: the best a plan can do by
-/// detouring D bytes of a scale-up load `s` (each detoured byte saving `k`
-/// units of it) through the server's NICs, which already carry `x`.
-/// Returns the no-detour time when no other server exists.
-fn with_detour(s: f64, u: f64, x: f64, n: f64, k: f64, servers: u32, a_up: f64, a_out: f64) -> f64 {
-    let direct = a_up + s / u;
-    if servers <= 1 {
-        return direct;
-    }
-    direct.min(a_up.min(a_out) + (s + k * x) / (u + k * n))
-}
-
 pub fn lower_bound(traffic: &Traffic, cluster: &Cluster) -> Result<Bound> {
     cluster.validate()?;
     let p = cluster.num_gpus() as usize;
@@ -109,6 +97,17 @@ pub fn lower_bound(traffic: &Traffic, cluster: &Cluster) -> Result<Bound> {
     }
     let server_sum = |v: &[f64], s: usize| v[s * g..(s + 1) * g].iter().sum::<f64>();
 
+    // `min over D of max((x + D)/n, (s - k·D)/u)`: the best a plan can do by
+    // detouring D bytes of a scale-up load `s` (each detoured byte saving `k`
+    // units of it) through the server's NICs (capacity n), which already carry `x`.
+    // With one server there is nowhere to detour.
+    let with_detour = |s: f64, u: f64, x: f64, k: f64| -> f64 {
+        let direct = a_up + s / u;
+        if servers <= 1 {
+            return direct;
+        }
+        direct.min(a_up.min(a_out) + (s + k * x) / (u + k * server_nic))
+    };
     let mut terms: Vec<(String, f64)> = Vec::new();
     let mut push = |name: String, v: f64| {
         if v > 0.0 {
@@ -117,7 +116,7 @@ pub fn lower_bound(traffic: &Traffic, cluster: &Cluster) -> Result<Bound> {
     };
     let switch = matches!(cluster.scaleup, ScaleUp::Switch { .. });
     let (cap, diam) = (fabric_capacity(cluster), diameter(cluster) as f64);
-    for s in 0..servers as usize {
+    for (s, &hops) in hop_bytes.iter().enumerate() {
         let (xo, xi) = (server_sum(&so_out, s), server_sum(&so_in, s));
         if xo > 0.0 {
             push(format!("scale-out send of server {s}"), a_out + xo / server_nic);
@@ -125,10 +124,10 @@ pub fn lower_bound(traffic: &Traffic, cluster: &Cluster) -> Result<Bound> {
         if xi > 0.0 {
             push(format!("scale-out receive of server {s}"), a_out + xi / server_nic);
         }
-        if !switch && hop_bytes[s] > 0.0 {
-            // Byte-hops: every intra-server byte crosses at least its minimum hop count.
-            let detour_x = xo.max(xi);
-            let t = with_detour(hop_bytes[s], cap, detour_x, server_nic, diam, servers, a_up, a_out);
+        if !switch && hops > 0.0 {
+            // Byte-hops: every intra-server byte crosses at least its minimum hop count;
+            // a detour uses both the server's uplinks and downlinks.
+            let t = with_detour(hops, cap, xo.max(xi), diam);
             push(format!("scale-up byte-hops of server {s}"), t);
         }
     }
@@ -136,10 +135,10 @@ pub fn lower_bound(traffic: &Traffic, cluster: &Cluster) -> Result<Bound> {
         let s = r / g;
         let (xo, xi) = (server_sum(&so_out, s), server_sum(&so_in, s));
         if su_out[r] > 0.0 {
-            push(format!("scale-up send of GPU {r}"), with_detour(su_out[r], up, xo, server_nic, 1.0, servers, a_up, a_out));
+            push(format!("scale-up send of GPU {r}"), with_detour(su_out[r], up, xo, 1.0));
         }
         if su_in[r] > 0.0 {
-            push(format!("scale-up receive of GPU {r}"), with_detour(su_in[r], up, xi, server_nic, 1.0, servers, a_up, a_out));
+            push(format!("scale-up receive of GPU {r}"), with_detour(su_in[r], up, xi, 1.0));
         }
         if servers > 1 {
             // Everything a GPU sends leaves over its scale-up ports or its (possibly shared) NIC.

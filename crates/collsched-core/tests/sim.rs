@@ -2,6 +2,7 @@
 //! property that no simulated plan beats the lower bound.
 use collsched_core::algo::plan_all_to_all;
 use collsched_core::bound::lower_bound;
+use collsched_core::plan::verify::verify;
 use collsched_core::plan::{Buf, Collective, Op, Options, Plan, PlanBuilder, Segment};
 use collsched_core::sim::{simulate, Incast, SimOptions};
 use collsched_core::traffic::generators;
@@ -11,14 +12,27 @@ use proptest::prelude::*;
 /// A plan of hand-written transfers `(src, dst, bytes, step, deps)`; the
 /// collective is the all-to-all of exactly those bytes.
 fn plan_of(cluster: &Cluster, xfers: &[(u32, u32, u64, u32, &[u32])]) -> Plan {
+    let plan = unverified_plan_of(cluster, xfers);
+    verify(&plan).expect("test plan verifies");
+    plan
+}
+
+/// The same without the verifier, for plans that are deliberately malformed.
+fn unverified_plan_of(cluster: &Cluster, xfers: &[(u32, u32, u64, u32, &[u32])]) -> Plan {
     let n = cluster.num_gpus() as usize;
     let mut t = Traffic::zeros(n);
     for &(s, d, b, _, _) in xfers {
         t.set(s as usize, d as usize, t.get(s as usize, d as usize) + b);
     }
+    // Real offsets (a pair listed twice gets consecutive pieces of its block), so every
+    // test plan is a valid all-to-all the verifier accepts.
+    let (send, recv) = (t.send_offsets(), t.recv_offsets());
+    let mut used = vec![0u64; n * n];
     let mut pb = PlanBuilder::new("test", Collective::AllToAll { traffic: t }, cluster.gpus_per_server);
     for &(s, d, b, step, deps) in xfers {
-        let seg = Segment { src_buf: Buf::Input, src_off: 0, dst_buf: Buf::Output, dst_off: 0, len: b };
+        let k = s as usize * n + d as usize;
+        let seg = Segment { src_buf: Buf::Input, src_off: send[k] + used[k], dst_buf: Buf::Output, dst_off: recv[k] + used[k], len: b };
+        used[k] += b;
         pb.transfer(s, d, Op::Copy, cluster.tier(s, d), step, &[seg], deps);
     }
     pb.finish()
@@ -102,7 +116,7 @@ fn barrier_steps_orders_independent_steps() {
     assert!(close(free.time_s, 6e-6 + 1e-3));
     assert!(close(barrier.time_s, 6e-6 + 1e-3 + 6e-6 + 2e-4), "{}", barrier.time_s);
     // A dependency on a later step deadlocks under the barrier: rejected up front.
-    let bad = plan_of(&c, &[(0, 8, MB, 1, &[]), (1, 9, MB, 0, &[0])]);
+    let bad = unverified_plan_of(&c, &[(0, 8, MB, 1, &[]), (1, 9, MB, 0, &[0])]);
     assert!(simulate(&bad, &c, &exact()).is_ok());
     let e = simulate(&bad, &c, &SimOptions { barrier_steps: true, ..exact() }).unwrap_err().to_string();
     assert!(e.contains("later step"), "{e}");
@@ -149,6 +163,7 @@ fn report_fields() {
     let c = Cluster::parse("h200:2").unwrap();
     let t = generators::balanced(16, MB).unwrap();
     let p = plan_all_to_all(&t, &c, "fanout", &Options::new()).unwrap();
+    verify(&p).unwrap();
     let r = simulate(&p, &c, &SimOptions::default()).unwrap();
     assert_eq!(r.transfers, 256);
     assert_eq!(r.bytes_moved, 256 * MB);
@@ -180,7 +195,7 @@ fn rejects_mismatched_input() {
     let mut wrong_tier = p.clone();
     wrong_tier.transfers[0].tier = Tier::ScaleUp;
     assert!(simulate(&wrong_tier, &c, &exact()).unwrap_err().to_string().contains("tagged"));
-    let forward = plan_of(&c, &[(0, 8, MB, 0, &[1]), (1, 9, MB, 0, &[])]);
+    let forward = unverified_plan_of(&c, &[(0, 8, MB, 0, &[1]), (1, 9, MB, 0, &[])]);
     assert!(simulate(&forward, &c, &exact()).unwrap_err().to_string().contains("does not come before"));
     assert!(simulate(&p, &c, &SimOptions { tolerance: -1.0, ..exact() }).is_err());
     assert!(simulate(&p, &c, &SimOptions { incast: Some(Incast { threshold: 1, goodput: 0.0 }), ..exact() }).is_err());
@@ -251,6 +266,7 @@ proptest! {
             _ => generators::balanced(n, 1 << 18).unwrap(),
         };
         let p = plan_all_to_all(&t, &c, "fanout", &Options::new()).unwrap();
+        verify(&p).unwrap();
         let b = lower_bound(&t, &c).unwrap();
         for opts in [SimOptions { barrier_steps: barrier, ..SimOptions::default() }, SimOptions { incast: Some(Incast { threshold: 2, goodput: 0.7 }), ..SimOptions::default() }] {
             let r = simulate(&p, &c, &opts).unwrap();

@@ -1,0 +1,299 @@
+"""nccl-tests-style all-to-all(v) benchmark: torch's `all_to_all_single` and every
+collsched algorithm, over a size sweep, on a real process group.
+
+Sizes are bytes per rank (mean send volume), as nccl-tests' alltoall. Times are the
+average over `iters` back-to-back calls, then the max across ranks (nccl-tests `-a 3`);
+with `rounds` > 1 the methods are timed in interleaved rounds and the best round kept.
+algbw = size / time, busbw = algbw × (n-1)/n (nccl-tests' alltoall factor). #wrong counts
+output elements that differ from the value the deterministic input pattern predicts.
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+DTYPES = {"float32": 4, "float16": 2, "bfloat16": 2, "int32": 4, "int64": 8, "uint8": 1}
+# Pattern modulus per dtype: values stay exactly representable.
+_PATTERN_MOD = {"float32": 1 << 24, "float16": 2048, "bfloat16": 256, "int32": 1 << 31, "int64": 1 << 40, "uint8": 256}
+TORCH = "torch"
+
+
+@dataclass
+class BenchConfig:
+    min_bytes: int = 1 << 20
+    max_bytes: int = 16 << 20
+    factor: int = 4
+    workload: str = "balanced"
+    warmup: int = 2
+    iters: int = 5
+    algorithms: list = field(default_factory=list)  # empty = torch + every available algorithm
+    dtype: str = "float32"
+    cluster: str = ""  # empty = from LOCAL_WORLD_SIZE
+    seed: int = 0
+    check: bool = True
+    exec_only: bool = True  # also time comm.execute on the pre-built plan (no exchange, no hash check)
+    rounds: int = 1  # interleaved repetitions over all methods; the best round is reported
+
+
+def sizes(min_bytes: int, max_bytes: int, factor: int) -> list[int]:
+    if min_bytes <= 0 or max_bytes < min_bytes:
+        raise ValueError(f"need 0 < min_bytes <= max_bytes, got -b {min_bytes} -e {max_bytes}")
+    if factor < 2:
+        raise ValueError(f"the size factor must be at least 2, got -f {factor}")
+    out, s = [], min_bytes
+    while s <= max_bytes:
+        out.append(s)
+        s *= factor
+    return out
+
+
+def workload_rows(workload: str, n: int, bytes_per_rank: int, elem: int, seed: int = 0) -> np.ndarray:
+    """Element counts (entry [i][j] = elements i sends to j) whose mean row sum is bytes_per_rank / elem."""
+    import collsched.traffic as T
+
+    elems = max(bytes_per_rank // elem, 0)
+    kind, _, arg = workload.partition(":")
+    if kind == "balanced":
+        base = np.full((n, n), 1.0)
+    elif kind == "uniform":
+        base = T.uniform(n, 1 << 20, seed=seed).astype(np.float64)
+    elif kind == "zipf":
+        base = T.zipf(n, float(arg or 1.2), 1 << 20, seed=seed).astype(np.float64)
+    elif kind == "hot":
+        base = T.hot_experts(n, skew=float(arg or 1.0), tokens_per_rank=4096, hidden=1, dtype_bytes=1,
+                             seed=seed).astype(np.float64)
+    elif os.path.exists(workload):
+        base = np.load(workload) if workload.endswith(".npy") else np.loadtxt(workload, delimiter=None, ndmin=2)
+        base = np.asarray(base, dtype=np.float64)
+        if base.shape != (n, n):
+            raise ValueError(f"matrix file {workload} is {base.shape}, expected {n}×{n}")
+        if (base < 0).any():
+            raise ValueError(f"matrix file {workload} has negative entries")
+    else:
+        raise ValueError(f"unknown workload {workload!r}: use balanced, uniform, zipf:S, hot:S or a matrix file "
+                         "(.npy or whitespace-separated text)")
+    total = base.sum()
+    if total <= 0:
+        return np.zeros((n, n), dtype=np.int64)
+    return np.floor(base * (elems * n / total)).astype(np.int64)
+
+
+def _pattern(torch, rank: int, start, count: int, mod: int):
+    k = torch.arange(start, start + count, dtype=torch.int64)
+    return (k + rank * 7919) % mod
+
+
+def bench_worker(cfg_dict: dict) -> dict | None:
+    """Run on every rank of an initialised group; rank 0 returns the rows."""
+    import torch
+    import torch.distributed as dist
+
+    import collsched
+    from collsched import comm
+
+    cfg = BenchConfig(**cfg_dict)
+    rank, n = dist.get_rank(), dist.get_world_size()
+    dtype = getattr(torch, cfg.dtype)
+    elem = DTYPES[cfg.dtype]
+    mod = _PATTERN_MOD[cfg.dtype]
+    device = torch.device("cpu")
+    backend = str(dist.get_backend()).lower()
+    if "nccl" in backend and torch.cuda.is_available():
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(device)
+    cluster = comm.resolve_cluster(cfg.cluster or None, n)
+    algs = cfg.algorithms or [TORCH] + _available(collsched, cluster, n)
+
+    def sync():
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    rows_out = []
+    for size in sizes(cfg.min_bytes, cfg.max_bytes, cfg.factor):
+        rows = workload_rows(cfg.workload, n, size, elem, cfg.seed)
+        in_s = [int(x) for x in rows[rank]]
+        out_s = [int(x) for x in rows[:, rank]]
+        x = _pattern(torch, rank, 0, sum(in_s), mod).to(dtype).to(device)
+        expected = torch.cat([_pattern(torch, i, int(rows[i, :rank].sum()), int(rows[i, rank]), mod)
+                              for i in range(n)]).to(dtype) if n else None
+        out = torch.empty(sum(out_s), dtype=dtype, device=device)
+        calls, recs = {}, {}
+        for alg in algs:
+            rec = {"size": int(size), "count": int(sum(in_s)), "type": cfg.dtype, "algorithm": alg,
+                   "workload": cfg.workload, "ranks": n}
+            recs[alg] = rec
+            try:
+                if alg == TORCH:
+                    def call():
+                        dist.all_to_all_single(out, x, out_s, in_s)
+                else:
+                    def call(alg=alg):
+                        collsched.all_to_all_single(out, x, out_s, in_s, algorithm=alg, cluster=cluster)
+                out.zero_()
+                dist.barrier()
+                call()  # first call plans (cache miss)
+                sync()
+                if alg != TORCH:
+                    st = comm.last_call_stats()
+                    rec["plan_ms"] = st.plan_s * 1e3
+                    rec["planned_by"] = st.planned_by
+                    rec["steps"] = st.steps
+                wrong = int((out.cpu() != expected).sum()) if cfg.check else 0
+                w = torch.tensor([wrong], dtype=torch.int64, device=device)
+                dist.all_reduce(w)
+                rec["wrong"] = int(w.item())
+                for _ in range(cfg.warmup):
+                    call()
+                calls[alg] = call
+                if alg != TORCH and cfg.exec_only:
+                    entry, _ = comm.DEFAULT_CACHE.get((rows.astype(np.uint64) * np.uint64(elem)), cluster, alg, {})
+                    prog = entry.program(rank)
+                    from collsched.comm.executor import byte_view, choose_transport, run_program
+
+                    ib, ob = byte_view(x, "input"), byte_view(out, "output")
+                    tr = choose_transport("auto", None, device)
+                    calls[alg + "/exec"] = (lambda prog=prog, ib=ib, ob=ob, tr=tr:
+                                            run_program(prog, ib, ob, None, dtype, 60.0, comm.DEFAULT_POOL, tr))
+            except Exception as e:  # keep the sweep going; every rank sees the same collective errors
+                rec["error"] = f"{type(e).__name__}: {e}"[:200]
+        # Interleaved rounds, best round kept: on a shared machine this cancels most of the noise.
+        best: dict = {}
+        for _ in range(max(cfg.rounds, 1)):
+            for key, call in calls.items():
+                try:
+                    t = _timed(call, cfg.iters, dist, torch, device, sync)
+                except Exception as e:
+                    recs[key.split("/")[0]]["error"] = f"{type(e).__name__}: {e}"[:200]
+                    continue
+                best[key] = min(best.get(key, float("inf")), t)
+        for alg, rec in recs.items():
+            if "error" in rec:
+                rows_out.append(rec)
+                continue
+            rec["time_us"] = best[alg]
+            if alg + "/exec" in best:
+                rec["exec_us"] = best[alg + "/exec"]
+            t = rec["time_us"] * 1e-6
+            rec["algbw_gbs"] = size / t / 1e9 if t > 0 else 0.0
+            rec["busbw_gbs"] = rec["algbw_gbs"] * (n - 1) / n
+            rows_out.append(rec)
+    return {"rows": rows_out, "ranks": n, "backend": backend, "device": str(device),
+            "cluster": cluster.spec()} if rank == 0 else None
+
+
+def _timed(call, iters: int, dist, torch, device, sync) -> float:
+    """Mean µs per call over `iters` back-to-back calls, max across ranks."""
+    dist.barrier()
+    sync()
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        call()
+    sync()
+    mine = (time.perf_counter() - t0) / max(iters, 1) * 1e6
+    t = torch.tensor([mine], dtype=torch.float64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return float(t.item())
+
+
+def _available(collsched, cluster, n: int) -> list[str]:
+    """Algorithms that plan on this cluster (those still being built are skipped)."""
+    m = collsched.traffic.balanced(n, 4096)
+    out = []
+    for name, _ in collsched.all_to_all_algorithms():
+        if name == "auto":
+            continue
+        try:
+            collsched.plan_all_to_all(m, cluster, name)
+        except ValueError as e:
+            if "not implemented yet" in str(e):
+                continue
+        out.append(name)
+    return out
+
+
+def format_table(result: dict) -> str:
+    """nccl-tests-like text table."""
+    hdr = (f"# collsched bench: {result['ranks']} ranks, backend {result['backend']}, device {result['device']}\n"
+           f"# cluster {result['cluster']}\n"
+           f"# time: mean of back-to-back calls, max across ranks; busbw = algbw × (n-1)/n\n"
+           f"#{'size':>12} {'count':>11} {'type':>8} {'algorithm':>16} {'time(us)':>11} {'algbw':>7} {'busbw':>7} "
+           f"{'#wrong':>7} {'exec(us)':>10} {'plan(ms)':>9} {'vs torch':>8}")
+    lines = [hdr]
+    torch_t = {r["size"]: r.get("time_us") for r in result["rows"] if r["algorithm"] == TORCH}
+    for r in result["rows"]:
+        if "error" in r:
+            lines.append(f" {r['size']:>12} {r['count']:>11} {r['type']:>8} {r['algorithm']:>16}  error: {r['error']}")
+            continue
+        base = torch_t.get(r["size"])
+        ratio = f"{r['time_us'] / base:8.2f}" if base and r["algorithm"] != TORCH else f"{'':>8}"
+        ex = f"{r['exec_us']:10.1f}" if "exec_us" in r else f"{'':>10}"
+        pl = f"{r['plan_ms']:9.3f}" if "plan_ms" in r else f"{'':>9}"
+        lines.append(f" {r['size']:>12} {r['count']:>11} {r['type']:>8} {r['algorithm']:>16} {r['time_us']:11.1f} "
+                     f"{r['algbw_gbs']:7.2f} {r['busbw_gbs']:7.2f} {r['wrong']:>7} {ex} {pl} {ratio}")
+    return "\n".join(lines)
+
+
+def run_bench(cfg: BenchConfig, nprocs: int = 8, gpus_per_server: int = 4, timeout_s: float = 600.0) -> dict:
+    """Under torchrun (or an initialised group): run here. Otherwise spawn `nprocs` local Gloo ranks."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return bench_worker(asdict(cfg))
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ and "MASTER_ADDR" in os.environ:
+        import torch
+
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        dist.init_process_group(backend)
+        try:
+            return bench_worker(asdict(cfg))
+        finally:
+            dist.destroy_process_group()
+    from collsched.comm.launch import run_local
+
+    results = run_local(bench_worker, nprocs, (asdict(cfg),), gpus_per_server=gpus_per_server, timeout_s=timeout_s)
+    return results[0]
+
+
+def planning_times(specs=("h200:2,gpus=4", "h200:8"), skew: float = 1.2, reps: int = 5) -> list[dict]:
+    """Host time to plan, to compile one rank's program, and a plan-cache hit, per algorithm
+    (hot-expert matrix, 4096 tokens × top-2 × 7168 bf16 per rank). Runs in this process."""
+    import collsched
+    from collsched.comm import compile_rank_program
+    from collsched.comm.cache import PlanCache
+
+    out = []
+    for spec in specs:
+        cl = collsched.Cluster.parse(spec)
+        n = cl.num_gpus
+        m = (collsched.traffic.hot_experts(n, skew=skew, tokens_per_rank=4096, top_k=2, hidden=1, dtype_bytes=1,
+                                           seed=0).astype(np.uint64) * np.uint64(14336))
+        for name in _available(collsched, cl, n):
+            def best(fn, k):
+                ts = []
+                for _ in range(k):
+                    t0 = time.perf_counter()
+                    fn()
+                    ts.append(time.perf_counter() - t0)
+                return min(ts)
+
+            plan = collsched.plan_all_to_all(m, cl, name)
+            cache = PlanCache()
+            cache.get(m, cl, name, {})
+            out.append({"cluster": spec, "ranks": n, "algorithm": name, "transfers": plan.num_transfers,
+                        "steps": plan.num_steps,
+                        "plan_ms": best(lambda: collsched.plan_all_to_all(m, cl, name), reps) * 1e3,
+                        "compile_ms": best(lambda: compile_rank_program(plan, 0), reps) * 1e3,
+                        "cache_hit_us": best(lambda: cache.get(m, cl, name, {}), reps * 10) * 1e6})
+    return out
+
+
+def format_planning(rows: list[dict]) -> str:
+    lines = [f"#{'cluster':>14} {'P':>4} {'algorithm':>16} {'transfers':>9} {'steps':>5} {'plan(ms)':>9} "
+             f"{'compile(ms)':>11} {'hit(us)':>8}"]
+    for r in rows:
+        lines.append(f" {r['cluster']:>14} {r['ranks']:>4} {r['algorithm']:>16} {r['transfers']:>9} {r['steps']:>5} "
+                     f"{r['plan_ms']:9.3f} {r['compile_ms']:11.3f} {r['cache_hit_us']:8.1f}")
+    return "\n".join(lines)

@@ -1,0 +1,302 @@
+"""Run any Plan on a torch.distributed process group, for this rank.
+
+Per step: gather each outgoing message (one copy; none for a single segment),
+post all sends and receives of the step in one `batch_isend_irecv`, ordered by
+transfer id on both sides (NCCL matches point-to-point operations by order, Gloo
+by tag: the tag is the transfer id), wait with a timeout, scatter each received
+message into its segments (copy, or add in the tensor's dtype), then run the
+step's local copies. The verifier guarantees transfers of one step never touch
+the same bytes, so this order is safe. On NCCL no step blocks the host: waits
+order the current stream and copies run on it.
+"""
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from collsched.comm.errors import classify_transport_error, resolve_timeout
+from collsched.comm.groups import blocking_waits, global_ranks, require_initialized, wait_all
+from collsched.comm.pool import DEFAULT_POOL, BufferPool
+from collsched.comm.program import (BUFFER_NAMES, OP_COPY, OP_REDUCE_SUM, STAGING_ALIGN, RankProgram,
+                                    compile_rank_program)
+
+_TAG_SPACE = 2**31 - 1
+
+
+@dataclass
+class ExecStats:
+    steps: int
+    bytes_sent: int
+    bytes_received: int
+    seconds: float  # host time; on NCCL this is enqueue time unless the caller synchronises
+
+
+def byte_view(t: torch.Tensor, name: str) -> torch.Tensor:
+    """The tensor's bytes as a flat uint8 view (no copy)."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if not t.is_contiguous():
+        raise ValueError(f"{name} must be contiguous (call .contiguous() first)")
+    flat = t.reshape(-1)
+    if flat.dtype == torch.uint8:
+        return flat
+    if flat.numel() == 0:
+        return torch.empty(0, dtype=torch.uint8, device=t.device)
+    return flat.view(torch.uint8)
+
+
+class _ProgramCache:
+    """Compiled rank programs of recently executed plans (keyed by plan identity; holds the plan)."""
+
+    def __init__(self, capacity: int = 32):
+        self.capacity = capacity
+        self._d: OrderedDict = OrderedDict()
+
+    def get(self, plan, rank: int) -> RankProgram:
+        key = (id(plan), rank)
+        hit = self._d.get(key)
+        if hit is not None and hit[0] is plan:
+            self._d.move_to_end(key)
+            return hit[1]
+        prog = compile_rank_program(plan, rank)
+        self._d[key] = (plan, prog)
+        while len(self._d) > self.capacity:
+            self._d.popitem(last=False)
+        return prog
+
+
+_PROGRAMS = _ProgramCache()
+
+
+TRANSPORTS = ("auto", "p2p", "alltoallv", "hybrid")
+
+
+def choose_transport(transport: str, group, device: torch.device) -> str:
+    """p2p (batch_isend_irecv per step) on NCCL; hybrid on Gloo: dense steps (at least half of
+    the rank pairs talk) as one all_to_all_single, whose pairs Gloo posts from C++ at once,
+    sparse steps (rounds of a permutation, rail-aligned scale-out) as p2p, where an
+    all-to-all would make every rank wake for nothing. Every rank must choose the same."""
+    if transport not in TRANSPORTS:
+        raise ValueError(f"transport must be one of {TRANSPORTS}, got {transport!r}")
+    if transport != "auto":
+        return transport
+    return "hybrid" if blocking_waits(group, device) else "p2p"
+
+
+def execute(plan, input: torch.Tensor, output: torch.Tensor, group=None, *, dtype: torch.dtype | None = None,
+            timeout: float | None = None, program: RankProgram | None = None,
+            pool: BufferPool | None = None, transport: str = "auto") -> ExecStats:
+    """Execute `plan` for this rank of `group`: read `input`, write `output`.
+
+    Tensors must be contiguous; their bytes are what the plan's offsets index.
+    `dtype` is the element type ReduceSum adds in (default: input's dtype).
+    `timeout` bounds each step's wait (default ``COLLSCHED_TIMEOUT_S`` or 60 s).
+    `transport`: "p2p" (one batch_isend_irecv per step), "alltoallv" (one all_to_all_single
+    per step: every rank joins every step that moves data), "hybrid" (alltoallv for dense
+    steps, p2p for sparse ones) or "auto" (p2p on NCCL, hybrid on Gloo). Every rank of the group must call this with the same plan and transport.
+    """
+    require_initialized()
+    timeout_s = resolve_timeout(timeout)
+    rank = dist.get_rank(group)
+    world = dist.get_world_size(group)
+    if plan.num_ranks != world:
+        raise ValueError(f"plan is for {plan.num_ranks} ranks but the process group has {world}")
+    prog = program if program is not None else _PROGRAMS.get(plan, rank)
+    in_b = byte_view(input, "input")
+    out_b = byte_view(output, "output")
+    if in_b.numel() < prog.input_bytes:
+        raise ValueError(f"input has {in_b.numel()} bytes but the plan reads {prog.input_bytes} on rank {rank}")
+    if out_b.numel() < prog.output_bytes:
+        raise ValueError(f"output too small: {out_b.numel()} bytes but the plan writes {prog.output_bytes} on rank {rank}")
+    if in_b.device != out_b.device:
+        raise ValueError(f"input is on {in_b.device} but output on {out_b.device}")
+    red_dtype = dtype if dtype is not None else input.dtype
+    return run_program(prog, in_b, out_b, group, red_dtype, timeout_s, pool or DEFAULT_POOL,
+                       choose_transport(transport, group, in_b.device))
+
+
+def _seg(bufs, b: int, off: int, ln: int) -> torch.Tensor:
+    return bufs[b][off:off + ln]
+
+
+def run_program(prog: RankProgram, in_b: torch.Tensor, out_b: torch.Tensor, group, dtype: torch.dtype,
+                timeout_s: float, pool: BufferPool, transport: str = "p2p") -> ExecStats:
+    t0 = time.perf_counter()
+    device = in_b.device
+    blocking = blocking_waits(group, device)
+    peers = global_ranks(group)
+    merge = blocking and transport in prog.merged
+    stage_bytes = {"alltoallv": prog.a2a_staging_bytes, "p2p": prog.staging_bytes}.get(
+        transport, max(prog.a2a_staging_bytes, prog.staging_bytes))
+    if merge:
+        stage_bytes = max(stage_bytes, prog.merged_staging_bytes)
+    scratch = pool.acquire(prog.scratch_bytes, device) if prog.scratch_bytes else None
+    staging = pool.acquire(stage_bytes, device) if stage_bytes else None
+    empty = in_b[:0]
+    bufs = (in_b, out_b, scratch if scratch is not None else empty)
+    try:
+        if merge:
+            for group_steps in prog.merged[transport]:
+                if transport == "hybrid" and group_steps[0].dense:
+                    _a2a_step(prog, group_steps[0], bufs, staging, group, dtype, timeout_s, blocking)
+                    _locals(group_steps[0], bufs, dtype, group_steps[0].a2a.self_local)
+                else:
+                    _merged_p2p(prog, group_steps, bufs, staging, group, peers, dtype, timeout_s)
+            return ExecStats(steps=len(prog.steps), bytes_sent=prog.bytes_sent, bytes_received=prog.bytes_received,
+                             seconds=time.perf_counter() - t0)
+        for sp in prog.steps:
+            if transport == "alltoallv" or (transport == "hybrid" and sp.dense):
+                skip = -1
+                if sp.a2a is not None:
+                    _a2a_step(prog, sp, bufs, staging, group, dtype, timeout_s, blocking)
+                    skip = sp.a2a.self_local
+                for i, (op, segs) in enumerate(sp.local):
+                    if i == skip:
+                        continue
+                    _apply(op, [bufs[s[2]][s[3]:s[3] + s[4]] for s in segs],
+                           [bufs[s[0]][s[1]:s[1] + s[4]] for s in segs], dtype)
+                continue
+            if sp.p2p_order:
+                ops = []
+                for is_send, m in sp.p2p_order:  # transfer-id order on both sides
+                    if m.stage_off < 0:
+                        b, off, ln, _ = m.segs[0]
+                        msg = bufs[b][off:off + ln]
+                    else:
+                        msg = staging[m.stage_off:m.stage_off + m.nbytes]
+                        if is_send:
+                            torch.cat([bufs[b][off:off + ln] for b, off, ln, _ in m.segs], out=msg)
+                    ops.append(dist.P2POp(dist.isend if is_send else dist.irecv, msg, peers[m.peer], group,
+                                          m.tid % _TAG_SPACE))
+                try:
+                    works = dist.batch_isend_irecv(ops)
+                except RuntimeError as e:
+                    raise classify_transport_error(e, _step_what(prog, sp)) from e
+                wait_all(works, timeout_s, blocking, _step_what(prog, sp) if blocking else "")
+            for m in sp.recvs:
+                if m.stage_off < 0:
+                    continue
+                base = m.stage_off
+                dsts = [bufs[b][off:off + ln] for b, off, ln, _ in m.segs]
+                srcs = [staging[base + mo:base + mo + ln] for _, _, ln, mo in m.segs]
+                _apply(m.op, dsts, srcs, dtype)
+            for op, segs in sp.local:
+                dsts = [bufs[s[2]][s[3]:s[3] + s[4]] for s in segs]
+                srcs = [bufs[s[0]][s[1]:s[1] + s[4]] for s in segs]
+                _apply(op, dsts, srcs, dtype)
+    finally:
+        if staging is not None:
+            pool.release(staging)
+        if scratch is not None:
+            pool.release(scratch)
+    return ExecStats(steps=len(prog.steps), bytes_sent=prog.bytes_sent, bytes_received=prog.bytes_received,
+                     seconds=time.perf_counter() - t0)
+
+
+def _locals(sp, bufs, dtype, skip: int = -1) -> None:
+    for i, (op, segs) in enumerate(sp.local):
+        if i != skip:
+            _apply(op, [bufs[s[2]][s[3]:s[3] + s[4]] for s in segs], [bufs[s[0]][s[1]:s[1] + s[4]] for s in segs],
+                   dtype)
+
+
+def _merged_p2p(prog, steps, bufs, staging, group, peers, dtype, timeout_s: float) -> None:
+    """Several conflict-free steps as one batch (blocking backends only: Gloo matches by tag,
+    so peers that did not merge the same steps still pair up)."""
+    ops, recvs, base = [], [], 0
+    for sp in steps:
+        for is_send, m in sp.p2p_order:
+            if m.stage_off < 0:
+                b, off, ln, _ = m.segs[0]
+                msg = bufs[b][off:off + ln]
+            else:
+                msg = staging[base + m.stage_off:base + m.stage_off + m.nbytes]
+                if is_send:
+                    torch.cat([bufs[b][off:off + ln] for b, off, ln, _ in m.segs], out=msg)
+            ops.append(dist.P2POp(dist.isend if is_send else dist.irecv, msg, peers[m.peer], group,
+                                  m.tid % _TAG_SPACE))
+            if not is_send and m.stage_off >= 0:
+                recvs.append((m, msg))
+        base += sp.staging_bytes + STAGING_ALIGN
+    if ops:
+        what = f"collsched steps {steps[0].step}..{steps[-1].step} on rank {prog.rank}"
+        try:
+            works = dist.batch_isend_irecv(ops)
+        except RuntimeError as e:
+            raise classify_transport_error(e, what) from e
+        wait_all(works, timeout_s, True, what)
+    for m, msg in recvs:
+        _apply(m.op, [bufs[b][off:off + ln] for b, off, ln, _ in m.segs], [msg[mo:mo + ln] for _, _, ln, mo in m.segs],
+               dtype)
+    for sp in steps:
+        _locals(sp, bufs, dtype)
+
+
+def _step_what(prog, sp) -> str:
+    peers = sorted({m.peer for _, m in sp.p2p_order})
+    return f"collsched step {sp.step} on rank {prog.rank} (peers {peers})"
+
+
+def _a2a_step(prog, sp, bufs, staging, group, dtype, timeout_s: float, blocking: bool) -> None:
+    a = sp.a2a
+    total_send, total_recv = sum(a.send_splits), sum(a.recv_splits)
+    if a.send_direct is not None:
+        b, start = a.send_direct
+        sbuf = bufs[b][start:start + total_send]
+    elif not total_send:
+        sbuf = bufs[0][:0]
+    else:
+        sbuf = staging[a.send_stage_off:a.send_stage_off + total_send]
+        if total_send:
+            torch.cat([bufs[b][off:off + ln] for m in a.send_msgs for b, off, ln, _ in m.segs], out=sbuf)
+    if a.recv_direct is not None:
+        b, start = a.recv_direct
+        rbuf = bufs[b][start:start + total_recv]
+    elif not total_recv:
+        rbuf = bufs[1][:0]
+    else:
+        rbuf = staging[a.recv_stage_off:a.recv_stage_off + total_recv]
+    what = f"collsched step {sp.step} (all-to-all) on rank {prog.rank}"
+    try:
+        work = dist.all_to_all_single(rbuf, sbuf, a.recv_splits, a.send_splits, group=group, async_op=True)
+    except RuntimeError as e:
+        raise classify_transport_error(e, what) from e
+    wait_all([work], timeout_s, blocking, what)
+    if a.recv_direct is None and total_recv:
+        by_op: dict = {}
+        for m, at in a.recv_msgs:
+            d, s_ = by_op.setdefault(m.op, ([], []))
+            for b, off, ln, mo in m.segs:
+                d.append(bufs[b][off:off + ln])
+                s_.append(rbuf[at + mo:at + mo + ln])
+        for op, (d, s_) in by_op.items():
+            _apply(op, d, s_, dtype)
+
+
+def _apply(op: int, dsts: list, srcs: list, dtype: torch.dtype) -> None:
+    """dst = src (Copy) or dst += src element-wise in `dtype` (ReduceSum), for each pair."""
+    if op == OP_COPY:
+        if len(dsts) == 1:
+            dsts[0].copy_(srcs[0])
+        else:
+            torch._foreach_copy_(dsts, srcs)
+        return
+    assert op == OP_REDUCE_SUM
+    esize = torch.empty(0, dtype=dtype).element_size()
+    dv, sv = [], []
+    for d, s in zip(dsts, srcs):
+        if d.numel() % esize:
+            raise ValueError(f"a ReduceSum segment of {d.numel()} bytes is not a whole number of {dtype} elements")
+        dv.append(d.view(dtype))
+        sv.append(s.view(dtype))
+    if len(dv) == 1:
+        dv[0].add_(sv[0])
+    else:
+        torch._foreach_add_(dv, sv)
+
+
+__all__ = ["execute", "run_program", "ExecStats", "byte_view", "BUFFER_NAMES"]

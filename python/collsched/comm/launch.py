@@ -1,0 +1,284 @@
+"""Start N local ranks (subprocesses) on one machine, run a function in each, collect results.
+
+Used by `collsched demo`, `collsched bench` (when not under torchrun) and the tests.
+The parent owns the rendezvous store, so a rank that dies does not take the
+store with it; every run has a hard deadline after which stragglers are killed.
+
+Workers: ``python -m collsched.comm.launch JOBDIR RANK``.
+"""
+from __future__ import annotations
+
+import importlib
+import os
+import pickle
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from dataclasses import dataclass
+from datetime import timedelta
+
+PROGRESS_ENV = "COLLSCHED_PROGRESS_FILE"
+
+
+@dataclass
+class RankFailure:
+    """A rank that raised, died or was killed; stands in its place in the results."""
+
+    rank: int
+    kind: str  # "raised" | "died" | "killed"
+    exc_type: str = ""
+    message: str = ""
+    traceback: str = ""
+    stderr_tail: str = ""
+
+    def __str__(self) -> str:
+        if self.kind == "raised":
+            return f"rank {self.rank} raised {self.exc_type}: {self.message}"
+        return f"rank {self.rank} {self.kind}" + (f"; stderr: {self.stderr_tail[-400:]}" if self.stderr_tail else "")
+
+
+class LaunchError(RuntimeError):
+    def __init__(self, msg: str, results: list):
+        super().__init__(msg)
+        self.results = results
+
+
+def report_progress(text: str) -> None:
+    """From a worker: append a line the parent shows as progress (no-op outside `run_local`)."""
+    path = os.environ.get(PROGRESS_ENV)
+    if path:
+        with open(path, "a") as f:
+            f.write(text.replace("\n", " ") + "\n")
+
+
+def _fn_spec(fn) -> str:
+    if isinstance(fn, str):
+        return fn
+    mod = fn.__module__
+    if mod == "__main__":
+        raise ValueError("run_local needs a function importable by module name, not one defined in __main__")
+    return f"{mod}:{fn.__qualname__}"
+
+
+def _resolve(spec: str):
+    mod, _, name = spec.partition(":")
+    obj = importlib.import_module(mod)
+    for part in name.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def run_local(fn, world_size: int, args: tuple = (), kwargs: dict | None = None, *, gpus_per_server: int | None = None,
+              timeout_s: float = 120.0, backend: str = "gloo", pg_timeout_s: float | None = None,
+              extra_pythonpath: list[str] | None = None, env: dict | None = None, on_progress=None,
+              raise_on_failure: bool = True, start_method: str | None = None) -> list:
+    """Run ``fn(*args, **kwargs)`` on `world_size` local ranks of a fresh process group.
+
+    Returns each rank's return value (a RankFailure where a rank raised, died or
+    was killed at the deadline). With `raise_on_failure`, any failure raises
+    LaunchError carrying the results. `on_progress(line)` receives lines workers
+    wrote with `report_progress`. `start_method`: "fork" (default on Linux while CUDA
+    is not initialised here: children share the already imported torch, which saves
+    seconds per rank) or "spawn" (fresh interpreters: ``python -m collsched.comm.launch``).
+    """
+    import torch
+    import torch.distributed as dist
+
+    if start_method is None:
+        start_method = "fork" if sys.platform.startswith("linux") and not torch.cuda.is_initialized() else "spawn"
+    if start_method not in ("fork", "spawn"):
+        raise ValueError(f"start_method must be 'fork' or 'spawn', got {start_method!r}")
+
+    if world_size < 1:
+        raise ValueError("world_size must be at least 1")
+    gps = gpus_per_server or world_size
+    if world_size % gps:
+        raise ValueError(f"{world_size} ranks are not a whole number of servers of {gps}")
+    jobdir = tempfile.mkdtemp(prefix="collsched-ranks-")
+    with open(os.path.join(jobdir, "job.pkl"), "wb") as f:
+        pickle.dump({"fn": _fn_spec(fn), "args": tuple(args), "kwargs": dict(kwargs or {}), "backend": backend,
+                     "pg_timeout_s": pg_timeout_s or max(2 * timeout_s, 30.0)}, f)
+    progress_path = os.path.join(jobdir, "progress.log")
+    open(progress_path, "w").close()
+    base_env = dict(os.environ)
+    base_env.update({"MASTER_ADDR": "127.0.0.1", "WORLD_SIZE": str(world_size),
+                     "LOCAL_WORLD_SIZE": str(gps), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+                     PROGRESS_ENV: progress_path})
+    paths = [p for p in (extra_pythonpath or [])] + [p for p in sys.path if p]
+    base_env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    base_env.update(env or {})
+    procs = []
+    errs = []
+    store = None
+    try:
+        # Forked ranks start before the store (whose server thread must not be forked) and
+        # learn its port through a pipe; spawned ranks get it in the environment.
+        if start_method == "fork":
+            for r in range(world_size):
+                e = dict(base_env, RANK=str(r), LOCAL_RANK=str(r % gps), GROUP_RANK=str(r // gps))
+                procs.append(_ForkedRank(jobdir, r, e, os.path.join(jobdir, f"stderr{r}.log"), extra_pythonpath or []))
+        store = dist.TCPStore("127.0.0.1", 0, world_size, is_master=True, wait_for_workers=False,
+                              timeout=timedelta(seconds=timeout_s))
+        base_env["MASTER_PORT"] = str(store.port)
+        for p in procs:
+            p.send_port(store.port)
+        for r in range(world_size if start_method == "spawn" else 0):
+            e = dict(base_env, RANK=str(r), LOCAL_RANK=str(r % gps), GROUP_RANK=str(r // gps))
+            err = open(os.path.join(jobdir, f"stderr{r}.log"), "w")
+            errs.append(err)
+            procs.append(subprocess.Popen([sys.executable, "-m", "collsched.comm.launch", jobdir, str(r)], env=e,
+                                          stdout=err, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL))
+        deadline = time.monotonic() + timeout_s
+        seen = 0
+        while True:
+            if on_progress is not None:
+                with open(progress_path) as f:
+                    lines = f.read().splitlines()
+                for line in lines[seen:]:
+                    on_progress(line)
+                seen = len(lines)
+            if all(p.poll() is not None for p in procs) or time.monotonic() > deadline:
+                break
+            time.sleep(0.02)
+        killed = set()
+        for r, p in enumerate(procs):
+            if p.poll() is None:
+                p.kill()
+                killed.add(r)
+        for p in procs:
+            p.wait()
+        results = []
+        for r in range(world_size):
+            path = os.path.join(jobdir, f"result{r}.pkl")
+            tail = _tail(os.path.join(jobdir, f"stderr{r}.log"))
+            if os.path.exists(path):
+                with open(path, "rb") as f:
+                    status, payload = pickle.load(f)
+                if status == "ok":
+                    results.append(payload)
+                else:
+                    results.append(RankFailure(r, "raised", *payload, stderr_tail=tail))
+            else:
+                results.append(RankFailure(r, "killed" if r in killed else "died", stderr_tail=tail))
+    finally:
+        for p in procs:
+            if getattr(p, "_port_fd", None) is not None:
+                os.close(p._port_fd)  # the store never came up: let the child exit
+                p._port_fd = None
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+        for err in errs:
+            err.close()
+        del store
+        shutil.rmtree(jobdir, ignore_errors=True)
+    failures = [x for x in results if isinstance(x, RankFailure)]
+    if failures and raise_on_failure:
+        raise LaunchError("; ".join(str(f) for f in failures[:4]) + (" ..." if len(failures) > 4 else ""), results)
+    return results
+
+
+class _ForkedRank:
+    """A rank forked from this process (Popen-like: poll, kill, wait)."""
+
+    def __init__(self, jobdir: str, rank: int, env: dict, log: str, pythonpath: list[str]):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        rfd, wfd = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # child: never returns
+            try:
+                os.close(wfd)
+                # readline, not read: later siblings inherited this pipe's write end, so EOF never comes.
+                with os.fdopen(rfd, "r") as f:
+                    port = f.readline().strip()
+                if not port:
+                    os._exit(71)
+                env = dict(env, MASTER_PORT=port)
+                fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                os.dup2(fd, 1)
+                os.dup2(fd, 2)
+                devnull = os.open(os.devnull, os.O_RDONLY)
+                os.dup2(devnull, 0)
+                os.environ.clear()
+                os.environ.update(env)
+                for p in reversed(pythonpath):
+                    if p not in sys.path:
+                        sys.path.insert(0, p)
+                _worker(jobdir, rank)
+            finally:
+                os._exit(70)
+        os.close(rfd)
+        self._port_fd = wfd
+        self.pid = pid
+        self.returncode = None
+
+    def send_port(self, port: int) -> None:
+        os.write(self._port_fd, f"{port}\n".encode())
+        os.close(self._port_fd)
+        self._port_fd = None
+
+    def poll(self):
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid == self.pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def kill(self):
+        if self.poll() is None:
+            try:
+                os.kill(self.pid, 9)
+            except ProcessLookupError:
+                pass
+
+    def wait(self):
+        if self.returncode is None:
+            _, status = os.waitpid(self.pid, 0)
+            self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+
+def _tail(path: str, n: int = 2000) -> str:
+    try:
+        with open(path, errors="replace") as f:
+            return f.read()[-n:]
+    except OSError:
+        return ""
+
+
+def _worker(jobdir: str, rank: int) -> None:
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    with open(os.path.join(jobdir, "job.pkl"), "rb") as f:
+        job = pickle.load(f)
+    world = int(os.environ["WORLD_SIZE"])
+    out = os.path.join(jobdir, f"result{rank}.pkl")
+    try:
+        store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world, is_master=False,
+                              timeout=timedelta(seconds=job["pg_timeout_s"]))
+        dist.init_process_group(job["backend"], store=store, rank=rank, world_size=world,
+                                timeout=timedelta(seconds=job["pg_timeout_s"]))
+        fn = _resolve(job["fn"])
+        result = ("ok", fn(*job["args"], **job["kwargs"]))
+    except BaseException as e:  # report everything, including SystemExit from a scenario
+        result = ("error", (type(e).__name__, str(e), traceback.format_exc()))
+    tmp = out + ".tmp"
+    with open(tmp, "wb") as f:
+        pickle.dump(result, f)
+    os.replace(tmp, out)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Skip interpreter and process-group teardown: after a fault test the group is broken
+    # and a graceful shutdown could block.
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    _worker(sys.argv[1], int(sys.argv[2]))

@@ -1,0 +1,318 @@
+"""A Plan as numpy columns, and the per-rank program the executor runs.
+
+`plan_arrays` decodes `Plan._raw_arrays()` (little-endian rows) into numpy
+structured arrays. `compile_rank_program` keeps only what one rank does, step by
+step, as plain Python tuples: the executor's inner loop then does no numpy
+indexing and no decoding.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+TRANSFER_DTYPE = np.dtype([("src", "<u4"), ("dst", "<u4"), ("op", "<u4"), ("tier", "<u4"), ("step", "<u4"),
+                           ("seg_begin", "<u4"), ("seg_end", "<u4"), ("dep_begin", "<u4"), ("dep_end", "<u4")])
+SEGMENT_DTYPE = np.dtype([("src_buf", "<u8"), ("src_off", "<u8"), ("dst_buf", "<u8"), ("dst_off", "<u8"),
+                          ("len", "<u8")])
+
+BUF_INPUT, BUF_OUTPUT, BUF_SCRATCH = 0, 1, 2
+OP_COPY, OP_REDUCE_SUM = 0, 1
+BUFFER_NAMES = ("input", "output", "scratch")
+# Staged messages start on this boundary so a slice can be viewed as any dtype.
+STAGING_ALIGN = 16
+
+
+@dataclass(frozen=True)
+class PlanArrays:
+    """The plan's flat arrays: `transfers` and `segments` are structured (index by field name)."""
+
+    transfers: np.ndarray
+    segments: np.ndarray
+    deps: np.ndarray
+
+    def transfer_bytes(self) -> np.ndarray:
+        """Bytes carried by each transfer."""
+        lens = self.segments["len"].astype(np.uint64)
+        cum = np.concatenate([[0], np.cumsum(lens, dtype=np.uint64)])
+        return cum[self.transfers["seg_end"].astype(np.int64)] - cum[self.transfers["seg_begin"].astype(np.int64)]
+
+
+def plan_arrays(plan) -> PlanArrays:
+    """Decode a Plan into numpy arrays (copies; the plan is not referenced afterwards)."""
+    raw = plan._raw_arrays()
+    return PlanArrays(
+        transfers=np.frombuffer(raw["transfers"], dtype=TRANSFER_DTYPE).copy(),
+        segments=np.frombuffer(raw["segments"], dtype=SEGMENT_DTYPE).copy(),
+        deps=np.frombuffer(raw["deps"], dtype="<u4").copy(),
+    )
+
+
+@dataclass
+class Message:
+    """One transfer as seen by one side.
+
+    `segs` are ``(buf, off, len, msg_off)`` on this side: where the bytes come from
+    (sender) or go to (receiver), and their place inside the message.
+    `stage_off` is the message's offset in the step's staging area, or -1 when the
+    message is sent from / received into the user's buffer directly (one segment).
+    """
+
+    tid: int
+    peer: int
+    op: int
+    nbytes: int
+    segs: list
+    stage_off: int = -1
+
+
+@dataclass
+class AllToAllStep:
+    """The step as one all_to_all_single (the "alltoallv" transport): per peer, its messages
+    back to back in transfer-id order. `*_direct` is (buf, start) when that side's bytes
+    already lie contiguously in peer order in one buffer (no gather / no scatter)."""
+
+    send_splits: list
+    recv_splits: list
+    send_msgs: list  # Messages in (peer, tid) order
+    recv_msgs: list  # (Message, offset in the receive block) in (peer, tid) order
+    send_direct: tuple | None
+    recv_direct: tuple | None
+    send_stage_off: int = 0
+    recv_stage_off: int = 0
+    staging_bytes: int = 0
+    self_local: int = -1  # index in StepProgram.local of a local copy carried as the self block
+
+
+@dataclass
+class StepProgram:
+    step: int
+    sends: list = field(default_factory=list)  # Messages, ascending transfer id
+    recvs: list = field(default_factory=list)  # Messages, ascending transfer id
+    local: list = field(default_factory=list)  # (op, [(src_buf, src_off, dst_buf, dst_off, len)]) in transfer order
+    staging_bytes: int = 0
+    global_comm: bool = False  # some rank sends in this step (collective transports must join it)
+    dense: bool = False  # at least half of all ordered rank pairs talk in this step (same on every rank)
+    p2p_order: list = field(default_factory=list)  # (is_send, Message) by transfer id: the p2p posting order
+    a2a: AllToAllStep | None = None
+
+
+@dataclass
+class RankProgram:
+    rank: int
+    num_ranks: int
+    collective: str
+    input_bytes: int
+    output_bytes: int
+    scratch_bytes: int
+    steps: list  # StepProgram with at least one action, ascending step
+    staging_bytes: int  # max over steps (p2p transport)
+    a2a_staging_bytes: int  # max over steps (alltoallv transport)
+    bytes_sent: int
+    bytes_received: int
+    uses_reduce: bool
+    # Consecutive p2p steps whose accesses to this rank's buffers never conflict, posted as one
+    # batch on blocking backends (Gloo): "p2p" groups every step, "hybrid" keeps dense steps alone.
+    merged: dict = field(default_factory=dict)  # transport -> [[StepProgram, ...], ...]
+    merged_staging_bytes: int = 0
+
+
+def _align(x: int) -> int:
+    return (x + STAGING_ALIGN - 1) // STAGING_ALIGN * STAGING_ALIGN
+
+
+def compile_rank_program(plan, rank: int, arrays: PlanArrays | None = None) -> RankProgram:
+    """What `rank` sends, receives and copies in each step of `plan`."""
+    n = plan.num_ranks
+    if not 0 <= rank < n:
+        raise ValueError(f"rank {rank} is outside the plan's {n} ranks")
+    a = arrays if arrays is not None else plan_arrays(plan)
+    t = a.transfers
+    mine = np.nonzero((t["src"] == rank) | (t["dst"] == rank))[0]
+    sub = t[mine]
+    seg_rows = a.segments
+    steps: dict[int, StepProgram] = {}
+    sent = received = 0
+    uses_reduce = False
+    for tid, row in zip(mine.tolist(), sub.tolist()):
+        src, dst, op, _tier, step, sb, se, _db, _de = row
+        segs = [s for s in seg_rows[sb:se].tolist() if s[4] > 0]
+        if not segs:
+            continue  # an empty transfer moves nothing; both sides skip it alike
+        if op not in (OP_COPY, OP_REDUCE_SUM):
+            raise ValueError(f"transfer {tid} has unknown op {op}")
+        for s in segs:
+            if s[0] > BUF_SCRATCH or s[2] > BUF_SCRATCH:
+                raise ValueError(f"transfer {tid} names an unknown buffer id")
+        uses_reduce |= op == OP_REDUCE_SUM
+        sp = steps.get(step)
+        if sp is None:
+            sp = steps[step] = StepProgram(step)
+        if src == dst:
+            sp.local.append((op, segs))
+            continue
+        nbytes = 0
+        side = []
+        for s in segs:
+            if src == rank:
+                side.append((s[0], s[1], s[4], nbytes))
+            else:
+                side.append((s[2], s[3], s[4], nbytes))
+            nbytes += s[4]
+        msg = Message(tid=tid, peer=dst if src == rank else src, op=op, nbytes=nbytes, segs=side)
+        if src == rank:
+            sp.sends.append(msg)
+            sent += nbytes
+        else:
+            sp.recvs.append(msg)
+            received += nbytes
+    tb = a.transfer_bytes()
+    moving = (t["src"] != t["dst"]) & (tb > 0)
+    pair_ids = np.unique(t["step"][moving].astype(np.int64) * (n * n) + t["src"][moving].astype(np.int64) * n
+                         + t["dst"][moving])
+    comm_steps, pairs = np.unique(pair_ids // (n * n), return_counts=True)
+    for st, k in zip(comm_steps.tolist(), pairs.tolist()):
+        if st not in steps:
+            steps[st] = StepProgram(st)
+        steps[st].global_comm = True
+        steps[st].dense = 2 * k >= n * (n - 1)
+    ordered = [steps[k] for k in sorted(steps)]
+    a2a_staging = 0
+    for sp in ordered:
+        sp.p2p_order = sorted([(True, m) for m in sp.sends] + [(False, m) for m in sp.recvs], key=lambda x: x[1].tid)
+        if sp.global_comm:
+            sp.a2a = _all_to_all_step(sp, n, rank)
+            a2a_staging = max(a2a_staging, sp.a2a.staging_bytes)
+    staging = 0
+    for sp in ordered:
+        at = 0
+        for m in sp.sends:
+            if len(m.segs) > 1:
+                m.stage_off = at
+                at = _align(at + m.nbytes)
+        for m in sp.recvs:
+            if len(m.segs) > 1 or m.op == OP_REDUCE_SUM:
+                m.stage_off = at
+                at = _align(at + m.nbytes)
+        sp.staging_bytes = at
+        staging = max(staging, at)
+    prog = RankProgram(
+        rank=rank,
+        num_ranks=n,
+        collective=plan.collective,
+        input_bytes=int(plan.input_sizes[rank]),
+        output_bytes=int(plan.output_sizes[rank]),
+        scratch_bytes=int(plan.scratch_bytes[rank]) if len(plan.scratch_bytes) > rank else 0,
+        steps=ordered,
+        staging_bytes=staging,
+        a2a_staging_bytes=a2a_staging,
+        merged={"p2p": _merge_steps(ordered, lambda sp: False), "hybrid": _merge_steps(ordered, lambda sp: sp.dense)},
+        bytes_sent=sent,
+        bytes_received=received,
+        uses_reduce=uses_reduce,
+    )
+    prog.merged_staging_bytes = max([sum(sp.staging_bytes for sp in g) + STAGING_ALIGN * len(g)
+                                     for groups in prog.merged.values() for g in groups] or [0])
+    return prog
+
+
+def _contiguous(pieces: list) -> tuple | None:
+    """(buf, start) if the (buf, off, len) pieces follow each other in one buffer."""
+    if not pieces:
+        return None
+    buf, start = pieces[0][0], pieces[0][1]
+    at = start
+    for b, off, ln in pieces:
+        if b != buf or off != at:
+            return None
+        at += ln
+    return (buf, start)
+
+
+def _all_to_all_step(sp: StepProgram, n: int, rank: int) -> AllToAllStep:
+    step = _layout(sorted(sp.sends, key=lambda m: (m.peer, m.tid)), sorted(sp.recvs, key=lambda m: (m.peer, m.tid)), n)
+    if step.send_direct is not None and step.recv_direct is not None:
+        return step
+    # Fan-out shape: the local block sits exactly in the gap between the blocks of lower and
+    # higher peers on both sides; carrying it as the self block makes both sides zero-copy.
+    for i, (op, segs) in enumerate(sp.local):
+        if op != OP_COPY or len(segs) != 1:
+            continue
+        sb, so, db, do, ln = segs[0]
+        snd = Message(tid=-1, peer=rank, op=OP_COPY, nbytes=ln, segs=[(sb, so, ln, 0)])
+        rcv = Message(tid=-1, peer=rank, op=OP_COPY, nbytes=ln, segs=[(db, do, ln, 0)])
+        trial = _layout(sorted(sp.sends + [snd], key=lambda m: (m.peer, m.tid)),
+                        sorted(sp.recvs + [rcv], key=lambda m: (m.peer, m.tid)), n)
+        if trial.send_direct is not None and trial.recv_direct is not None:
+            trial.self_local = i
+            return trial
+    return step
+
+
+def _layout(sends: list, recvs: list, n: int) -> AllToAllStep:
+    send_splits, recv_splits = [0] * n, [0] * n
+    for m in sends:
+        send_splits[m.peer] += m.nbytes
+    recv_msgs, at = [], 0
+    for m in recvs:
+        recv_splits[m.peer] += m.nbytes
+        recv_msgs.append((m, at))
+        at += m.nbytes
+    send_direct = _contiguous([(b, off, ln) for m in sends for b, off, ln, _ in m.segs])
+    recv_direct = None
+    if all(m.op == OP_COPY for m in recvs):
+        recv_direct = _contiguous([(b, off, ln) for m in recvs for b, off, ln, _ in m.segs])
+    step = AllToAllStep(send_splits, recv_splits, sends, recv_msgs, send_direct, recv_direct)
+    total_send, total_recv = sum(send_splits), sum(recv_splits)
+    at = 0
+    if send_direct is None and total_send:
+        step.send_stage_off, at = 0, _align(total_send)
+    if recv_direct is None and total_recv:
+        step.recv_stage_off, at = at, _align(at + total_recv)
+    step.staging_bytes = at
+    return step
+
+
+class _Intervals:
+    """Byte intervals per buffer, with an overlap query (sorted starts + running max end)."""
+
+    def __init__(self):
+        self.by_buf: dict = {}
+
+    def add(self, buf: int, lo: int, hi: int) -> None:
+        self.by_buf.setdefault(buf, []).append((lo, hi))
+
+    def overlaps(self, buf: int, lo: int, hi: int) -> bool:
+        return any(a < hi and lo < b for a, b in self.by_buf.get(buf, ()))
+
+
+def _accesses(sp: StepProgram):
+    """(buf, lo, hi, writes) of everything the step touches on this rank."""
+    for m in sp.sends:
+        for b, off, ln, _ in m.segs:
+            yield b, off, off + ln, False
+    for m in sp.recvs:
+        for b, off, ln, _ in m.segs:
+            yield b, off, off + ln, True
+    for _op, segs in sp.local:
+        for sb, so, db, do, ln in segs:
+            yield sb, so, so + ln, False
+            yield db, do, do + ln, True
+
+
+def _merge_steps(ordered: list, alone) -> list:
+    """Greedy groups of consecutive steps with no read/write or write/write overlap between
+    steps of a group on this rank (Input is never written, so its reads never conflict).
+    Steps for which `alone(sp)` holds form their own group."""
+    groups, reads, writes = [], _Intervals(), _Intervals()
+    for sp in ordered:
+        acc = list(_accesses(sp))
+        fits = bool(groups) and not alone(sp) and not alone(groups[-1][-1]) and len(acc) <= 4096 and not any(
+            writes.overlaps(b, lo, hi) or (w and reads.overlaps(b, lo, hi)) for b, lo, hi, w in acc)
+        if not fits:
+            groups.append([])
+            reads, writes = _Intervals(), _Intervals()
+        groups[-1].append(sp)
+        for b, lo, hi, w in acc:
+            (writes if w else reads).add(b, lo, hi)
+    return groups

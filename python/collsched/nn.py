@@ -1,0 +1,64 @@
+"""Differentiable all-to-all: a drop-in for Megatron's ``tensor_parallel.all_to_all`` and
+``torch.distributed.nn.functional.all_to_all_single``.
+
+The backward of an all-to-all is the transposed all-to-all: gradients travel
+back along the same pairs, so the split sizes swap (and a `traffic=` matrix is
+transposed). Both directions are planned (and cached) by collsched.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from collsched.comm.api import all_to_all_single as _a2a
+
+
+def _transpose(traffic):
+    if traffic is None:
+        return None
+    if isinstance(traffic, torch.Tensor):
+        return traffic.t().contiguous()
+    return np.ascontiguousarray(np.asarray(traffic).T)
+
+
+class _AllToAll(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, input, output_split_sizes, input_split_sizes, group, kw):
+        ctx.group = group
+        ctx.output_split_sizes = output_split_sizes
+        ctx.input_split_sizes = input_split_sizes
+        ctx.kw = kw
+        ctx.in_shape = input.shape
+        input = input.contiguous()
+        rows = sum(output_split_sizes) if output_split_sizes is not None else input.size(0)
+        output = input.new_empty((rows,) + tuple(input.shape[1:]))
+        _a2a(output, input, output_split_sizes, input_split_sizes, group=group, **kw)
+        return output
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        kw = dict(ctx.kw)
+        if "traffic" in kw:
+            kw["traffic"] = _transpose(kw["traffic"])
+        grad_output = grad_output.contiguous()
+        grad_input = grad_output.new_empty(ctx.in_shape)
+        _a2a(grad_input, grad_output, ctx.input_split_sizes, ctx.output_split_sizes, group=ctx.group, **kw)
+        return grad_input, None, None, None, None
+
+
+def all_to_all_single(input: torch.Tensor, output_split_sizes=None, input_split_sizes=None, group=None, **kw):
+    """Functional, differentiable all-to-all(v) along dim 0; returns the output tensor.
+
+    ``kw`` goes to ``collsched.all_to_all_single`` (algorithm, cluster, traffic in rows, options, timeout).
+    Split sizes are lists of ints (None = equal splits), as in Megatron's ``all_to_all(group, input, out, in)``.
+    """
+    if output_split_sizes is not None:
+        output_split_sizes = [int(x) for x in output_split_sizes]
+    if input_split_sizes is not None:
+        input_split_sizes = [int(x) for x in input_split_sizes]
+    return _AllToAll.apply(input, output_split_sizes, input_split_sizes, group, kw)
+
+
+def all_to_all(group, input: torch.Tensor, output_split_sizes=None, input_split_sizes=None, **kw):
+    """Megatron's argument order: ``all_to_all(group, input, output_split_sizes, input_split_sizes)``."""
+    return all_to_all_single(input, output_split_sizes, input_split_sizes, group=group, **kw)

@@ -1,0 +1,485 @@
+"""Functions each spawned rank runs (tests/_multiproc.py starts them). Each returns a dict
+of case name -> result that the pytest side asserts on; nothing here asserts, so one
+failing case never hides the others."""
+from __future__ import annotations
+
+import os
+import time
+import traceback
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+import collsched
+import collsched.nn
+from collsched import comm
+from collsched.comm import launch
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "int64": torch.int64, "float16": torch.float16}
+
+
+def workloads(n: int) -> dict:
+    """Row matrices (entry [i][j] = rows i sends to j), identical on every rank."""
+    t = collsched.traffic
+    w = {
+        "balanced": np.full((n, n), 5, dtype=np.int64),
+        "uniform": t.uniform(n, 12, seed=3).astype(np.int64),
+        "zipf": t.zipf(n, 1.2, 10, seed=5).astype(np.int64),
+        "hot_experts": (t.hot_experts(n, skew=1.5, tokens_per_rank=48, top_k=2, hidden=1, dtype_bytes=1, seed=7)
+                        .astype(np.int64)),
+    }
+    empty = t.uniform(n, 6, seed=11).astype(np.int64)
+    empty[::3, 1::2] = 0
+    w["empty_splits"] = empty
+    silent = t.uniform(n, 6, seed=13).astype(np.int64)
+    silent[2, :] = 0  # rank 2 sends nothing
+    silent[:, 5] = 0  # rank 5 receives nothing
+    w["silent_rank"] = silent
+    w["all_zero"] = np.zeros((n, n), dtype=np.int64)
+    return w
+
+
+def _fill(shape, dtype, seed):
+    g = torch.Generator().manual_seed(seed)
+    if dtype.is_floating_point:
+        return torch.randn(shape, generator=g).to(dtype)
+    return torch.randint(-(2**40), 2**40, shape, generator=g, dtype=torch.int64).to(dtype)
+
+
+def _compare_a2a(rows, dtype, trailing, seed, **kw):
+    rank, n = dist.get_rank(), dist.get_world_size()
+    in_splits = [int(x) for x in rows[rank]]
+    out_splits = [int(x) for x in rows[:, rank]]
+    x = _fill((sum(in_splits),) + trailing, dtype, seed * 100 + rank)
+    ref = torch.empty((sum(out_splits),) + trailing, dtype=dtype)
+    dist.all_to_all_single(ref, x, out_splits, in_splits)
+    out = torch.full_like(ref, 7) if ref.numel() else torch.empty_like(ref)
+    collsched.all_to_all_single(out, x, out_splits, in_splits, timeout=20, **kw)
+    return bool(torch.equal(out.reshape(-1).view(torch.uint8), ref.reshape(-1).view(torch.uint8))) \
+        if ref.numel() else out.shape == ref.shape
+
+
+def _case(results, name, fn):
+    try:
+        results[name] = {"ok": bool(fn())}
+    except Exception as e:  # recorded, asserted by the parent
+        results[name] = {"ok": False, "error": f"{type(e).__name__}: {e}", "tb": traceback.format_exc()[-1500:]}
+
+
+def correctness(algorithms: list[str]) -> dict:
+    rank, n = dist.get_rank(), dist.get_world_size()
+    res: dict = {}
+    clusters = {"2x4": "h200:2,gpus=4", "1x8": "h200:1", "2x4_shared_nics": "h200:2,gpus=4,nics=2"}
+    seed = 1
+    for alg in algorithms:
+        for wname, rows in workloads(n).items():
+            for dname in ("float32", "bfloat16", "int64"):
+                seed += 1
+                _case(res, f"a2a/{alg}/{wname}/{dname}",
+                      lambda: _compare_a2a(rows, DTYPES[dname], (3,), seed, algorithm=alg, cluster=clusters["2x4"]))
+            seed += 1
+            _case(res, f"a2a/{alg}/{wname}/3d_float16",
+                  lambda: _compare_a2a(rows, torch.float16, (2, 5), seed, algorithm=alg, cluster=clusters["2x4"]))
+        rows = workloads(n)["zipf"]
+        for cname in ("1x8", "2x4_shared_nics"):
+            seed += 1
+            _case(res, f"a2a/{alg}/zipf_{cname}/float32",
+                  lambda: _compare_a2a(rows, torch.float32, (4,), seed, algorithm=alg, cluster=clusters[cname]))
+        seed += 1
+        _case(res, f"a2a/{alg}/zipf_traffic_arg/float32",
+              lambda: _compare_a2a(rows, torch.float32, (4,), seed, algorithm=alg, cluster=clusters["2x4"],
+                                   traffic=rows))
+
+    # The p2p transport (batch_isend_irecv per step; the default on NCCL) on every workload.
+    for wname, rows in workloads(n).items():
+        seed += 1
+        _case(res, f"a2a/p2p_transport/{wname}/float32",
+              lambda: _compare_a2a(rows, torch.float32, (3,), seed, algorithm="fanout", cluster=clusters["2x4"],
+                                   transport="p2p"))
+    rows = workloads(n)["hot_experts"]
+    seed += 1
+    _case(res, "a2a/unchecked_with_traffic/float32",
+          lambda: _compare_a2a(rows, torch.float32, (2,), seed, algorithm="fanout", cluster=clusters["2x4"],
+                               traffic=rows, checks=False))
+
+    # Equal splits (None), 1-D input, env cluster (LOCAL_WORLD_SIZE=4 set by the launcher).
+    def equal_splits():
+        x = _fill((n * 6,), torch.float32, 900 + rank)
+        ref = torch.empty_like(x)
+        dist.all_to_all_single(ref, x)
+        out = torch.empty_like(x)
+        collsched.all_to_all_single(out, x, algorithm="fanout")
+        return torch.equal(out, ref)
+
+    _case(res, "a2a/equal_splits_env_cluster", equal_splits)
+
+    def async_and_stats():
+        x = _fill((n * 4, 2), torch.float32, 950 + rank)
+        out = torch.empty_like(x)
+        comm.DEFAULT_CACHE.clear()
+        h = collsched.all_to_all_single(out, x, async_op=True, algorithm="fanout", cluster="h200:2,gpus=4")
+        s1 = comm.last_call_stats()
+        collsched.all_to_all_single(out, x, algorithm="fanout", cluster="h200:2,gpus=4")
+        s2 = comm.last_call_stats()
+        return h.wait() and h.is_completed() and not s1.cache_hit and s2.cache_hit and s2.plan_hash == s1.plan_hash \
+            and s1.execute_s > 0 and s1.total_s >= s1.execute_s and s1.planned_by == "fanout"
+
+    _case(res, "api/async_and_stats", async_and_stats)
+
+    def verified_skip_interleaved():
+        # Repeating a (matrix, configuration) skips the plan-hash round, even with other
+        # configurations in between; a new matrix pays it again.
+        x = _fill((n * 3, 2), torch.float32, 960 + rank)
+        out = torch.empty_like(x)
+        cl = "h200:2,gpus=4"
+        seen = []
+        for alg in ("fanout", "auto", "fanout", "auto"):
+            collsched.all_to_all_single(out, x, algorithm=alg, cluster=cl)
+            seen.append(comm.last_call_stats().check_s)
+        y = _fill((n * 5, 2), torch.float32, 970 + rank)
+        collsched.all_to_all_single(torch.empty_like(y), y, algorithm="fanout", cluster=cl)
+        fresh = comm.last_call_stats().check_s
+        return seen[2] == 0 and seen[3] == 0 and fresh > 0
+
+    _case(res, "api/verified_skip_interleaved", verified_skip_interleaved)
+
+    # Synthetic plans: multi-step, scratch, relays, multi-segment messages, reduce, other collectives.
+    import _synthetic_plans as S
+
+    global TRANSPORT
+    for TRANSPORT in ("alltoallv", "p2p", "hybrid"):
+        _synthetic_cases(res, n, rank, S)
+
+    # Autograd: collsched.nn vs torch.distributed.nn.functional, same upstream gradient.
+    _autograd_cases(res, n, rank)
+    return res
+
+
+TRANSPORT = "alltoallv"
+
+
+def _synthetic_cases(res, n, rank, S):
+    rows = workloads(n)["uniform"]
+    for dname in ("float32", "int64"):
+        def relay(dname=dname):
+            dt = DTYPES[dname]
+            esize = torch.empty(0, dtype=dt).element_size()
+            plan = S.relay_all_to_all((rows * 3 * esize).tolist(), 4)
+            in_s, out_s = [int(v) for v in rows[rank]], [int(v) for v in rows[:, rank]]
+            x = _fill((sum(in_s), 3), dt, 1000 + rank)
+            ref = torch.empty((sum(out_s), 3), dtype=dt)
+            dist.all_to_all_single(ref, x, out_s, in_s)
+            out = torch.zeros_like(ref)
+            comm.execute(plan, x, out, timeout=20, transport=TRANSPORT)
+            return torch.equal(out, ref)
+
+        _case(res, f"execute/relay_all_to_all/{dname}/{TRANSPORT}", relay)
+
+    def allgather():
+        plan = S.ring_allgather(n, 24, 4)
+        x = _fill((6,), torch.float32, 1100 + rank)
+        ref = [torch.empty_like(x) for _ in range(n)]
+        dist.all_gather(ref, x)
+        out = torch.zeros(6 * n)
+        comm.execute(plan, x, out, timeout=20, transport=TRANSPORT)
+        return torch.equal(out, torch.cat(ref))
+
+    _case(res, f"execute/allgather/{TRANSPORT}", allgather)
+
+    for dname in ("int64", "float32"):
+        def reduce_scatter(dname=dname):
+            dt = DTYPES[dname]
+            esize = torch.empty(0, dtype=dt).element_size()
+            k = 5
+            plan = S.direct_reduce_scatter(n, k * esize, esize, 4)
+            x = _fill((n * k,), dt, 1200 + rank)
+            ref = torch.empty(k, dtype=dt)
+            dist.reduce_scatter_tensor(ref, x)
+            out = torch.zeros(k, dtype=dt)
+            comm.execute(plan, x, out, timeout=20, transport=TRANSPORT)
+            return torch.equal(out, ref) if not dt.is_floating_point else torch.allclose(out, ref, rtol=1e-5, atol=1e-5)
+
+        _case(res, f"execute/reduce_scatter/{dname}/{TRANSPORT}", reduce_scatter)
+
+        def allreduce(dname=dname):
+            dt = DTYPES[dname]
+            esize = torch.empty(0, dtype=dt).element_size()
+            k = 3
+            plan = S.rs_ag_allreduce(n, k * esize, esize, 4)
+            x = _fill((n * k,), dt, 1300 + rank)
+            ref = x.clone()
+            dist.all_reduce(ref)
+            out = torch.zeros_like(x)
+            comm.execute(plan, x, out, timeout=20, transport=TRANSPORT)
+            return torch.equal(out, ref) if not dt.is_floating_point else torch.allclose(out, ref, rtol=1e-5, atol=1e-5)
+
+        _case(res, f"execute/allreduce/{dname}/{TRANSPORT}", allreduce)
+
+    def pool_reuse():
+        plan = S.relay_all_to_all((rows * 4).tolist(), 4)
+        in_s, out_s = [int(v) for v in rows[rank]], [int(v) for v in rows[:, rank]]
+        x = _fill((sum(in_s),), torch.float32, 1700 + rank)
+        out = torch.zeros(sum(out_s))
+        comm.execute(plan, x, out, timeout=20, transport=TRANSPORT)
+        before = comm.DEFAULT_POOL.allocations
+        for _ in range(3):
+            comm.execute(plan, x, out, timeout=20, transport=TRANSPORT)
+        return comm.DEFAULT_POOL.allocations == before
+
+    _case(res, f"execute/pool_reuse/{TRANSPORT}", pool_reuse)
+
+
+def _autograd_cases(res, n, rank):
+    def autograd():
+        import torch.distributed.nn.functional as F
+
+        r = workloads(n)["zipf"]
+        in_s, out_s = [int(v) for v in r[rank]], [int(v) for v in r[:, rank]]
+        base = _fill((sum(in_s), 4), torch.float32, 1400 + rank)
+        w = _fill((sum(out_s), 4), torch.float32, 1500 + rank)
+        a = base.clone().requires_grad_(True)
+        ya = collsched.nn.all_to_all_single(a * 2, out_s, in_s, algorithm="fanout", cluster="h200:2,gpus=4")
+        (ya * w).sum().backward()
+        b = base.clone().requires_grad_(True)
+        yb = F.all_to_all_single(torch.empty(sum(out_s), 4), b * 2, out_s, in_s)
+        (yb * w).sum().backward()
+        return torch.equal(ya.detach(), yb.detach()) and torch.equal(a.grad, b.grad)
+
+    _case(res, "autograd/grad_equals_torch", autograd)
+
+    def autograd_traffic():
+        r = workloads(n)["hot_experts"]
+        in_s, out_s = [int(v) for v in r[rank]], [int(v) for v in r[:, rank]]
+        a = _fill((sum(in_s), 2), torch.float32, 1600 + rank).requires_grad_(True)
+        y = collsched.nn.all_to_all(None, a, out_s, in_s, traffic=r, algorithm="fanout", cluster="h200:2,gpus=4")
+        y.sum().backward()
+        return torch.equal(a.grad, torch.ones_like(a))
+
+    _case(res, "autograd/traffic_transposed", autograd_traffic)
+
+
+def _expect(results, name, fn, exc_types, timeout_s=None):
+    """Run fn, record which exception it raised and how long it took."""
+    t0 = time.monotonic()
+    try:
+        fn()
+        results[name] = {"raised": None, "elapsed": time.monotonic() - t0}
+    except Exception as e:
+        results[name] = {"raised": type(e).__name__, "is_expected": isinstance(e, exc_types),
+                         "message": str(e)[:600], "elapsed": time.monotonic() - t0}
+
+
+def faults(timeout_s: float) -> dict:
+    """Bad inputs on one rank / disagreeing ranks: every rank must raise the same error, and the
+    group must stay usable afterwards. Ends with a straggler (breaks the group)."""
+    rank, n = dist.get_rank(), dist.get_world_size()
+    res: dict = {}
+    cl = f"h200:1,gpus={n}"
+    kw = dict(algorithm="fanout", cluster=cl, timeout=timeout_s)
+    ok_in = torch.arange(n * 3, dtype=torch.float32).reshape(n * 3, 1)
+    splits = [3] * n
+    E = comm.CollectiveInputError
+
+    def call(out=None, inp=None, osz=splits, isz=splits, **extra):
+        o = out if out is not None else torch.empty(n * 3, 1)
+        i = inp if inp is not None else ok_in
+        collsched.all_to_all_single(o, i, osz, isz, **{**kw, **extra})
+
+    bad_rank = 1
+    cases = {
+        "split_sum_wrong": lambda: call(isz=[3] * (n - 1) + [4] if rank == bad_rank else splits),
+        "negative_split": lambda: call(isz=[-1, 4] + [3] * (n - 2) if rank == bad_rank else splits),
+        "wrong_split_count": lambda: call(isz=[3] * (n + 1) if rank == bad_rank else splits),
+        "output_too_small": lambda: call(out=torch.empty(n * 3 - 1, 1) if rank == bad_rank else None),
+        "dtype_mismatch_across_ranks": lambda: call(
+            inp=ok_in.double() if rank == bad_rank else None,
+            out=torch.empty(n * 3, 1, dtype=torch.float64) if rank == bad_rank else None),
+        "trailing_shape_mismatch": lambda: call(
+            inp=torch.zeros(n * 3, 2) if rank == bad_rank else None,
+            out=torch.empty(n * 3, 2) if rank == bad_rank else None),
+        "input_output_dtype_differ": lambda: call(out=torch.empty(n * 3, 1, dtype=torch.int32) if rank == bad_rank else None),
+        "non_contiguous": lambda: call(inp=torch.zeros(n * 6, 1)[::2] if rank == bad_rank else None),
+        "split_disagreement": lambda: call(osz=[2, 4] + [3] * (n - 2) if rank == bad_rank else splits,
+                                           out=torch.empty(n * 3, 1)),
+    }
+    for name, fn in cases.items():
+        _expect(res, name, fn, (E,))
+    tr = np.full((n, n), 3)
+    tr_bad = tr.copy()
+    tr_bad[2, 3], tr_bad[2, 0] = 4, 2  # agrees with the bad rank's own splits, not with the others' matrix
+    _expect(res, "traffic_mismatch", lambda: call(traffic=tr_bad if rank == bad_rank else tr),
+            (comm.TrafficMismatchError,))
+    tr_contra = tr.copy()
+    tr_contra[bad_rank, 0], tr_contra[bad_rank, 2] = 2, 4  # the bad rank's own row disagrees with its splits
+    _expect(res, "traffic_contradicts_splits", lambda: call(traffic=tr_contra if rank == bad_rank else tr), (E,))
+    _expect(res, "cluster_mismatch_plan", lambda: call(cluster="b200:1,gpus=%d" % n if rank == bad_rank else cl),
+            (comm.PlanMismatchError,))
+    _expect(res, "bad_cluster_size", lambda: call(cluster="h200:3" if rank == bad_rank else cl), (E,))
+    # The group still works after all of that.
+    _expect(res, "healthy_after", lambda: call(), (Exception,))
+    # Straggler: the last rank never joins; the others must time out within the bound.
+    if rank != n - 1:
+        _expect(res, "straggler_timeout", lambda: call(), (comm.CommTimeoutError,))
+    else:
+        time.sleep(timeout_s + 3)
+        res["straggler_timeout"] = {"raised": "skipped (straggler)", "elapsed": 0.0}
+    return res
+
+
+def killed_peer(timeout_s: float, victim: int, phase: str) -> dict:
+    """One rank dies; every survivor must raise within the timeout."""
+    rank, n = dist.get_rank(), dist.get_world_size()
+    x = torch.arange(n * 4096, dtype=torch.float32)
+    out = torch.empty_like(x)
+    collsched.all_to_all_single(out, x, algorithm="fanout", cluster=f"h200:1,gpus={n}", timeout=timeout_s)
+    dist.barrier()
+    if rank == victim:
+        if phase == "stall":  # alive but never joins: survivors must time out inside a step
+            time.sleep(timeout_s + 3)
+            return {"killed_peer": {"raised": "skipped (victim)", "elapsed": 0.0}}
+        os._exit(3)
+    res: dict = {}
+    if phase in ("execute", "stall", "execute_p2p"):
+        # Survivors use the executor directly, so the death shows up inside a step.
+        plan = collsched.plan_all_to_all(collsched.traffic.balanced(n, 4096 * 4), f"h200:1,gpus={n}", "fanout")
+        time.sleep(0.5)
+        tr = "p2p" if phase == "execute_p2p" else "auto"
+        _expect(res, "killed_peer", lambda: comm.execute(plan, x, out, timeout=timeout_s, transport=tr),
+                (comm.CommTimeoutError, comm.PeerFailureError))
+    else:
+        time.sleep(0.5)
+        _expect(res, "killed_peer", lambda: collsched.all_to_all_single(
+            out, x, algorithm="fanout", cluster=f"h200:1,gpus={n}", timeout=timeout_s),
+            (comm.CommTimeoutError, comm.PeerFailureError))
+    return res
+
+
+def smoke() -> dict:
+    return correctness(["fanout"])
+
+
+def noop() -> dict:
+    return {"t": time.time()}
+
+
+def micro_exchange(iters: int = 20) -> dict:
+    """Cost of small exchanges on this machine (diagnostic, not a test)."""
+    n = dist.get_world_size()
+    x = torch.arange(30, dtype=torch.int64)
+    outs = [torch.empty_like(x) for _ in range(n)]
+    res = {}
+    for name, fn in {
+        "all_gather": lambda: dist.all_gather(outs, x),
+        "a2a_gather": lambda: dist.all_to_all_single(torch.empty(n * 30, dtype=torch.int64), x.repeat(n)),
+        "all_reduce": lambda: dist.all_reduce(x.clone()),
+        "barrier": lambda: dist.barrier(),
+    }.items():
+        fn()
+        dist.barrier()
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            fn()
+        res[name] = (time.perf_counter() - t0) / iters * 1e6
+    return res
+
+
+def micro_a2a(nbytes: int = 1 << 20, iters: int = 10) -> dict:
+    from datetime import timedelta
+
+    n = dist.get_world_size()
+    x = torch.ones(nbytes // 4)
+    out = torch.empty_like(x)
+    xb, ob = x.view(torch.uint8), out.view(torch.uint8)
+    splits = [nbytes // n] * n
+    res = {}
+    for name, fn in {
+        "sync_f32": lambda: dist.all_to_all_single(out, x),
+        "sync_u8_splits": lambda: dist.all_to_all_single(ob, xb, splits, splits),
+        "async_wait": lambda: dist.all_to_all_single(ob, xb, splits, splits, async_op=True).wait(),
+        "async_wait_timeout": lambda: dist.all_to_all_single(ob, xb, splits, splits, async_op=True).wait(
+            timeout=timedelta(seconds=30)),
+    }.items():
+        fn()
+        dist.barrier()
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            fn()
+        res[name] = (time.perf_counter() - t0) / iters * 1e6
+    return res
+
+
+def micro_exec(nbytes: int = 1 << 20, rounds: int = 5, iters: int = 5) -> dict:
+    from collsched.comm.executor import byte_view, run_program
+
+    n = dist.get_world_size()
+    rank = dist.get_rank()
+    x = torch.ones(nbytes // 4)
+    out = torch.empty_like(x)
+    plan = collsched.plan_all_to_all(collsched.traffic.balanced(n, nbytes // n), "h200:2,gpus=4", "fanout")
+    prog = comm.compile_rank_program(plan, rank)
+    ib, ob = byte_view(x, "i"), byte_view(out, "o")
+    fns = {
+        "torch": lambda: dist.all_to_all_single(out, x),
+        "exec_a2a": lambda: run_program(prog, ib, ob, None, torch.float32, 60, comm.DEFAULT_POOL, "alltoallv"),
+        "exec_p2p": lambda: run_program(prog, ib, ob, None, torch.float32, 60, comm.DEFAULT_POOL, "p2p"),
+        "dropin": lambda: collsched.all_to_all_single(out, x, algorithm="fanout", cluster="h200:2,gpus=4"),
+    }
+    best = {k: float("inf") for k in fns}
+    for _ in range(rounds):
+        for k, fn in fns.items():
+            fn()
+            dist.barrier()
+            t0 = time.perf_counter()
+            for _ in range(iters):
+                fn()
+            t = torch.tensor([(time.perf_counter() - t0) / iters * 1e6], dtype=torch.float64)
+            dist.all_reduce(t, op=dist.ReduceOp.MAX)
+            best[k] = min(best[k], float(t))
+    return best
+
+
+def micro_transport(nbytes: int = 1 << 20, rounds: int = 3, iters: int = 3) -> dict:
+    """Executor time per transport and algorithm (diagnostic, not a test)."""
+    from collsched.comm.executor import byte_view, run_program
+
+    n, rank = dist.get_world_size(), dist.get_rank()
+    x = torch.ones(nbytes // 4)
+    out = torch.empty_like(x)
+    ib, ob = byte_view(x, "i"), byte_view(out, "o")
+    fns = {"torch": lambda: dist.all_to_all_single(out, x)}
+    for alg in ("fanout", "spreadout", "hierarchical"):
+        plan = collsched.plan_all_to_all(collsched.traffic.balanced(n, nbytes // n), "h200:2,gpus=4", alg)
+        prog = comm.compile_rank_program(plan, rank)
+        for tr in ("alltoallv", "p2p", "hybrid"):
+            fns[f"{alg}/{tr}"] = (lambda prog=prog, tr=tr:
+                                  run_program(prog, ib, ob, None, torch.float32, 60, comm.DEFAULT_POOL, tr))
+    best = {k: float("inf") for k in fns}
+    for _ in range(rounds):
+        for k, fn in fns.items():
+            fn()
+            dist.barrier()
+            t0 = time.perf_counter()
+            for _ in range(iters):
+                fn()
+            t = torch.tensor([(time.perf_counter() - t0) / iters * 1e6], dtype=torch.float64)
+            dist.all_reduce(t, op=dist.ReduceOp.MAX)
+            best[k] = min(best[k], float(t))
+    return best
+
+
+def micro_phases(nbytes: int = 1 << 16, iters: int = 20) -> dict:
+    """Where a drop-in call spends its time (diagnostic, not a test)."""
+    n = dist.get_world_size()
+    x = torch.ones(nbytes // 4)
+    out = torch.empty_like(x)
+    acc = {}
+    for i in range(iters + 2):
+        dist.barrier()
+        collsched.all_to_all_single(out, x, algorithm="fanout", cluster=f"h200:1,gpus={n}")
+        st = comm.last_call_stats()
+        if i >= 2:
+            for k in ("exchange_s", "plan_s", "check_s", "execute_s", "total_s"):
+                acc[k] = acc.get(k, 0.0) + getattr(st, k) / iters * 1e6
+    acc["cache_hit"] = st.cache_hit
+    return acc
