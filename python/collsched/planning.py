@@ -28,3 +28,44 @@ def plan_all_to_all(traffic, cluster, algorithm: str = "fanout", **options) -> _
 def all_to_all_algorithms() -> list[tuple[str, str]]:
     """``[(name, description)]`` of every all-to-all algorithm."""
     return _core.all_to_all_algorithms()
+
+
+def as_cluster(cluster) -> _core.Cluster:
+    """A Cluster from a Cluster or a spec string (``"h200:4,nic=200Gbps"``)."""
+    return _cluster(cluster)
+
+
+def save_plan(plan: _core.Plan, path) -> None:
+    """Write a plan: binary form for a ``.bin`` suffix, JSON otherwise."""
+    from pathlib import Path
+
+    p = Path(path)
+    if p.suffix.lower() == ".bin":
+        p.write_bytes(plan.to_binary())
+    else:
+        p.write_text(plan.to_json(), encoding="utf-8")
+
+
+def load_plan(path) -> _core.Plan:
+    """Read a plan written by :func:`save_plan` (JSON or binary, told apart by content)."""
+    from pathlib import Path
+
+    p = Path(path)
+    try:
+        data = p.read_bytes()
+    except FileNotFoundError:
+        raise ValueError(f"plan file {str(path)!r} does not exist") from None
+    except IsADirectoryError:
+        raise ValueError(f"plan file {str(path)!r} is a directory") from None
+    if not data:
+        raise ValueError(f"plan file {str(path)!r} is empty")
+    try:
+        if data.lstrip()[:1] == b"{":
+            try:
+                text = data.decode("utf-8")
+            except UnicodeDecodeError:
+                raise ValueError("JSON plan is not valid UTF-8") from None
+            return _core.Plan.from_json(text)
+        return _core.Plan.from_binary(data)
+    except ValueError as e:
+        raise ValueError(f"{path}: {e}") from None

@@ -16,12 +16,18 @@ def as_matrix(traffic) -> np.ndarray:
     Raises ValueError naming the problem: non-square, empty, negative, non-integer,
     NaN/inf entries, or sums that overflow u64.
     """
-    a = np.asarray(traffic)
+    try:
+        a = np.asarray(traffic)
+    except (ValueError, TypeError) as e:
+        raise ValueError(f"traffic matrix is not a rectangular array of numbers ({e})") from None
     if a.ndim != 2 or a.shape[0] != a.shape[1]:
         raise ValueError(f"traffic matrix must be square P×P, got shape {a.shape}")
     if a.shape[0] == 0:
         raise ValueError("traffic matrix must have at least one rank")
     if a.dtype == np.bool_ or a.dtype.kind not in "iuf":
+        if a.dtype.kind == "O":
+            raise ValueError("traffic matrix has dtype object (Python objects or integers past 2^64); "
+                             "pass integer byte counts as a numeric array")
         raise ValueError(f"traffic matrix must hold integer byte counts, got dtype {a.dtype}")
     if a.dtype.kind == "f":
         if not np.all(np.isfinite(a)):
@@ -69,3 +75,114 @@ def matrix_hash(traffic) -> str:
     """Content hash of a matrix as 16 hex digits (equal matrices, equal hashes, on any machine)."""
     m = as_matrix(traffic)
     return f"{_core.traffic_hash(m.shape[0], m.tobytes()):016x}"
+
+
+def align(traffic, alignment) -> np.ndarray:
+    """Round every pair size up to a multiple of ``alignment`` bytes.
+
+    ``alignment`` is bytes (int) or a size string (``"128B"``, ``"4KiB"``): use the
+    element size so no element is split, or a cache line so every block starts aligned.
+    """
+    from collsched.units import parse_bytes
+
+    a = parse_bytes(alignment)
+    if a <= 0:
+        raise ValueError(f"alignment must be a positive number of bytes, got {alignment!r}")
+    m = as_matrix(traffic)
+    return _wrap(m.shape[0], _core.traffic_aligned(m.shape[0], m.tobytes(), a))
+
+
+_U64_MAX = 2**64 - 1
+
+
+def _suffix(path) -> str:
+    from pathlib import Path
+
+    s = Path(path).suffix.lower()
+    if s not in (".npy", ".csv"):
+        raise ValueError(f"traffic file {str(path)!r} must end in .npy or .csv, got suffix {s or '(none)'!r}")
+    return s
+
+
+def _read_csv(path) -> np.ndarray:
+    rows: list[list[int]] = []
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            row = []
+            for col, cell in enumerate(line.split(",")):
+                cell = cell.strip()
+                try:
+                    v = int(cell)
+                except ValueError:
+                    raise ValueError(f"{path}: line {lineno}, column {col + 1}: {cell!r} is not an integer byte count") from None
+                if v < 0:
+                    raise ValueError(f"{path}: line {lineno}, column {col + 1}: negative byte count {v}")
+                if v > _U64_MAX:
+                    raise ValueError(f"{path}: line {lineno}, column {col + 1}: {v} does not fit in 64 bits")
+                row.append(v)
+            if rows and len(row) != len(rows[0]):
+                raise ValueError(f"{path}: line {lineno} has {len(row)} entries, the first row has {len(rows[0])}")
+            rows.append(row)
+    if not rows:
+        raise ValueError(f"{path}: no rows (empty traffic matrix)")
+    return np.array(rows, dtype=np.uint64)
+
+
+def load(path) -> np.ndarray:
+    """Load a traffic matrix from ``.npy`` or ``.csv`` (integers, one row per sender) and validate it."""
+    suffix = _suffix(path)
+    try:
+        if suffix == ".npy":
+            try:
+                raw = np.load(path, allow_pickle=False)
+            except (ValueError, EOFError, OSError) as e:
+                if isinstance(e, (FileNotFoundError, IsADirectoryError)):
+                    raise
+                raise ValueError(f"{path}: not a plain numeric .npy array ({e})") from None
+            if not isinstance(raw, np.ndarray):  # an .npz archive saved under a .npy name
+                raise ValueError(f"{path}: holds an archive, not one array")
+        else:
+            raw = _read_csv(path)
+    except FileNotFoundError:
+        raise ValueError(f"traffic file {str(path)!r} does not exist") from None
+    except IsADirectoryError:
+        raise ValueError(f"traffic file {str(path)!r} is a directory") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"{path}: not a text CSV file") from None
+    try:
+        return as_matrix(raw)
+    except ValueError as e:
+        raise ValueError(f"{path}: {e}") from None
+
+
+def save(path, traffic) -> None:
+    """Save a traffic matrix as ``.npy`` (uint64) or ``.csv`` (integers, one row per sender)."""
+    suffix = _suffix(path)
+    m = as_matrix(traffic)
+    if suffix == ".npy":
+        np.save(path, m, allow_pickle=False)
+    else:
+        with open(path, "w", encoding="utf-8") as f:
+            for row in m.tolist():
+                f.write(",".join(str(v) for v in row) + "\n")
+
+
+def summary(traffic) -> dict:
+    """Shape and size facts of a matrix (bytes): ranks, total, max pair, mean pair, max row/column sums."""
+    m = as_matrix(traffic)
+    rows = [int(x) for x in m.sum(axis=1, dtype=np.uint64)]
+    cols = [int(x) for x in m.sum(axis=0, dtype=np.uint64)]
+    n = m.shape[0]
+    total = sum(rows)
+    return {
+        "ranks": n,
+        "total_bytes": total,
+        "max_pair_bytes": int(m.max()),
+        "mean_pair_bytes": total / (n * n),
+        "max_send_bytes": max(rows),
+        "max_recv_bytes": max(cols),
+        "hash": matrix_hash(m),
+    }

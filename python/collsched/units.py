@@ -17,6 +17,8 @@ def _parse(text: str | int, table: dict, what: str) -> int:
         if text < 0:
             raise ValueError(f"{what} must be non-negative, got {text}")
         return text
+    if str(text).strip().startswith("-"):
+        raise ValueError(f"{what} {text!r} is negative; it must be non-negative")
     m = _NUM.match(str(text))
     if not m:
         raise ValueError(f"cannot parse {what} {text!r}")

@@ -7,6 +7,9 @@ use crate::invalid;
 fn split_number(s: &str) -> Result<(u128, u128, &str)> {
     // Returns (numerator, denominator, unit) so "1.5GB" is exact: 15/10 * 1e9.
     let s = s.trim();
+    if s.starts_with('-') {
+        return invalid!("'{s}' is negative; sizes, bandwidths and latencies must be non-negative");
+    }
     let end = s.find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '_')).unwrap_or(s.len());
     let (num, unit) = s.split_at(end);
     let num: String = num.chars().filter(|&c| c != '_').collect();
@@ -118,6 +121,7 @@ mod tests {
         assert_eq!(parse_bandwidth("12.5 GB/s").unwrap(), 12_500_000_000);
         assert!(parse_bandwidth("0Gbps").is_err());
         assert!(parse_bandwidth("3 furlongs").is_err());
+        assert!(parse_bandwidth("-5Gbps").unwrap_err().to_string().contains("negative"));
     }
     #[test]
     fn durations() {

@@ -32,11 +32,18 @@ fn traffic_hash(n: usize, data: &[u8]) -> PyResult<u64> {
     guarded(|| Ok(collsched_core::Traffic::from_le_bytes(n, data)?.hash()))
 }
 
+/// Round every entry up to a multiple of `align` bytes (`Traffic::aligned`).
+#[pyfunction]
+fn traffic_aligned<'py>(py: Python<'py>, n: usize, data: &[u8], align: u64) -> PyResult<Bound<'py, PyBytes>> {
+    Ok(out(py, guarded(|| collsched_core::Traffic::from_le_bytes(n, data)?.aligned(align))?))
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(gen_balanced, m)?)?;
     m.add_function(wrap_pyfunction!(gen_uniform, m)?)?;
     m.add_function(wrap_pyfunction!(gen_zipf, m)?)?;
     m.add_function(wrap_pyfunction!(gen_hot_experts, m)?)?;
     m.add_function(wrap_pyfunction!(traffic_hash, m)?)?;
+    m.add_function(wrap_pyfunction!(traffic_aligned, m)?)?;
     Ok(())
 }

@@ -11,6 +11,8 @@
 //! cost about 1/tolerance rate recomputations instead of a million. Transfer
 //! end times are the exact moments their last byte arrives, and dependents
 //! become ready then. With `tolerance = 0` only exact ties (1e-12 relative) merge.
+//! The window shrinks with the plan's dependency depth (`chain_depth`), so
+//! pipelined plans with long chains are not delayed once per link of the chain.
 use super::fairshare::FairShare;
 use super::links::{LinkClass, Links};
 use super::SimOptions;
@@ -63,6 +65,26 @@ fn load_time(links: &Links, flows: &Flows) -> f64 {
         }
     }
     carried.iter().zip(&links.capacity).map(|(b, c)| b / c).fold(0.0, f64::max)
+}
+
+/// Longest chain of transfers through dependencies (and steps under barriers).
+/// Each window may delay one link of a chain, so the per-window tolerance is
+/// divided by this depth: the total delay along any chain stays within
+/// `tolerance` of the time scale, however deep the pipeline (FAST's stages).
+fn chain_depth(plan: &Plan, barrier_steps: bool) -> usize {
+    let mut depth = vec![1u32; plan.transfers.len()];
+    let mut deepest = 0u32;
+    for (id, t) in plan.transfers.iter().enumerate() {
+        for &d in plan.deps_of(t) {
+            if d as usize >= id {
+                return plan.transfers.len().max(1); // not in id order: assume the worst
+            }
+            depth[id] = depth[id].max(depth[d as usize] + 1);
+        }
+        deepest = deepest.max(depth[id]);
+    }
+    let steps = if barrier_steps { plan.num_steps() } else { 0 };
+    deepest.max(steps).max(1) as usize
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -234,7 +256,7 @@ impl<'a> Engine<'a> {
     }
 
     pub fn run(mut self) -> Result<Timeline, String> {
-        let tol = self.opts.tolerance.max(0.0);
+        let tol = self.opts.tolerance.max(0.0) / chain_depth(self.plan, self.opts.barrier_steps) as f64;
         let (links, flows) = (self.links, self.flows);
         let time_scale = load_time(links, flows);
         let caps = &links.capacity;

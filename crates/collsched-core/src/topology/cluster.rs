@@ -312,6 +312,8 @@ mod tests {
         assert!(Cluster::parse("h200:2,nic=0Gbps").is_err());
         assert!(Cluster::parse("h200:2,warp=9").unwrap_err().to_string().contains("unknown cluster field"));
         assert!(Cluster::parse("h200:2,nics=9").is_err());
+        assert!(Cluster::parse("h200:2,nics=3").is_ok()); // uneven sharing: NIC g % 3
+        assert!(Cluster::parse("h200:2,gpus=2,nics=4").unwrap_err().to_string().contains("NICs per server"));
     }
     #[test]
     fn spec_round_trips() {

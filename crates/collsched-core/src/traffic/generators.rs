@@ -50,8 +50,22 @@ fn check_mean(mean: u64) -> Result<()> {
     Ok(())
 }
 
+/// Largest rank count a generator builds: an 8192² matrix is already 512 MiB.
+pub const MAX_GENERATED_RANKS: usize = 8192;
+
+fn check_n(n: usize) -> Result<()> {
+    if n == 0 {
+        return invalid!("traffic matrix must have at least one rank");
+    }
+    if n > MAX_GENERATED_RANKS {
+        return invalid!("cannot generate a traffic matrix for {n} ranks (at most {MAX_GENERATED_RANKS})");
+    }
+    Ok(())
+}
+
 /// Every pair (including self) exchanges exactly `bytes`.
 pub fn balanced(n: usize, bytes: u64) -> Result<Traffic> {
+    check_n(n)?;
     Traffic::new(n, vec![bytes; n * n])
 }
 
@@ -68,6 +82,7 @@ fn scale_to_mean(n: usize, weights: Vec<f64>, mean: u64) -> Result<Traffic> {
 
 /// FAST/FLASH "random" workload: i.i.d. uniform pair sizes, scaled to `mean`.
 pub fn uniform(n: usize, mean: u64, seed: u64) -> Result<Traffic> {
+    check_n(n)?;
     let mut rng = Rng::new(seed);
     let w = (0..n * n).map(|_| rng.next_f64()).collect();
     scale_to_mean(n, w, mean)
@@ -106,11 +121,15 @@ pub fn zipf(n: usize, s: f64, mean: u64, seed: u64) -> Result<Traffic> {
     if !(s.is_finite() && s >= 0.0) {
         return invalid!("zipf exponent must be a non-negative number, got {s}");
     }
+    check_n(n)?;
     let table = ZipfTable::new(s, ZIPF_RANGE);
     let mut rng = Rng::new(seed);
     let w = (0..n * n).map(|_| table.sample(&mut rng) as f64).collect();
     scale_to_mean(n, w, mean)
 }
+
+/// Most token-to-expert draws `hot_experts` makes (about a second of sampling).
+pub const MAX_ROUTING_DRAWS: u128 = 1 << 27;
 
 /// MoE routing parameters for `hot_experts`.
 #[derive(Debug, Clone)]
@@ -136,6 +155,7 @@ impl Default for MoeRouting {
 /// Popularity order is a seeded permutation so hot experts land on random GPUs.
 /// `experts == 0` means 8 experts per GPU.
 pub fn hot_experts(n: usize, routing: &MoeRouting, seed: u64) -> Result<Traffic> {
+    check_n(n)?;
     let experts = if routing.experts == 0 { 8 * n as u32 } else { routing.experts };
     if experts as usize % n != 0 {
         return invalid!("{experts} experts do not divide evenly over {n} ranks");
@@ -152,6 +172,15 @@ pub fn hot_experts(n: usize, routing: &MoeRouting, seed: u64) -> Result<Traffic>
         (Some(b), Some(_)) => b,
         _ => return invalid!("hot_experts: tokens × top_k × hidden × dtype overflows u64"),
     };
+    // Routing is sampled token by token: bound the work so a typo cannot hang the caller.
+    let draws = (routing.tokens_per_rank as u128) * (routing.top_k as u128) * (n as u128);
+    if draws > MAX_ROUTING_DRAWS {
+        return invalid!(
+            "hot_experts: {n} ranks × {} tokens × top_k {} is too many routing draws (at most {MAX_ROUTING_DRAWS}); use fewer tokens and a larger hidden size",
+            routing.tokens_per_rank,
+            routing.top_k
+        );
+    }
     let mut rng = Rng::new(seed);
     // Seeded permutation: popularity rank -> expert id.
     let mut perm: Vec<u32> = (0..experts).collect();
@@ -166,8 +195,16 @@ pub fn hot_experts(n: usize, routing: &MoeRouting, seed: u64) -> Result<Traffic>
     for src in 0..n {
         for _ in 0..routing.tokens_per_rank {
             chosen.clear();
+            let mut attempts = 0u32;
             while chosen.len() < routing.top_k as usize {
-                let e = perm[table.sample(&mut rng) - 1];
+                let e = if attempts < 32 * routing.top_k {
+                    attempts += 1;
+                    perm[table.sample(&mut rng) - 1]
+                } else {
+                    // Steep skew with top_k near the expert count makes rejection sampling crawl:
+                    // fill up with the most popular experts not yet chosen.
+                    *perm.iter().find(|e| !chosen.contains(e)).expect("top_k <= experts")
+                };
                 if !chosen.contains(&e) {
                     chosen.push(e);
                 }
@@ -202,5 +239,19 @@ mod tests {
             assert_eq!(t.row_sum(i), 100 * 2 * 16);
         }
         assert!(hot_experts(3, &r, 3).is_err());
+    }
+    #[test]
+    fn steep_skew_with_all_experts_chosen_terminates() {
+        let r = MoeRouting { tokens_per_rank: 50, top_k: 16, experts: 16, skew: 60.0, hidden: 1, dtype_bytes: 1 };
+        let t = hot_experts(2, &r, 1).unwrap();
+        assert_eq!(t.row_sum(0), 50 * 16);
+        assert_eq!(t.get(0, 0), t.get(0, 1)); // every token reaches all 16 experts: 8 per GPU
+    }
+    #[test]
+    fn oversized_requests_are_rejected_not_attempted() {
+        assert!(balanced(MAX_GENERATED_RANKS + 1, 1).unwrap_err().to_string().contains("at most"));
+        assert!(uniform(0, 1, 0).is_err());
+        let r = MoeRouting { tokens_per_rank: 1 << 40, ..MoeRouting::default() };
+        assert!(hot_experts(4, &r, 0).unwrap_err().to_string().contains("routing draws"));
     }
 }

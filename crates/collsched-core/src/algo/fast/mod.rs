@@ -1,9 +1,293 @@
-//! Being built.
-use crate::error::{Error, Result};
-use crate::plan::{Options, Plan};
+//! FAST (NSDI'26): skew-aware all-to-all(v) planning on two-tier clusters.
+//!
+//! 1. `balance`: equalise, per (source server, destination server) tile, what
+//!    every NIC/GPU of the source carries, over scale-up (§4.1).
+//! 2. `server_matrix`: collapse to the N×N server matrix and embed it into a
+//!    scaled doubly stochastic matrix with phantom traffic (§4.4).
+//! 3. `birkhoff`: peel one-to-one stages with bottleneck matchings (§4.2).
+//! 4. `pipeline` + `redistribute`: scale-out stage k in step k+1, its
+//!    redistribution beside stage k+1 (§4.3).
+//!
+//! Stage count: an exact decomposition of a dense matrix has ~N² stages (each
+//! peels exactly one entry), most of them tiny. We peel exact bottleneck stages
+//! while they are heavy (weight ≥ L / (STAGES_PER_SERVER·N)), then decompose
+//! what is left on a grid of quanta (entries rounded up to whole quanta of
+//! L_rest / (STAGES_PER_SERVER·N)), which bounds the tail to a few N stages
+//! at a cost of less than one quantum per pair of the (small) tail. See docs/fast.md.
+pub mod balance;
+pub mod birkhoff;
+pub mod bound;
+pub mod pipeline;
+pub mod redistribute;
+pub mod server_matrix;
+
+pub use bound::worst_case_ratio;
+
+use crate::error::Result;
+use crate::invalid;
+use crate::plan::{option_u64, Options, Plan};
 use crate::topology::Cluster;
 use crate::traffic::Traffic;
+use birkhoff::{decompose, Stage};
+use pipeline::{Loads, Round};
+use server_matrix::{embed_doubly_stochastic, max_line_sum};
 
-pub fn plan(_traffic: &Traffic, _cluster: &Cluster, _opts: &Options) -> Result<Plan> {
-    Err(Error::Unsupported("fast is not implemented yet".into()))
+/// Granularity of the head threshold and the tail quantum, in stages per server.
+pub const STAGES_PER_SERVER: u64 = 4;
+/// Exact head levels before the quantised tail.
+pub const HEAD_LEVELS: usize = 2;
+
+/// Options `fast` understands, with their meaning.
+pub const OPTIONS: &[(&str, &str)] = &[
+    ("min_stage_bytes", "smallest scale-out stage per NIC (size, e.g. 1MiB; default 4 × alpha_scaleout × nic_bw): tail quanta are at least this, so tiny stages are merged by rounding pairs up to whole quanta"),
+    ("order", "scale-out stage order: 'desc' (largest first, default) or 'asc' (appendix A's order)"),
+    ("exact", "1: exact bottleneck Birkhoff decomposition without quantised tail (up to N²-2N+2 stages); default 0"),
+];
+
+/// Parsed options.
+#[derive(Debug, Clone)]
+pub struct FastOptions {
+    pub min_stage_bytes: u64,
+    pub ascending: bool,
+    pub exact: bool,
+}
+
+impl FastOptions {
+    pub fn parse(opts: &Options, cluster: &Cluster, algorithm: &str, extra_ok: &[&str]) -> Result<FastOptions> {
+        for k in opts.keys() {
+            if !OPTIONS.iter().any(|(o, _)| o == k) && !extra_ok.contains(&k.as_str()) {
+                let known: Vec<&str> = OPTIONS.iter().map(|o| o.0).filter(|o| algorithm == "fast" || extra_ok.contains(o)).collect();
+                return invalid!("unknown option '{k}' for {algorithm} (known: {})", known.join(", "));
+            }
+        }
+        let default_min = (4u128 * cluster.alpha_scaleout_ns as u128 * cluster.nic_bw as u128 / 1_000_000_000) as u64;
+        let ascending = match opts.get("order").map(|s| s.as_str()) {
+            None | Some("desc") => false,
+            Some("asc") => true,
+            Some(o) => return invalid!("option 'order' must be 'asc' or 'desc', got '{o}'"),
+        };
+        let exact = match option_u64(opts, "exact", 0)? {
+            0 => false,
+            1 => true,
+            v => return invalid!("option 'exact' must be 0 or 1, got {v}"),
+        };
+        Ok(FastOptions { min_stage_bytes: option_u64(opts, "min_stage_bytes", default_min)?, ascending, exact })
+    }
+}
+
+/// A planned scale-out stage: server s sends `real[s]` bytes to `perm[s]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RealStage {
+    pub perm: Vec<u32>,
+    /// Weight in the decomposition (real bytes of a pair never exceed it).
+    pub weight: u64,
+    pub real: Vec<u64>,
+    /// From the exact head (true) or the quantised tail.
+    pub exact: bool,
+}
+
+fn ceil_div(a: u64, b: u64) -> u64 {
+    a.div_ceil(b)
+}
+
+/// Hand the real bytes of each pair to its stages in decomposition order (real first,
+/// phantom last), consuming `remaining`.
+fn allocate(stages: &[Stage], scale: u64, exact: bool, n: usize, remaining: &mut [u64], out: &mut Vec<RealStage>) {
+    for st in stages {
+        let w = st.weight.saturating_mul(scale);
+        let mut real = vec![0u64; n];
+        for (s, &d) in st.perm.iter().enumerate() {
+            let d = d as usize;
+            if d != s {
+                let x = remaining[s * n + d].min(w);
+                remaining[s * n + d] -= x;
+                real[s] = x;
+            }
+        }
+        out.push(RealStage { perm: st.perm.clone(), weight: w, real, exact });
+    }
+}
+
+/// Stages of a decomposition: the exact head (bottleneck stages, every tight line busy in
+/// each) followed by the quantised tail.
+#[derive(Debug, Clone, Default)]
+pub struct Decomposition {
+    pub stages: Vec<RealStage>,
+    pub head: usize,
+}
+
+/// Decompose the server matrix `server` (N×N, zero diagonal) into one-to-one stages.
+/// `quantum_floor` is the smallest tail quantum in server bytes.
+pub fn plan_stages(server: &[u64], n: usize, quantum_floor: u64, exact: bool) -> Decomposition {
+    let stages = plan_stages_inner(server, n, quantum_floor, exact);
+    let head = stages.iter().take_while(|s| s.exact).count();
+    Decomposition { stages, head }
+}
+
+fn plan_stages_inner(server: &[u64], n: usize, quantum_floor: u64, exact: bool) -> Vec<RealStage> {
+    let mut d = server.to_vec();
+    let line = embed_doubly_stochastic(&mut d, n);
+    let mut out = Vec::new();
+    if line == 0 {
+        return out;
+    }
+    let bound = n * n - 2 * n + 2;
+    let mut remaining = server.to_vec();
+    if exact {
+        let mut head = Vec::new();
+        decompose(&mut d, n, line, 1, usize::MAX, &mut head);
+        allocate(&head, 1, true, n, &mut remaining, &mut out);
+        return out;
+    }
+    let per = STAGES_PER_SERVER * n as u64;
+    let mut head = Vec::new();
+    let saved = d.clone();
+    // Exact levels: each peels the stages heavier than 1/(4N) of what is left, so the
+    // quantised tail only rounds a small remainder.
+    let mut rest = line;
+    for _ in 0..HEAD_LEVELS {
+        let head_min = ceil_div(rest, per).max(quantum_floor).max(1);
+        let before = head.len();
+        rest = decompose(&mut d, n, rest, head_min, usize::MAX, &mut head);
+        if rest == 0 || head.len() == before {
+            break;
+        }
+    }
+    allocate(&head, 1, true, n, &mut remaining, &mut out);
+    if rest == 0 {
+        return out;
+    }
+    // Tail: quantise the real bytes still unplaced, embed in quanta, decompose exactly.
+    let rest_real = max_line_sum(&remaining, n);
+    if rest_real == 0 {
+        return out;
+    }
+    let q = ceil_div(rest_real, per).max(quantum_floor).max(1);
+    let mut units: Vec<u64> = remaining.iter().map(|&v| ceil_div(v, q)).collect();
+    let uline = embed_doubly_stochastic(&mut units, n);
+    let mut tail = Vec::new();
+    decompose(&mut units, n, uline, 1, usize::MAX, &mut tail);
+    if head.len() + tail.len() > bound {
+        // Keep Birkhoff's N²-2N+2 guarantee: finish the exact decomposition instead.
+        let mut d = saved;
+        let mut all = Vec::new();
+        decompose(&mut d, n, line, 1, usize::MAX, &mut all);
+        let mut remaining = server.to_vec();
+        out.clear();
+        allocate(&all, 1, true, n, &mut remaining, &mut out);
+        return out;
+    }
+    allocate(&tail, q, false, n, &mut remaining, &mut out);
+    debug_assert!(remaining.iter().all(|&v| v == 0));
+    out
+}
+
+/// Plan order. The exact head first, largest stage first by default (ties by decomposition
+/// order): every tight line is busy in each head stage, so any head order keeps it busy.
+/// Then the quantised tail, where a tight line can have idle (phantom) slots: stages in
+/// which more tight lines are active go first, so a bottleneck server idles as late as
+/// possible, then by size. Stages without real bytes are dropped.
+pub fn order_stages(dec: Decomposition, server: &[u64], n: usize, ascending: bool) -> Vec<RealStage> {
+    let (rows, cols) = server_matrix::line_sums(server, n);
+    let line = rows.iter().chain(cols.iter()).copied().max().unwrap_or(0);
+    let tight_active = |st: &RealStage| -> usize {
+        let mut k = 0;
+        for (s, (&d, &real)) in st.perm.iter().zip(&st.real).enumerate() {
+            if real > 0 {
+                k += usize::from(rows[s] == line) + usize::from(cols[d as usize] == line);
+            }
+        }
+        k
+    };
+    let mut head: Vec<RealStage> = dec.stages[..dec.head].iter().filter(|s| s.real.iter().any(|&x| x > 0)).cloned().collect();
+    let mut tail: Vec<RealStage> = dec.stages[dec.head..].iter().filter(|s| s.real.iter().any(|&x| x > 0)).cloned().collect();
+    if ascending {
+        head.sort_by_key(stage_size);
+    } else {
+        head.sort_by_key(|s| std::cmp::Reverse(stage_size(s)));
+    }
+    tail.sort_by_key(|s| (std::cmp::Reverse(tight_active(s)), if ascending { stage_size(s) } else { u64::MAX - stage_size(s) }));
+    head.extend(tail);
+    head
+}
+
+/// Stages are cut so none moves more than 1/MIN_PIPELINE_STAGES of the busiest line: with
+/// few servers (one stage when N = 2) the first balancing and the last redistribution would
+/// otherwise be exposed in full; cut, they overlap all but one small piece.
+pub const MIN_PIPELINE_STAGES: u64 = 8;
+
+/// Cut every stage whose largest pair exceeds `cap` bytes into equal consecutive parts
+/// with the same permutation (still one-to-one).
+pub fn split_large_stages(stages: Vec<RealStage>, cap: u64) -> Vec<RealStage> {
+    let mut out = Vec::with_capacity(stages.len());
+    for st in stages {
+        let parts = ceil_div(stage_size(&st), cap).max(1);
+        if parts == 1 {
+            out.push(st);
+            continue;
+        }
+        for k in 0..parts {
+            let cut = |v: u64, k: u64| -> u64 { ((v as u128 * k as u128) / parts as u128) as u64 };
+            let real: Vec<u64> = st.real.iter().map(|&r| cut(r, k + 1) - cut(r, k)).collect();
+            out.push(RealStage { perm: st.perm.clone(), weight: cut(st.weight, k + 1) - cut(st.weight, k), real, exact: st.exact });
+        }
+    }
+    out
+}
+
+/// Largest real bytes one pair moves in a stage (what the stage's duration scales with).
+pub fn stage_size(st: &RealStage) -> u64 {
+    st.real.iter().copied().max().unwrap_or(0)
+}
+
+/// Integer closed-form time estimate (ns) from the assembled loads.
+pub fn predict_ns(cluster: &Cluster, loads: &Loads) -> u64 {
+    let t = |bytes: u64, bw: u64| -> u64 { (bytes as u128 * 1_000_000_000 / bw.max(1) as u128) as u64 };
+    let su = cluster.gpu_scaleup_bw();
+    let mut total = 0u64;
+    if loads.balance_max > 0 {
+        total += cluster.alpha_scaleup_ns + t(loads.balance_max, su);
+    }
+    let mut scaleout = 0u64;
+    for &b in &loads.round_nic_max {
+        scaleout += cluster.alpha_scaleout_ns + t(b, cluster.nic_bw);
+    }
+    // The intra-server part runs beside the first round; it only shows if it is longer.
+    let intra = if loads.intra_max > 0 { cluster.alpha_scaleup_ns + t(loads.intra_max, su) } else { 0 };
+    let first = loads.round_nic_max.first().map(|&b| cluster.alpha_scaleout_ns + t(b, cluster.nic_bw)).unwrap_or(0);
+    total += scaleout + intra.saturating_sub(first);
+    if loads.last_redistribution_max > 0 {
+        total += cluster.alpha_scaleup_ns + t(loads.last_redistribution_max, su);
+    }
+    total
+}
+
+pub fn plan(traffic: &Traffic, cluster: &Cluster, opts: &Options) -> Result<Plan> {
+    let o = FastOptions::parse(opts, cluster, "fast", &[])?;
+    let bal = balance::balance(traffic, cluster);
+    let n = cluster.servers as usize;
+    let quantum_floor = o.min_stage_bytes.saturating_mul(cluster.nics_per_server as u64);
+    let dec = plan_stages(&bal.server, n, quantum_floor, o.exact);
+    let decomposed = dec.stages.len();
+    let stages = order_stages(dec, &bal.server, n, o.ascending);
+    let birkhoff_stages = stages.len();
+    let exact_stages = stages.iter().filter(|s| s.exact).count();
+    let line = max_line_sum(&bal.server, n);
+    let stages = split_large_stages(stages, ceil_div(line, MIN_PIPELINE_STAGES).max(quantum_floor).max(1));
+    let rounds: Vec<Round> = stages
+        .iter()
+        .map(|st| Round {
+            pairs: st.perm.iter().enumerate().filter(|&(s, _)| st.real[s] > 0).map(|(s, &d)| (s as u32, d, st.real[s])).collect(),
+        })
+        .collect();
+    let (mut b, loads) = pipeline::assemble("fast", traffic, cluster, &bal, &rounds, true);
+    b.set_meta("stages", birkhoff_stages);
+    b.set_meta("scaleout_rounds", rounds.len());
+    b.set_meta("decomposition_stages", decomposed);
+    b.set_meta("exact_stages", exact_stages);
+    b.set_meta("predicted_time_ns", predict_ns(cluster, &loads));
+    b.set_meta("min_stage_bytes", o.min_stage_bytes);
+    b.set_meta("order", if o.ascending { "asc" } else { "desc" });
+    b.set_meta("server_max_line_bytes", max_line_sum(&bal.server, n));
+    Ok(b.finish())
 }

@@ -1,0 +1,23 @@
+//! Plan FAST repeatedly on one Zipf(0.8) matrix, for profiling: `cargo run --release --example fast_profile -- 128 20`.
+use collsched_core::algo::plan_all_to_all;
+use collsched_core::plan::Options;
+use collsched_core::traffic::generators;
+use collsched_core::Cluster;
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let servers: u32 = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(128);
+    let reps: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(10);
+    let algo = args.get(3).cloned().unwrap_or_else(|| "fast".into());
+    let c = Cluster::parse(&format!("h200:{servers}")).unwrap();
+    let t = generators::zipf(c.num_gpus() as usize, 0.8, 50 << 20, 1).unwrap();
+    let mut times = Vec::new();
+    for _ in 0..reps {
+        let t0 = std::time::Instant::now();
+        let p = plan_all_to_all(&t, &c, &algo, &Options::new()).unwrap();
+        times.push(t0.elapsed());
+        std::hint::black_box(p);
+    }
+    times.sort();
+    println!("{algo} {servers} servers: median {:?} min {:?}", times[times.len() / 2], times[0]);
+}

@@ -1,0 +1,339 @@
+//! Intra-server balancing (FAST §4.1): for every tile (source server s,
+//! destination server d ≠ s) equalise what each NIC of s (and each GPU on it)
+//! carries to d, moving bytes over scale-up from heavy to light GPUs. After
+//! balancing, carrier GPU (s,c) sends its share to its peer (d,c): the
+//! "merged peer transfer", one-to-one at GPU and NIC level.
+//!
+//! Every carried piece is a contiguous part of one original block i→j, so it is
+//! one Segment wherever it travels.
+use crate::topology::Cluster;
+use crate::traffic::Traffic;
+
+/// A contiguous part of block (s,a)→(d,j), carried to server d by one carrier GPU of s.
+/// Offsets are absolute (precomputed here, where the matrix is read in order, so the
+/// assembler never touches the P×P offset tables at random).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Piece {
+    /// Local index of the block's sender in server s.
+    pub a: u32,
+    /// Local index of the block's receiver in server d.
+    pub j: u32,
+    pub len: u64,
+    /// Where the carrier holds it: its Input (when a == carrier) or its Scratch.
+    pub src_off: u64,
+    /// Offset in the Output of (d,j).
+    pub out_off: u64,
+    pub in_scratch: bool,
+}
+
+/// One balancing move: a piece handed from GPU (s,a) to carrier (s,c) over scale-up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Move {
+    pub s: u32,
+    pub a: u32,
+    pub c: u32,
+    pub d: u32,
+    pub j: u32,
+    /// Offset in the Input of (s,a).
+    pub input_off: u64,
+    pub len: u64,
+    /// Destination offset in the carrier's Scratch.
+    pub scratch_off: u64,
+}
+
+/// A same-server block (self copy or scale-up pair), with its torch offsets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IntraBlock {
+    pub i: u32,
+    pub j: u32,
+    pub input_off: u64,
+    pub out_off: u64,
+    pub len: u64,
+}
+
+/// The balanced form of a matrix: per (s, d, carrier) targets and piece streams.
+pub struct Balanced {
+    pub servers: usize,
+    pub gpus: usize,
+    /// `targets[(s*N+d)*G+c]`: bytes carrier (s,c) sends to server d.
+    pub targets: Vec<u64>,
+    /// Tile totals `S[s][d]` (the server-level matrix; zero on the diagonal).
+    pub server: Vec<u64>,
+    /// Piece streams, flat; `stream_range[(s*N+d)*G+c]` is a half-open range into `pieces`.
+    pub pieces: Vec<Piece>,
+    pub stream_range: Vec<(u32, u32)>,
+    /// Balancing moves ordered by (s, a, c), then creation order.
+    pub moves: Vec<Move>,
+    /// Scratch bytes each rank uses to hold balanced-in pieces (the start of its receive region).
+    pub balance_in: Vec<u64>,
+    /// Same-server blocks, row-major.
+    pub intra: Vec<IntraBlock>,
+}
+
+impl Balanced {
+    #[inline]
+    pub fn tile(&self, s: usize, d: usize) -> usize {
+        s * self.servers + d
+    }
+    pub fn stream(&self, s: usize, d: usize, c: usize) -> &[Piece] {
+        let (b, e) = self.stream_range[self.tile(s, d) * self.gpus + c];
+        &self.pieces[b as usize..e as usize]
+    }
+}
+
+/// Per-carrier targets of one tile with total `r`: equal per NIC (remainder rotated by
+/// s+d so no NIC always gets the extra byte), then equal per GPU on each NIC.
+/// With one NIC per GPU this is ⌊r/G⌋ or ⌈r/G⌉ per GPU.
+pub fn carrier_targets(r: u64, s: usize, d: usize, gpus: usize, nics: usize, out: &mut [u64]) {
+    let k = nics as u64;
+    let base = r / k;
+    let rem = r % k;
+    let rot = ((s + d) % nics) as u64;
+    for nic in 0..nics {
+        let idx = (nic as u64 + k - rot) % k;
+        let nic_target = base + u64::from(idx < rem);
+        // GPUs on this NIC: nic, nic+K, nic+2K, ...
+        let count = (gpus - nic).div_ceil(nics);
+        let gb = nic_target / count as u64;
+        let grem = nic_target % count as u64;
+        for (i, c) in (nic..gpus).step_by(nics).enumerate() {
+            out[c] = gb + u64::from((i as u64) < grem);
+        }
+    }
+}
+
+/// Balance every cross-server tile of `traffic` on `cluster`.
+pub fn balance(traffic: &Traffic, cluster: &Cluster) -> Balanced {
+    let n = cluster.servers as usize;
+    let g = cluster.gpus_per_server as usize;
+    let nics = cluster.nics_per_server as usize;
+    let p = n * g;
+    let mut out = Balanced {
+        servers: n,
+        gpus: g,
+        targets: vec![0; n * n * g],
+        server: vec![0; n * n],
+        pieces: Vec::with_capacity(n * n * g * g + n * n * g),
+        stream_range: vec![(0, 0); n * n * g],
+        moves: Vec::new(),
+        balance_in: vec![0; p],
+        intra: Vec::with_capacity(n * g * g),
+    };
+    // Torch offsets computed in matrix order: `row_acc[a]` is the input offset of the next
+    // block of row (s,a); `col_acc[col]` sums the column over the servers already done.
+    let mut row_acc = vec![0u64; g];
+    let mut col_acc = vec![0u64; p];
+    let mut in_off = vec![0u64; g * g]; // per tile: input offset of block a→j
+    let mut out_off = vec![0u64; g * g]; // per tile: output offset of block a→j
+    // Per-tile scratch state, reused.
+    let mut rem = vec![0u64; g * g]; // rem[a*g+j]: bytes of block a→j not yet placed
+    let mut off = vec![0u64; g * g]; // consumed prefix of block a→j
+    let mut cap = vec![0u64; g]; // carrier capacity left
+    let mut row = vec![0u64; g];
+    let mut excess = vec![0u64; g];
+    // Pieces of one tile, per carrier, in four classes (own non-direct, own direct, moved non-direct, moved direct).
+    let mut move_count = vec![0usize; g * g + 1];
+    let mut move_tmp: Vec<Move> = Vec::new();
+    let mut per_carrier: Vec<[Vec<Piece>; 4]> = (0..g).map(|_| Default::default()).collect();
+    let data = traffic.data();
+    for s in 0..n {
+        let server_moves_start = out.moves.len();
+        row_acc.iter_mut().for_each(|x| *x = 0);
+        for d in 0..n {
+            for j in 0..g {
+                let mut acc = col_acc[d * g + j];
+                for a in 0..g {
+                    let v = data[(s * g + a) * p + d * g + j];
+                    out_off[a * g + j] = acc;
+                    acc += v;
+                }
+            }
+            for a in 0..g {
+                let src = (s * g + a) * p + d * g;
+                for j in 0..g {
+                    in_off[a * g + j] = row_acc[a];
+                    row_acc[a] += data[src + j];
+                }
+            }
+            if d == s {
+                for a in 0..g {
+                    for j in 0..g {
+                        let len = data[(s * g + a) * p + d * g + j];
+                        if len > 0 {
+                            out.intra.push(IntraBlock { i: (s * g + a) as u32, j: (d * g + j) as u32, input_off: in_off[a * g + j], out_off: out_off[a * g + j], len });
+                        }
+                    }
+                }
+                continue;
+            }
+            let tile = s * n + d;
+            let mut total = 0u64;
+            for a in 0..g {
+                let src = (s * g + a) * p + d * g;
+                let mut r = 0;
+                for j in 0..g {
+                    let v = data[src + j];
+                    rem[a * g + j] = v;
+                    off[a * g + j] = 0;
+                    r += v;
+                }
+                row[a] = r;
+                total += r;
+            }
+            out.server[tile] = total;
+            let tgt = &mut out.targets[tile * g..(tile + 1) * g];
+            carrier_targets(total, s, d, g, nics, tgt);
+            cap.copy_from_slice(tgt);
+            for pc in per_carrier.iter_mut() {
+                for v in pc.iter_mut() {
+                    v.clear();
+                }
+            }
+            let take = |a: usize, j: usize, c: usize, len: u64, rem: &mut [u64], off: &mut [u64], cap: &mut [u64], pcs: &mut Vec<[Vec<Piece>; 4]>, moves: &mut Vec<Move>, bal_in: &mut [u64]| {
+                if len == 0 {
+                    return;
+                }
+                let k = a * g + j;
+                let block_off = off[k];
+                off[k] += len;
+                rem[k] -= len;
+                cap[c] -= len;
+                let input_off = in_off[k] + block_off;
+                let src_off = if a == c {
+                    input_off
+                } else {
+                    let r = s * g + c;
+                    let o = bal_in[r];
+                    bal_in[r] += len;
+                    moves.push(Move { s: s as u32, a: a as u32, c: c as u32, d: d as u32, j: j as u32, input_off, len, scratch_off: o });
+                    o
+                };
+                let class = usize::from(j == c) + if a == c { 0 } else { 2 };
+                pcs[c][class].push(Piece { a: a as u32, j: j as u32, len, src_off, out_off: out_off[k] + block_off, in_scratch: a != c });
+            };
+            // A: every GPU keeps its same-index block (it lands directly in the peer's Output).
+            for a in 0..g {
+                let x = rem[a * g + a].min(cap[a]);
+                take(a, a, a, x, &mut rem, &mut off, &mut cap, &mut per_carrier, &mut out.moves, &mut out.balance_in);
+            }
+            // Light GPUs (row ≤ target) keep everything: moving their bytes away only adds scale-up traffic.
+            for a in 0..g {
+                if row[a] <= tgt_of(&out.targets, tile, g, a) {
+                    excess[a] = 0;
+                    for j in 0..g {
+                        let x = rem[a * g + j];
+                        take(a, j, a, x, &mut rem, &mut off, &mut cap, &mut per_carrier, &mut out.moves, &mut out.balance_in);
+                    }
+                } else {
+                    excess[a] = row[a] - tgt_of(&out.targets, tile, g, a);
+                }
+            }
+            // B: a heavy GPU hands a light carrier c the bytes destined to (d,c): same-index
+            // preference, so they need no redistribution at the receiver.
+            for a in 0..g {
+                if excess[a] == 0 {
+                    continue;
+                }
+                for c in 0..g {
+                    if c == a || cap[c] == 0 || excess[a] == 0 {
+                        continue;
+                    }
+                    let x = rem[a * g + c].min(cap[c]).min(excess[a]);
+                    if x > 0 {
+                        excess[a] -= x;
+                        take(a, c, c, x, &mut rem, &mut off, &mut cap, &mut per_carrier, &mut out.moves, &mut out.balance_in);
+                    }
+                }
+            }
+            // C: a heavy GPU keeps what fits its own target.
+            for a in 0..g {
+                for j in 0..g {
+                    if cap[a] == 0 {
+                        break;
+                    }
+                    let x = rem[a * g + j].min(cap[a]);
+                    take(a, j, a, x, &mut rem, &mut off, &mut cap, &mut per_carrier, &mut out.moves, &mut out.balance_in);
+                }
+            }
+            // D: the rest of each heavy GPU goes to carriers with room, in index order.
+            let mut c = 0;
+            for a in 0..g {
+                for j in 0..g {
+                    while rem[a * g + j] > 0 {
+                        while cap[c] == 0 {
+                            c += 1;
+                        }
+                        let x = rem[a * g + j].min(cap[c]);
+                        take(a, j, c, x, &mut rem, &mut off, &mut cap, &mut per_carrier, &mut out.moves, &mut out.balance_in);
+                    }
+                }
+            }
+            // Streams: own pieces before balanced-in ones (the first stage need not wait for
+            // balancing), and within each, pieces for other GPUs before same-index ones (the
+            // last stages then carry fewer bytes that need redistribution).
+            for (c, classes) in per_carrier.iter().enumerate() {
+                let begin = out.pieces.len() as u32;
+                for class in classes {
+                    out.pieces.extend_from_slice(class);
+                }
+                out.stream_range[tile * g + c] = (begin, out.pieces.len() as u32);
+            }
+        }
+        // Group this server's moves by (a, c) so each (a, c) pair is one balancing transfer
+        // (counting sort: stable, no comparisons).
+        group_moves(&mut out.moves, server_moves_start, g, &mut move_count, &mut move_tmp);
+        for a in 0..g {
+            for col in 0..p {
+                col_acc[col] += data[(s * g + a) * p + col];
+            }
+        }
+    }
+    out
+}
+
+/// Stable counting sort of `moves[start..]` by (a, c).
+fn group_moves(moves: &mut [Move], start: usize, g: usize, count: &mut [usize], tmp: &mut Vec<Move>) {
+    if moves.len() - start < 2 {
+        return;
+    }
+    count.iter_mut().for_each(|x| *x = 0);
+    for m in &moves[start..] {
+        count[m.a as usize * g + m.c as usize + 1] += 1;
+    }
+    for k in 1..count.len() {
+        count[k] += count[k - 1];
+    }
+    tmp.clear();
+    tmp.extend_from_slice(&moves[start..]);
+    for m in tmp.iter() {
+        let k = m.a as usize * g + m.c as usize;
+        moves[start + count[k]] = *m;
+        count[k] += 1;
+    }
+}
+
+#[inline]
+fn tgt_of(targets: &[u64], tile: usize, g: usize, c: usize) -> u64 {
+    targets[tile * g + c]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    #[test]
+    fn targets_split_nics_then_gpus() {
+        let mut t = vec![0; 4];
+        carrier_targets(10, 0, 1, 4, 4, &mut t);
+        assert_eq!(t.iter().sum::<u64>(), 10);
+        assert!(t.iter().all(|&x| x == 2 || x == 3));
+        // Two NICs, four GPUs: NIC 0 = GPUs 0,2; NIC 1 = GPUs 1,3.
+        carrier_targets(10, 0, 0, 4, 2, &mut t);
+        assert_eq!(t[0] + t[2], 5);
+        assert_eq!(t[1] + t[3], 5);
+        // Three GPUs on two NICs: NIC 0 has GPUs 0 and 2.
+        let mut t3 = vec![0; 3];
+        carrier_targets(9, 0, 0, 3, 2, &mut t3);
+        assert_eq!(t3[0] + t3[2], 5);
+        assert_eq!(t3[1], 4);
+    }
+}

@@ -1,0 +1,272 @@
+//! Birkhoff–von Neumann decomposition with bottleneck matchings (FAST §4.2).
+//!
+//! A scaled doubly stochastic integer matrix is peeled into permutation
+//! matrices × integer weights. Each permutation is a bottleneck perfect
+//! matching on the support of what remains: the matching whose smallest entry
+//! is as large as possible, so each stage moves as much as it can and the
+//! heavy entries go first. Found with Hopcroft–Karp on the entries above a
+//! threshold that only descends (see `Bottleneck`), warm-started from the
+//! previous stage's matching.
+//! Ties are broken by index, so the result is deterministic.
+
+const NONE: u32 = u32::MAX;
+
+/// One stage: server s sends to `perm[s]` (perm[s] == s means idle) `weight` bytes or units.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stage {
+    pub perm: Vec<u32>,
+    pub weight: u64,
+}
+
+/// Hopcroft–Karp on the bipartite graph {(r, c) : m[r][c] ≥ θ > 0}, with state kept
+/// between calls so a new threshold starts from the last matching.
+pub struct Matcher {
+    n: usize,
+    pub mate_row: Vec<u32>,
+    mate_col: Vec<u32>,
+    dist: Vec<u32>,
+    queue: Vec<u32>,
+    next: Vec<u32>,
+}
+
+impl Matcher {
+    pub fn new(n: usize) -> Matcher {
+        Matcher { n, mate_row: vec![NONE; n], mate_col: vec![NONE; n], dist: vec![0; n], queue: Vec::with_capacity(n), next: vec![0; n] }
+    }
+
+    /// Drop matched edges that fall below `theta`.
+    fn prune(&mut self, m: &[u64], theta: u64) {
+        let n = self.n;
+        for r in 0..n {
+            let c = self.mate_row[r];
+            if c != NONE && m[r * n + c as usize] < theta.max(1) {
+                self.mate_row[r] = NONE;
+                self.mate_col[c as usize] = NONE;
+            }
+        }
+    }
+
+    fn bfs(&mut self, m: &[u64], theta: u64) -> bool {
+        let n = self.n;
+        self.queue.clear();
+        for r in 0..n {
+            if self.mate_row[r] == NONE {
+                self.dist[r] = 0;
+                self.queue.push(r as u32);
+            } else {
+                self.dist[r] = NONE;
+            }
+        }
+        let mut found = false;
+        let mut head = 0;
+        while head < self.queue.len() {
+            let r = self.queue[head] as usize;
+            head += 1;
+            let row = &m[r * n..(r + 1) * n];
+            for (c, &v) in row.iter().enumerate() {
+                if v < theta {
+                    continue;
+                }
+                let r2 = self.mate_col[c];
+                if r2 == NONE {
+                    found = true;
+                } else if self.dist[r2 as usize] == NONE {
+                    self.dist[r2 as usize] = self.dist[r] + 1;
+                    self.queue.push(r2);
+                }
+            }
+        }
+        found
+    }
+
+    fn dfs(&mut self, m: &[u64], theta: u64, r: usize) -> bool {
+        let n = self.n;
+        while (self.next[r] as usize) < n {
+            let c = self.next[r] as usize;
+            self.next[r] += 1;
+            if m[r * n + c] < theta {
+                continue;
+            }
+            let r2 = self.mate_col[c];
+            if r2 == NONE || (self.dist[r2 as usize] == self.dist[r] + 1 && self.dfs(m, theta, r2 as usize)) {
+                self.mate_row[r] = c as u32;
+                self.mate_col[c] = r as u32;
+                return true;
+            }
+        }
+        self.dist[r] = NONE;
+        false
+    }
+
+    /// Grow the current matching to a maximum one on edges ≥ θ; true if perfect.
+    pub fn perfect(&mut self, m: &[u64], theta: u64) -> bool {
+        let theta = theta.max(1);
+        self.prune(m, theta);
+        let n = self.n;
+        let mut size = self.mate_row.iter().filter(|&&c| c != NONE).count();
+        while size < n && self.bfs(m, theta) {
+            self.next.iter_mut().for_each(|x| *x = 0);
+            for r in 0..n {
+                if self.mate_row[r] == NONE && self.dfs(m, theta, r) {
+                    size += 1;
+                }
+            }
+        }
+        size == n
+    }
+}
+
+impl Matcher {
+    /// After `perfect` failed at `theta`: the largest entry below `theta` on an edge from a
+    /// row reachable from a free row (alternating paths over edges ≥ θ) to an unreachable
+    /// column. Only such an edge can create an augmenting path, so every threshold between
+    /// it and `theta` is infeasible too. 0 if there is none.
+    fn next_threshold(&mut self, m: &[u64], theta: u64, col_seen: &mut [bool]) -> u64 {
+        let n = self.n;
+        self.bfs(m, theta);
+        col_seen.iter_mut().for_each(|x| *x = false);
+        for r in 0..n {
+            if self.dist[r] != NONE {
+                for (c, &v) in m[r * n..(r + 1) * n].iter().enumerate() {
+                    if v >= theta {
+                        col_seen[c] = true;
+                    }
+                }
+            }
+        }
+        let mut best = 0;
+        for r in 0..n {
+            if self.dist[r] != NONE {
+                for (c, &v) in m[r * n..(r + 1) * n].iter().enumerate() {
+                    if v < theta && v > best && !col_seen[c] {
+                        best = v;
+                    }
+                }
+            }
+        }
+        best
+    }
+}
+
+/// Successive bottleneck matchings of a shrinking matrix. The bottleneck value never
+/// increases as stages are subtracted (entries only shrink), so the threshold only moves
+/// down: each stage starts at the last bottleneck and descends through the only
+/// thresholds that can complete the matching, warm-started from the last matching.
+pub struct Bottleneck {
+    matcher: Matcher,
+    theta: u64,
+    col_seen: Vec<bool>,
+}
+
+impl Bottleneck {
+    pub fn new(n: usize) -> Bottleneck {
+        Bottleneck { matcher: Matcher::new(n), theta: u64::MAX, col_seen: vec![false; n] }
+    }
+
+    /// The bottleneck perfect matching of `m` (all line sums equal and positive): the
+    /// permutation (row → column) and its smallest entry.
+    pub fn next(&mut self, m: &[u64], n: usize) -> (Vec<u32>, u64) {
+        // Upper bound: every row and column needs an entry ≥ θ.
+        let mut hi = u64::MAX;
+        for r in 0..n {
+            hi = hi.min(m[r * n..(r + 1) * n].iter().copied().max().unwrap_or(0));
+        }
+        for c in 0..n {
+            hi = hi.min((0..n).map(|r| m[r * n + c]).max().unwrap_or(0));
+        }
+        let mut theta = self.theta.min(hi);
+        loop {
+            if theta == 0 {
+                // Cannot happen on a doubly stochastic support; report no stage.
+                return (self.matcher.mate_row.clone(), 0);
+            }
+            if self.matcher.perfect(m, theta) {
+                break;
+            }
+            theta = self.matcher.next_threshold(m, theta, &mut self.col_seen);
+        }
+        self.theta = theta;
+        let b = matching_min(m, n, &self.matcher.mate_row);
+        (self.matcher.mate_row.clone(), b)
+    }
+}
+
+/// One bottleneck matching from scratch (tests and callers without state).
+pub fn bottleneck_matching(m: &[u64], n: usize) -> (Vec<u32>, u64) {
+    Bottleneck::new(n).next(m, n)
+}
+
+fn matching_min(m: &[u64], n: usize, perm: &[u32]) -> u64 {
+    (0..n).map(|r| m[r * n + perm[r] as usize]).min().unwrap_or(0)
+}
+
+/// Peel stages off `m` (all line sums equal `line`) in place, stopping when nothing is
+/// left, when the bottleneck falls below `stop_below`, or after `max_stages` stages.
+/// Returns the line sum that remains.
+pub fn decompose(m: &mut [u64], n: usize, mut line: u64, stop_below: u64, max_stages: usize, out: &mut Vec<Stage>) -> u64 {
+    let mut bottleneck = Bottleneck::new(n);
+    let start = out.len();
+    while line > 0 && out.len() - start < max_stages {
+        let (perm, b) = bottleneck.next(m, n);
+        if b == 0 || b < stop_below {
+            break;
+        }
+        for (r, &c) in perm.iter().enumerate() {
+            m[r * n + c as usize] -= b;
+        }
+        line -= b;
+        out.push(Stage { perm, weight: b });
+    }
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::algo::fast::server_matrix::embed_doubly_stochastic;
+
+    #[test]
+    fn reconstructs_the_matrix() {
+        let n = 4;
+        let orig = vec![0, 5, 3, 6, 4, 0, 7, 3, 2, 8, 0, 4, 8, 1, 4, 0];
+        let mut m = orig.clone();
+        let line = embed_doubly_stochastic(&mut m, n);
+        let full = m.clone();
+        let mut stages = Vec::new();
+        let left = decompose(&mut m, n, line, 1, usize::MAX, &mut stages);
+        assert_eq!(left, 0);
+        assert!(m.iter().all(|&v| v == 0));
+        let mut sum = vec![0u64; n * n];
+        for st in &stages {
+            let mut seen = vec![false; n];
+            for (r, &c) in st.perm.iter().enumerate() {
+                assert!(!seen[c as usize]);
+                seen[c as usize] = true;
+                sum[r * n + c as usize] += st.weight;
+            }
+        }
+        assert_eq!(sum, full);
+        assert!(stages.len() <= n * n - 2 * n + 2);
+        // Bottleneck: the first stage's weight is the max-min over all permutations.
+        let mut best = 0;
+        for p in permutations(n) {
+            best = best.max((0..n).map(|r| full[r * n + p[r]]).min().unwrap());
+        }
+        assert_eq!(stages[0].weight, best);
+    }
+
+    fn permutations(n: usize) -> Vec<Vec<usize>> {
+        if n == 0 {
+            return vec![vec![]];
+        }
+        let mut out = Vec::new();
+        for p in permutations(n - 1) {
+            for i in 0..n {
+                let mut q = p.clone();
+                q.insert(i, n - 1);
+                out.push(q);
+            }
+        }
+        out
+    }
+}

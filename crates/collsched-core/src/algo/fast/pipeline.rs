@@ -1,0 +1,290 @@
+//! Turning balanced pieces and scale-out rounds into a Plan (FAST §4.3, Fig. 11).
+//!
+//! Steps: 0 balancing (scale-up); 1 the intra-server part of the all-to-all
+//! (self copies and same-server pairs) beside the first scale-out round;
+//! round k's scale-out in step k+1; its redistribution in step k+2, beside
+//! round k+1's scale-out. Dependencies are exactly what the data needs, plus
+//! the NIC order of the rounds: a scale-out transfer waits for the previous
+//! round's transfers of its sending NIC and of its receiving NIC, which keeps
+//! every NIC one-to-one in an asynchronous execution too, without making a
+//! server wait for rounds in which it has nothing (phantom) to move.
+use super::balance::Balanced;
+use super::redistribute::Redistributor;
+use crate::plan::{Buf, Collective, Op, PlanBuilder, Segment};
+use crate::topology::{Cluster, Tier};
+use crate::traffic::Traffic;
+
+/// One scale-out round: `(s, d, real bytes)` server pairs moving at once.
+pub struct Round {
+    pub pairs: Vec<(u32, u32, u64)>,
+}
+
+/// Loads the predictor needs, collected while assembling.
+#[derive(Debug, Default, Clone)]
+pub struct Loads {
+    /// Max scale-up bytes any GPU sends or receives while balancing.
+    pub balance_max: u64,
+    /// Max bytes any NIC sends or receives, per round.
+    pub round_nic_max: Vec<u64>,
+    /// Max bytes any GPU sends or receives in the last round's redistribution.
+    pub last_redistribution_max: u64,
+    /// Max bytes any GPU sends or receives in the intra-server part.
+    pub intra_max: u64,
+}
+
+/// How many pairs ahead the assembler prefetches stream cursors.
+const PREFETCH_PAIRS: usize = 4;
+
+/// Hint the CPU to load `x`'s cache line (no effect on results).
+#[inline(always)]
+fn prefetch<T>(x: &T) {
+    #[cfg(target_arch = "x86_64")]
+    #[allow(unused_unsafe)]
+    // SAFETY: a prefetch never faults and does not change memory; SSE is baseline on x86_64.
+    unsafe {
+        core::arch::x86_64::_mm_prefetch(x as *const T as *const i8, core::arch::x86_64::_MM_HINT_T0);
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = x;
+}
+
+#[inline]
+fn mul_div(a: u64, b: u64, c: u64) -> u64 {
+    if c == 0 {
+        0
+    } else {
+        ((a as u128 * b as u128) / c as u128) as u64
+    }
+}
+
+/// Assemble the plan. `chain_nics` orders successive rounds per NIC (FAST); without it all
+/// rounds may overlap (balanced_direct has a single round anyway).
+pub fn assemble(name: &str, traffic: &Traffic, cluster: &Cluster, bal: &Balanced, rounds: &[Round], chain_nics: bool) -> (PlanBuilder, Loads) {
+    let n = bal.servers;
+    let g = bal.gpus;
+    let p = n * g;
+    let nics = cluster.nics_per_server as usize;
+    let mut b = PlanBuilder::new(name, Collective::AllToAll { traffic: traffic.clone() }, cluster.gpus_per_server);
+    b.reserve(bal.moves.len() + p * g + rounds.len() * p * 2, bal.pieces.len() * 2 + p * g);
+    let mut loads = Loads::default();
+
+    // Step 0: balancing, Input → carrier's Scratch. Per (server, a, c) up to two transfers:
+    // the moves of tiles the first round needs ("urgent"), then the rest, which waits for
+    // all of a's urgent transfers so a's scale-up port serves the first round first.
+    let mut urgent_tile = vec![false; n * n];
+    if let Some(first) = rounds.first() {
+        for &(s, d, _) in &first.pairs {
+            urgent_tile[s as usize * n + d as usize] = true;
+        }
+    }
+    let mut bal_id = vec![[u32::MAX; 2]; n * g * g]; // [urgent, rest]
+    let mut bal_out = vec![0u64; p];
+    let mut bal_in = vec![0u64; p];
+    let mut segs: Vec<Segment> = Vec::new();
+    // Urgent balancing transfers sent by / received by each rank: later scale-up work on
+    // that rank's port (the rest of balancing, the intra-server part) waits for them.
+    let mut urgent_from: Vec<Vec<u32>> = vec![Vec::new(); p];
+    let mut urgent_into: Vec<Vec<u32>> = vec![Vec::new(); p];
+    let mut deps: Vec<u32> = Vec::new();
+    let mut server_begin = 0;
+    while server_begin < bal.moves.len() {
+        let s = bal.moves[server_begin].s as usize;
+        let mut server_end = server_begin;
+        while server_end < bal.moves.len() && bal.moves[server_end].s as usize == s {
+            server_end += 1;
+        }
+        for urgent in [true, false] {
+            let mut k = server_begin;
+            while k < server_end {
+                let (a, c) = (bal.moves[k].a as usize, bal.moves[k].c as usize);
+                segs.clear();
+                while k < server_end && bal.moves[k].a as usize == a && bal.moves[k].c as usize == c {
+                    let m = &bal.moves[k];
+                    if urgent_tile[s * n + m.d as usize] == urgent {
+                        segs.push(Segment { src_buf: Buf::Input, src_off: m.input_off, dst_buf: Buf::Scratch, dst_off: m.scratch_off, len: m.len });
+                        bal_out[s * g + a] += m.len;
+                        bal_in[s * g + c] += m.len;
+                    }
+                    k += 1;
+                }
+                if segs.is_empty() {
+                    continue;
+                }
+                let (src, dst) = (s * g + a, s * g + c);
+                deps.clear();
+                if !urgent {
+                    deps.extend_from_slice(&urgent_from[src]);
+                    deps.extend_from_slice(&urgent_into[dst]);
+                    deps.sort_unstable();
+                    deps.dedup();
+                }
+                let id = b.transfer(src as u32, dst as u32, Op::Copy, Tier::ScaleUp, 0, &segs, &deps);
+                bal_id[src * g + c][usize::from(!urgent)] = id;
+                if urgent {
+                    urgent_from[src].push(id);
+                    urgent_into[dst].push(id);
+                }
+            }
+        }
+        server_begin = server_end;
+    }
+    loads.balance_max = bal_out.iter().chain(bal_in.iter()).copied().max().unwrap_or(0);
+    for r in 0..p {
+        b.need_scratch(r as u32, bal.balance_in[r]);
+    }
+
+    // Intra-server part: beside the first scale-out round (step 1), or step 0 if there is none.
+    let intra_step = u32::from(!rounds.is_empty() || !bal.moves.is_empty());
+    let mut intra_load = vec![0u64; p];
+    for blk in &bal.intra {
+        let seg = Segment { src_buf: Buf::Input, src_off: blk.input_off, dst_buf: Buf::Output, dst_off: blk.out_off, len: blk.len };
+        deps.clear();
+        if blk.i != blk.j {
+            // Scale-up ports serve the first round's balancing first.
+            deps.extend_from_slice(&urgent_from[blk.i as usize]);
+            deps.extend_from_slice(&urgent_into[blk.j as usize]);
+            deps.sort_unstable();
+            deps.dedup();
+        }
+        b.transfer(blk.i, blk.j, Op::Copy, cluster.tier(blk.i, blk.j), intra_step, &[seg], &deps);
+        if blk.i != blk.j {
+            intra_load[blk.i as usize] += blk.len;
+            intra_load[blk.j as usize] += blk.len;
+        }
+    }
+    loads.intra_max = intra_load.iter().copied().max().unwrap_or(0);
+
+    // Scale-out rounds with their redistribution.
+    let mut cum = vec![0u64; n * n];
+    let mut cursor = vec![(0u32, 0u64); n * n * g]; // (piece index in stream, offset inside it)
+    let mut recv_cursor: Vec<u64> = bal.balance_in.clone();
+    let mut last_send: Vec<Vec<u32>> = vec![Vec::new(); n * nics];
+    let mut last_recv: Vec<Vec<u32>> = vec![Vec::new(); n * nics];
+    let mut cur_send: Vec<Vec<u32>> = vec![Vec::new(); n * nics];
+    let mut cur_recv: Vec<Vec<u32>> = vec![Vec::new(); n * nics];
+    let mut nic_send_bytes = vec![0u64; n * nics];
+    let mut nic_recv_bytes = vec![0u64; n * nics];
+    let mut touched_nics: Vec<usize> = Vec::new();
+    let mut redistributor = Redistributor::new(p, g);
+    for (k, round) in rounds.iter().enumerate() {
+        let step = k as u32 + 1;
+        touched_nics.clear();
+        for (pi, &(s, d, r)) in round.pairs.iter().enumerate() {
+            // A later pair's stream cursors are cold (streams are laid out by tile, visited by
+            // round): fetch them while this pair is assembled.
+            if let Some(&(s2, d2, _)) = round.pairs.get(pi + PREFETCH_PAIRS) {
+                let t2 = s2 as usize * n + d2 as usize;
+                for c in 0..g {
+                    let (b0, e0) = bal.stream_range[t2 * g + c];
+                    let at = b0 as usize + cursor[t2 * g + c].0 as usize;
+                    if at < e0 as usize {
+                        prefetch(&bal.pieces[at]);
+                        if at + 1 < e0 as usize {
+                            prefetch(&bal.pieces[at + 1]);
+                        }
+                    }
+                }
+            }
+            let (s, d) = (s as usize, d as usize);
+            let tile = s * n + d;
+            let total = bal.server[tile];
+            let c0 = cum[tile];
+            cum[tile] += r;
+            for c in 0..g {
+                let t = bal.targets[tile * g + c];
+                let mut x = mul_div(c0 + r, t, total) - mul_div(c0, t, total);
+                if x == 0 {
+                    continue;
+                }
+                let src_rank = s * g + c;
+                let dst_rank = d * g + c;
+                let snic = s * nics + c % nics;
+                let rnic = d * nics + c % nics;
+                let stream = bal.stream(s, d, c);
+                let cur = &mut cursor[tile * g + c];
+                // Two transfers at most: the carrier's own bytes (free to start at once) and
+                // the balanced-in bytes (after the balancing transfers that bring them). The
+                // stream holds own pieces first, so one pass splits it.
+                for own_phase in [true, false] {
+                    segs.clear();
+                    deps.clear();
+                    while x > 0 {
+                        let piece = stream[cur.0 as usize];
+                        if own_phase && piece.in_scratch {
+                            break;
+                        }
+                        let y = (piece.len - cur.1).min(x);
+                        let a = piece.a as usize;
+                        let j = piece.j as usize;
+                        let src_buf = if piece.in_scratch {
+                            let dep = bal_id[(s * g + a) * g + c][usize::from(!urgent_tile[tile])];
+                            if deps.last() != Some(&dep) {
+                                deps.push(dep);
+                            }
+                            Buf::Scratch
+                        } else {
+                            Buf::Input
+                        };
+                        let src_off = piece.src_off + cur.1;
+                        let out_off = piece.out_off + cur.1;
+                        if j == c {
+                            segs.push(Segment { src_buf, src_off, dst_buf: Buf::Output, dst_off: out_off, len: y });
+                        } else {
+                            let at = recv_cursor[dst_rank];
+                            recv_cursor[dst_rank] += y;
+                            segs.push(Segment { src_buf, src_off, dst_buf: Buf::Scratch, dst_off: at, len: y });
+                            redistributor.park(j, at, out_off, y);
+                        }
+                        x -= y;
+                        cur.1 += y;
+                        if cur.1 == piece.len {
+                            cur.0 += 1;
+                            cur.1 = 0;
+                        }
+                    }
+                    if segs.is_empty() {
+                        continue;
+                    }
+                    if chain_nics {
+                        deps.extend_from_slice(&last_send[snic]);
+                        deps.extend_from_slice(&last_recv[rnic]);
+                    }
+                    deps.sort_unstable();
+                    deps.dedup();
+                    let bytes: u64 = segs.iter().map(|s| s.len).sum();
+                    let id = b.transfer(src_rank as u32, dst_rank as u32, Op::Copy, Tier::ScaleOut, step, &segs, &deps);
+                    // Its redistribution: step k+2, beside the next round's scale-out.
+                    redistributor.emit(&mut b, dst_rank as u32, (d * g) as u32, id, step + 1);
+                    if nic_send_bytes[snic] == 0 && nic_recv_bytes[snic] == 0 {
+                        touched_nics.push(snic);
+                    }
+                    nic_send_bytes[snic] += bytes;
+                    if nic_send_bytes[rnic] == 0 && nic_recv_bytes[rnic] == 0 {
+                        touched_nics.push(rnic);
+                    }
+                    nic_recv_bytes[rnic] += bytes;
+                    cur_send[snic].push(id);
+                    cur_recv[rnic].push(id);
+                }
+            }
+        }
+        let mut round_max = 0;
+        for &nic in &touched_nics {
+            round_max = round_max.max(nic_send_bytes[nic]).max(nic_recv_bytes[nic]);
+            nic_send_bytes[nic] = 0;
+            nic_recv_bytes[nic] = 0;
+            if !cur_send[nic].is_empty() {
+                last_send[nic] = std::mem::take(&mut cur_send[nic]);
+            }
+            if !cur_recv[nic].is_empty() {
+                last_recv[nic] = std::mem::take(&mut cur_recv[nic]);
+            }
+        }
+        loads.round_nic_max.push(round_max);
+        loads.last_redistribution_max = redistributor.finish_round();
+    }
+    for (r, &bytes) in recv_cursor.iter().enumerate() {
+        b.need_scratch(r as u32, bytes);
+    }
+    (b, loads)
+}

@@ -1,0 +1,60 @@
+//! Redistribution at the destination server (FAST §4.2 step 3): bytes that a
+//! scale-out transfer parked in the Scratch of GPU (d,c) but that belong to
+//! GPU (d,j) move there over scale-up, one transfer per (c, j) pair and round,
+//! each segment landing at its torch offset in the Output.
+use crate::plan::{Buf, Op, PlanBuilder, Segment};
+use crate::topology::Tier;
+
+/// Groups the pieces one scale-out transfer parked, by owner, and emits the
+/// redistribution transfers; keeps per-round loads for the predictor.
+pub struct Redistributor {
+    /// Per local owner index: Scratch → Output segments waiting to be emitted.
+    buckets: Vec<Vec<Segment>>,
+    out_load: Vec<u64>,
+    in_load: Vec<u64>,
+    touched: Vec<u32>,
+}
+
+impl Redistributor {
+    pub fn new(ranks: usize, gpus: usize) -> Redistributor {
+        Redistributor { buckets: vec![Vec::new(); gpus], out_load: vec![0; ranks], in_load: vec![0; ranks], touched: Vec::new() }
+    }
+
+    /// Park `len` bytes at `holder`'s Scratch `scratch_off`, owned by local GPU `owner` (Output `out_off`).
+    #[inline]
+    pub fn park(&mut self, owner: usize, scratch_off: u64, out_off: u64, len: u64) {
+        self.buckets[owner].push(Segment { src_buf: Buf::Scratch, src_off: scratch_off, dst_buf: Buf::Output, dst_off: out_off, len });
+    }
+
+    /// Emit what `producer` (the scale-out transfer into `holder`) parked, one transfer per
+    /// owner in owner order, at `step`; `server_base` is the first rank of the holder's server.
+    pub fn emit(&mut self, b: &mut PlanBuilder, holder: u32, server_base: u32, producer: u32, step: u32) {
+        for (j, bucket) in self.buckets.iter_mut().enumerate() {
+            if bucket.is_empty() {
+                continue;
+            }
+            let owner = server_base + j as u32;
+            let bytes: u64 = bucket.iter().map(|s| s.len).sum();
+            b.transfer(holder, owner, Op::Copy, Tier::ScaleUp, step, bucket, &[producer]);
+            bucket.clear();
+            for (r, load) in [(holder, &mut self.out_load), (owner, &mut self.in_load)] {
+                if load[r as usize] == 0 {
+                    self.touched.push(r);
+                }
+                load[r as usize] += bytes;
+            }
+        }
+    }
+
+    /// Close a round: the largest bytes any GPU sent or received in its redistribution.
+    pub fn finish_round(&mut self) -> u64 {
+        let mut max = 0;
+        for &r in &self.touched {
+            max = max.max(self.out_load[r as usize]).max(self.in_load[r as usize]);
+            self.out_load[r as usize] = 0;
+            self.in_load[r as usize] = 0;
+        }
+        self.touched.clear();
+        max
+    }
+}
