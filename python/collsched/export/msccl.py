@@ -36,6 +36,11 @@ from dataclasses import dataclass, field
 
 from collsched.export import rules as R
 
+# Parallel channels a (src, dst) pair's concurrent pieces are spread over by default:
+# enough for several trees per edge, few enough to keep threadblock counts (depid is
+# 8 bits) and XML node counts low. Overflowing threadblocks may still spill to 32.
+DEFAULT_CHANNELS = 8
+
 _BUF_LETTER = {"input": "i", "output": "o", "scratch": "s"}
 _LETTER_BUF = {v: k for k, v in _BUF_LETTER.items()}
 
@@ -93,8 +98,8 @@ class _Exporter:
         self.segments = p["segments"]
         self.deps = p["deps"]
         self.tbs: dict[tuple, _TB] = {}
-        # where[t][rank] = (tb, index of t's last step there)
-        self.where: list[dict[int, tuple[_TB, int]]] = []
+        # where[t][rank] = [(tb, index of t's last step in tb)]: a transfer may span several channels
+        self.where: list[dict[int, list[tuple[_TB, int]]]] = []
         self.channels = channels
         self.chunk = self._chunk_size()
 
@@ -121,7 +126,13 @@ class _Exporter:
                         f"transfer {tid} ({t['src']}->{t['dst']}): chunk offset {max(so, do) + done} exceeds the MSCCL limit "
                         f"{R.MAX_OFFSET} (chunk = {self.chunk} bytes); plan with fewer, larger pieces"
                     )
-                out.append((_BUF_LETTER[s["src_buf"]], so + done, _BUF_LETTER[s["dst_buf"]], do + done, c))
+                piece = (_BUF_LETTER[s["src_buf"]], so + done, _BUF_LETTER[s["dst_buf"]], do + done, c)
+                prev = out[-1] if out else None
+                if prev and prev[0] == piece[0] and prev[2] == piece[2] and prev[1] + prev[4] == piece[1] \
+                        and prev[3] + prev[4] == piece[3] and prev[4] + c < R.MAX_COUNT:
+                    out[-1] = prev[:4] + (prev[4] + c,)  # contiguous on both sides: one step
+                else:
+                    out.append(piece)
                 done += c
         return out
 
@@ -137,14 +148,14 @@ class _Exporter:
         t = self.transfers[tid]
         best: dict[int, tuple[_TB, int]] = {}
         for d in self.deps[t["dep_begin"] : t["dep_end"]]:
-            w = self.where[d].get(rank)
-            if w is None or w[0] is tb:
-                continue
-            k = id(w[0])
-            if tb.waited.get(k, -1) >= w[1]:
-                continue
-            if k not in best or best[k][1] < w[1]:
-                best[k] = w
+            for w in self.where[d].get(rank, ()):
+                if w[0] is tb:
+                    continue
+                k = id(w[0])
+                if tb.waited.get(k, -1) >= w[1]:
+                    continue
+                if k not in best or best[k][1] < w[1]:
+                    best[k] = w
         return sorted(best.values(), key=lambda w: (w[0].send, w[0].recv, w[0].chan, w[1]))
 
     def _room(self, tb: _TB, tid: int, rank: int, nsteps: int) -> bool:
@@ -161,7 +172,7 @@ class _Exporter:
             else:
                 steps[0].depid, steps[0].deps = ttb, idx
         tb.steps.extend(steps)
-        self.where[tid][rank] = (tb, len(tb.steps) - 1)
+        self.where[tid].setdefault(rank, []).append((tb, len(tb.steps) - 1))
 
     def _check_fusion(self, tb: _TB, step: _Step, tid: int) -> None:
         # The parser fuses consecutive `re` steps with the same destination into one
@@ -191,24 +202,30 @@ class _Exporter:
                 self._check_fusion(tb, steps[0], tid)
                 self._append(tb, tid, src, steps)
                 continue
+            # Spread the pieces over parallel channels (several trees' data in one merged
+            # message, or transfers of one pair in one plan step, run side by side).
             key = (src, dst, t["step"])
-            limit = self.channels or R.EXPORT_CHANNELS
-            chan = concurrent[key] % limit
-            concurrent[key] += 1
-            while True:
-                stb, rtb = self._tb(src, dst, -1, chan), self._tb(dst, -1, src, chan)
-                if self._room(stb, tid, src, len(pieces)) and self._room(rtb, tid, dst, len(pieces)):
-                    break
-                chan += 1
-                if chan >= R.EXPORT_CHANNELS:
+            limit = self.channels or DEFAULT_CHANNELS
+            width = min(limit, len(pieces))
+            groups = [pieces[g::width] for g in range(width)]
+            first = concurrent[key]
+            concurrent[key] += width
+            rtype = "rrc" if reduce else "r"
+            for g, group in enumerate(groups):
+                start = (first + g) % limit
+                # Preferred channels first (cyclically), then spill to the rest.
+                for chan in [(start + i) % limit for i in range(limit)] + list(range(limit, R.EXPORT_CHANNELS)):
+                    stb, rtb = self._tb(src, dst, -1, chan), self._tb(dst, -1, src, chan)
+                    if self._room(stb, tid, src, len(group)) and self._room(rtb, tid, dst, len(group)):
+                        break
+                else:
                     raise ValueError(
                         f"transfer {tid} ({src}->{dst}): every channel's threadblock for this pair already has "
                         f"{R.MAX_STEPS_PER_TB} steps; plan with fewer pieces (chunks) to export to MSCCL"
                     )
-            # A send carries the receiver's destination for readability; the parser ignores it.
-            self._append(stb, tid, src, [_Step("s", sb, so, db, do, c) for sb, so, db, do, c in pieces])
-            rtype = "rrc" if reduce else "r"
-            self._append(rtb, tid, dst, [_Step(rtype, db, do, db, do, c) for sb, so, db, do, c in pieces])
+                # A send carries the receiver's destination for readability; the parser ignores it.
+                self._append(stb, tid, src, [_Step("s", sb, so, db, do, c) for sb, so, db, do, c in group])
+                self._append(rtb, tid, dst, [_Step(rtype, db, do, db, do, c) for sb, so, db, do, c in group])
         # Drop threadblocks probed for room but never used, then number them per GPU.
         self.tbs = {k: v for k, v in self.tbs.items() if v.steps}
         for r in range(self.n):
@@ -265,8 +282,8 @@ class _Exporter:
 def to_xml(plan, name: str | None = None, channels: int | None = None, proto: str = "Simple") -> str:
     """MSCCL XML for an allgather / reduce_scatter / allreduce Plan.
 
-    ``channels`` caps how many channels concurrent transfers of one (src, dst)
-    pair are spread over (default: up to 32); a threadblock that would exceed
+    ``channels`` caps how many channels the concurrent pieces of one (src, dst)
+    pair are spread over (default 8); a threadblock that would exceed
     MSCCL's 64 steps spills to the next channel regardless. Raises ValueError
     naming the transfer when the plan cannot be expressed (a segment that is not
     whole chunks is impossible by construction: the chunk is their gcd).
