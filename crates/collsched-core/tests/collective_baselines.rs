@@ -1,0 +1,180 @@
+//! Ring and tree baselines: every plan is executed on concrete data (a tiny
+//! reference interpreter below, independent of the producers) and checked
+//! against the collective's definition, and goes through the verifier.
+use collsched_core::algo::collective::plan;
+use collsched_core::plan::{verify::verify, Options};
+use collsched_core::{Buf, Cluster, Collective, Op, Plan, Tier};
+use proptest::prelude::*;
+
+/// Deterministic pseudo-random bytes.
+fn data(seed: u64, n: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect()
+}
+
+/// Element-wise wrapping sum of little-endian unsigned integers of `elem` bytes.
+fn add_into(dst: &mut [u8], src: &[u8], elem: usize) {
+    for (d, s) in dst.chunks_mut(elem).zip(src.chunks(elem)) {
+        let mut carry = 0u16;
+        for k in 0..elem {
+            let v = d[k] as u16 + s[k] as u16 + carry;
+            d[k] = v as u8;
+            carry = v >> 8;
+        }
+    }
+}
+
+/// Run the plan in (step, id) order on concrete buffers; check the plan's
+/// structural rules on the way. Returns every rank's output.
+fn execute(p: &Plan, inputs: &[Vec<u8>], elem: usize) -> Vec<Vec<u8>> {
+    let n = p.num_ranks() as usize;
+    let mut bufs: Vec<[Vec<u8>; 3]> = (0..n)
+        .map(|r| [inputs[r].clone(), vec![0u8; p.collective.output_size(r as u32) as usize], vec![0u8; p.scratch_bytes[r] as usize]])
+        .collect();
+    let mut order: Vec<usize> = (0..p.transfers.len()).collect();
+    order.sort_by_key(|&i| (p.transfers[i].step, i));
+    for (i, t) in p.transfers.iter().enumerate() {
+        for &d in p.deps_of(t) {
+            assert!((d as usize) < i, "transfer {i} depends on later transfer {d}");
+            assert!(p.transfers[d as usize].step <= t.step, "transfer {i} (step {}) depends on {d} in a later step", t.step);
+        }
+        let want = if t.src == t.dst { Tier::Local } else if t.src / p.gpus_per_server == t.dst / p.gpus_per_server { Tier::ScaleUp } else { Tier::ScaleOut };
+        assert_eq!(t.tier, want, "transfer {i} has the wrong tier");
+        assert!(t.seg_end > t.seg_begin, "transfer {i} is empty");
+    }
+    for i in order {
+        let t = p.transfers[i];
+        // Gather first (a message is a snapshot of the sender's segments), then scatter.
+        let payload: Vec<Vec<u8>> = p.segments_of(&t).iter().map(|s| bufs[t.src as usize][s.src_buf as usize][s.src_off as usize..(s.src_off + s.len) as usize].to_vec()).collect();
+        for (s, bytes) in p.segments_of(&t).iter().zip(payload) {
+            let dst = &mut bufs[t.dst as usize][s.dst_buf as usize][s.dst_off as usize..(s.dst_off + s.len) as usize];
+            match t.op {
+                Op::Copy => dst.copy_from_slice(&bytes),
+                Op::ReduceSum => {
+                    assert_eq!(s.dst_off as usize % elem, 0, "transfer {i}: reduction not element-aligned");
+                    assert_eq!(s.len as usize % elem, 0, "transfer {i}: reduction not element-aligned");
+                    add_into(dst, &bytes, elem)
+                }
+            }
+        }
+    }
+    bufs.into_iter().map(|[_, o, _]| o).collect()
+}
+
+fn expected(c: &Collective, inputs: &[Vec<u8>]) -> Vec<Vec<u8>> {
+    let n = inputs.len();
+    match *c {
+        Collective::AllGather { .. } => {
+            let all: Vec<u8> = inputs.concat();
+            vec![all; n]
+        }
+        Collective::ReduceScatter { shard_bytes, elem_bytes, .. } => {
+            let mut sum = vec![0u8; n * shard_bytes as usize];
+            for x in inputs {
+                add_into(&mut sum, x, elem_bytes as usize);
+            }
+            sum.chunks(shard_bytes.max(1) as usize).map(|c| c.to_vec()).chain(std::iter::repeat(Vec::new())).take(n).collect()
+        }
+        Collective::AllReduce { bytes, elem_bytes, .. } => {
+            let mut sum = vec![0u8; bytes as usize];
+            for x in inputs {
+                add_into(&mut sum, x, elem_bytes as usize);
+            }
+            vec![sum; n]
+        }
+        Collective::AllToAll { .. } => unreachable!(),
+    }
+}
+
+fn check(kind: &str, algo: &str, ranks: u32, bytes: u64, elem: u32, cluster: Option<&Cluster>, chunks: u64) -> Plan {
+    let mut o = Options::new();
+    if chunks != 1 {
+        o.insert("chunks".into(), chunks.to_string());
+    }
+    let p = plan(kind, algo, ranks, bytes, elem, cluster, &o).unwrap();
+    let inputs: Vec<Vec<u8>> = (0..ranks).map(|r| data(r as u64 + 7 * bytes, p.collective.input_size(r) as usize)).collect();
+    let got = execute(&p, &inputs, elem as usize);
+    assert_eq!(got, expected(&p.collective, &inputs), "{kind} {algo} ranks={ranks} bytes={bytes} elem={elem} chunks={chunks}");
+    if let Err(e) = verify(&p) {
+        panic!("{kind} {algo} ranks={ranks} bytes={bytes}: verifier rejects: {e}");
+    }
+    p
+}
+
+#[test]
+fn small_cases_are_exact() {
+    for kind in ["allgather", "reduce_scatter", "allreduce"] {
+        for algo in ["ring", "tree"] {
+            for ranks in 1..=9 {
+                for (bytes, elem) in [(8u64, 4u32), (12, 2), (1, 1), (0, 4), (40, 8)] {
+                    for chunks in [1, 3] {
+                        check(kind, algo, ranks, bytes, elem, None, chunks);
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn ring_allgather_shape() {
+    let p = check("allgather", "ring", 8, 1024, 1, None, 1);
+    // P local copies + P(P-1) hops over P-1 steps after the copies.
+    assert_eq!(p.transfers.len(), 8 + 8 * 7);
+    assert_eq!(p.num_steps(), 8);
+    // Every rank sends (P-1) shards: the ring's bandwidth-optimal volume.
+    let sent: u64 = p.transfers.iter().filter(|t| t.src == 0 && t.dst != 0).map(|t| p.transfer_bytes(t)).sum();
+    assert_eq!(sent, 7 * 1024);
+}
+
+#[test]
+fn ring_on_cluster_crosses_servers_once_per_server() {
+    let c = Cluster::parse("h100:2").unwrap();
+    for kind in ["allgather", "reduce_scatter", "allreduce"] {
+        let p = check(kind, "ring", 16, 64, 4, Some(&c), 2);
+        let pairs: std::collections::BTreeSet<(u32, u32)> = p.transfers.iter().filter(|t| t.tier == Tier::ScaleOut).map(|t| (t.src, t.dst)).collect();
+        assert_eq!(pairs.into_iter().collect::<Vec<_>>(), vec![(7, 8), (15, 0)], "{kind}");
+    }
+}
+
+#[test]
+fn tree_sends_everything_through_the_root() {
+    let p = check("allreduce", "tree", 7, 64, 4, None, 1);
+    let into_root: u64 = p.transfers.iter().filter(|t| t.dst == 0 && t.src != 0).map(|t| p.transfer_bytes(t)).sum();
+    assert_eq!(into_root, 2 * 64, "the root hears from its two children only");
+    assert!(p.transfers.iter().filter(|t| t.op == Op::ReduceSum).all(|t| t.dst == (t.src - 1) / 2));
+    assert!(p.segments.iter().all(|s| s.dst_buf != Buf::Input), "never writes an input");
+}
+
+#[test]
+fn plans_are_deterministic() {
+    let c = Cluster::parse("mi250:2").unwrap();
+    let o = Options::new();
+    let a = plan("allreduce", "ring", 16, 4096, 2, Some(&c), &o).unwrap();
+    let b = plan("allreduce", "ring", 16, 4096, 2, Some(&c), &o).unwrap();
+    assert_eq!(a.hash(), b.hash());
+    assert_ne!(a.input_hash, plan("allreduce", "ring", 16, 4098, 2, Some(&c), &o).unwrap().input_hash);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+    #[test]
+    fn random_plans_compute_their_collective(kind in 0usize..3, tree in any::<bool>(), ranks in 1u32..20, elems in 0u64..40, elem_pow in 0u32..4, chunks in 1u64..5) {
+        let kind = ["allgather", "reduce_scatter", "allreduce"][kind];
+        let elem = 1u32 << elem_pow;
+        check(kind, if tree { "tree" } else { "ring" }, ranks, elems * elem as u64, elem, None, chunks);
+    }
+    #[test]
+    fn random_plans_on_clusters(kind in 0usize..3, tree in any::<bool>(), servers in 1u32..4, gpus in 1u32..5, elems in 1u64..20) {
+        let kind = ["allgather", "reduce_scatter", "allreduce"][kind];
+        let c = Cluster::parse(&format!("h100:{servers},gpus={gpus}")).unwrap();
+        check(kind, if tree { "tree" } else { "ring" }, c.num_gpus(), elems * 4, 4, Some(&c), 2);
+    }
+}

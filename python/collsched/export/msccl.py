@@ -1,0 +1,475 @@
+"""MSCCL XML export and import of Plans.
+
+``to_xml(plan)`` writes the XML that the MSCCL executor in NCCL
+(msccl-executor-nccl) and RCCL load; ``from_xml(xml, bytes)`` reads such an XML
+back into a Plan, with the executor's semantics (each threadblock runs its
+steps in order), so it can be verified and simulated.
+
+How a Plan maps onto threadblocks (docs/msccl.md has the details and sources):
+
+* One chunk = the gcd of every segment offset and length and every buffer size,
+  so every segment is a whole number of chunks; ``nchunksperloop`` is the larger
+  of the input and output sizes in chunks, which is what the runtime divides the
+  user's buffer by.
+* A transfer src→dst on channel c becomes ``s`` steps in src's threadblock
+  (send=dst, chan=c) and ``r`` (copy) or ``rrc`` (reduce-sum, in place) steps in
+  dst's threadblock (recv=src, chan=c), one step per segment (split at 71
+  chunks). Local transfers become ``cpy``/``re`` steps in a local threadblock.
+  Every threadblock lists its steps in plan transfer order, so the FIFO order of
+  a (channel, peer) connection is the same on both ends and no step waits for a
+  later transfer: the schedule cannot deadlock.
+* Transfers of the same (src, dst) pair in the same plan step (e.g. several trees
+  sharing an edge) go to different channels, up to ``channels``; a threadblock
+  that would exceed 64 steps also spills to the next channel.
+* Plan dependencies become ``depid``/``deps`` on the first step of the dependent
+  transfer on each rank it touches (extra ones as ``nop`` steps before it), and
+  ``hasdep="1"`` on the step waited for.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+import xml.etree.ElementTree as ET
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from collsched.export import rules as R
+
+# Parallel channels a (src, dst) pair's concurrent pieces are spread over by default:
+# enough for several trees per edge, few enough to keep threadblock counts (depid is
+# 8 bits) and XML node counts low. Overflowing threadblocks may still spill to 32.
+DEFAULT_CHANNELS = 8
+
+_BUF_LETTER = {"input": "i", "output": "o", "scratch": "s"}
+_LETTER_BUF = {v: k for k, v in _BUF_LETTER.items()}
+
+
+def _plan_dict(plan) -> dict:
+    if isinstance(plan, dict):
+        return plan
+    if hasattr(plan, "to_json"):
+        return json.loads(plan.to_json())
+    raise TypeError(f"expected a collsched Plan, got {type(plan).__name__}")
+
+
+def _sizes(collective: dict, rank: int) -> tuple[int, int]:
+    """(input bytes, output bytes) of `rank` for the plan's collective."""
+    kind = collective["kind"]
+    n = collective.get("ranks")
+    if kind == "all_gather":
+        return collective["shard_bytes"], n * collective["shard_bytes"]
+    if kind == "reduce_scatter":
+        return n * collective["shard_bytes"], collective["shard_bytes"]
+    if kind == "all_reduce":
+        return collective["bytes"], collective["bytes"]
+    raise ValueError(f"MSCCL export supports allgather, reduce_scatter and allreduce plans, not {kind}")
+
+
+@dataclass
+class _Step:
+    type: str
+    srcbuf: str
+    srcoff: int
+    dstbuf: str
+    dstoff: int
+    cnt: int
+    depid: object = None  # _TB or None
+    deps: int = -1
+    hasdep: bool = False
+
+
+@dataclass
+class _TB:
+    rank: int
+    send: int
+    recv: int
+    chan: int
+    steps: list = field(default_factory=list)
+    waited: dict = field(default_factory=dict)  # id(target tb) -> highest step index already waited for
+    id: int = -1
+
+
+class _Exporter:
+    def __init__(self, p: dict, channels: int | None):
+        self.p = p
+        self.n = p["collective"]["ranks"]
+        self.transfers = p["transfers"]
+        self.segments = p["segments"]
+        self.deps = p["deps"]
+        self.tbs: dict[tuple, _TB] = {}
+        # where[t][rank] = [(tb, index of t's last step in tb)]: a transfer may span several channels
+        self.where: list[dict[int, list[tuple[_TB, int]]]] = []
+        self.channels = channels
+        self.chunk = self._chunk_size()
+
+    def _chunk_size(self) -> int:
+        g = 0
+        for r in range(self.n):
+            i, o = _sizes(self.p["collective"], r)
+            g = math.gcd(g, i, o, self.p["scratch_bytes"][r])
+        for s in self.segments:
+            g = math.gcd(g, s["src_off"], s["dst_off"], s["len"])
+        if g == 0:
+            raise ValueError("the plan moves no data: nothing to export")
+        return g
+
+    def _pieces(self, t: dict, tid: int) -> list[tuple]:
+        out = []
+        for s in self.segments[t["seg_begin"] : t["seg_end"]]:
+            so, do, ln = s["src_off"] // self.chunk, s["dst_off"] // self.chunk, s["len"] // self.chunk
+            done = 0
+            while done < ln:
+                c = min(R.MAX_COUNT - 1, ln - done)
+                if so + done > R.MAX_OFFSET or do + done > R.MAX_OFFSET:
+                    raise ValueError(
+                        f"transfer {tid} ({t['src']}->{t['dst']}): chunk offset {max(so, do) + done} exceeds the MSCCL limit "
+                        f"{R.MAX_OFFSET} (chunk = {self.chunk} bytes); plan with fewer, larger pieces"
+                    )
+                piece = (_BUF_LETTER[s["src_buf"]], so + done, _BUF_LETTER[s["dst_buf"]], do + done, c)
+                prev = out[-1] if out else None
+                if prev and prev[0] == piece[0] and prev[2] == piece[2] and prev[1] + prev[4] == piece[1] \
+                        and prev[3] + prev[4] == piece[3] and prev[4] + c < R.MAX_COUNT:
+                    out[-1] = prev[:4] + (prev[4] + c,)  # contiguous on both sides: one step
+                else:
+                    out.append(piece)
+                done += c
+        return out
+
+    def _tb(self, rank: int, send: int, recv: int, chan: int) -> _TB:
+        key = (rank, send, recv, chan)
+        tb = self.tbs.get(key)
+        if tb is None:
+            tb = self.tbs[key] = _TB(rank, send, recv, chan)
+        return tb
+
+    def _targets(self, tid: int, rank: int, tb: _TB) -> list[tuple[_TB, int]]:
+        """Steps on `rank` that transfer `tid` must wait for, minus what `tb`'s order already implies."""
+        t = self.transfers[tid]
+        best: dict[int, tuple[_TB, int]] = {}
+        for d in self.deps[t["dep_begin"] : t["dep_end"]]:
+            for w in self.where[d].get(rank, ()):
+                if w[0] is tb:
+                    continue
+                k = id(w[0])
+                if tb.waited.get(k, -1) >= w[1]:
+                    continue
+                if k not in best or best[k][1] < w[1]:
+                    best[k] = w
+        return sorted(best.values(), key=lambda w: (w[0].send, w[0].recv, w[0].chan, w[1]))
+
+    def _room(self, tb: _TB, tid: int, rank: int, nsteps: int) -> bool:
+        extra = max(0, len(self._targets(tid, rank, tb)) - 1)
+        return len(tb.steps) + extra + nsteps <= R.MAX_STEPS_PER_TB
+
+    def _append(self, tb: _TB, tid: int, rank: int, steps: list[_Step]) -> None:
+        targets = self._targets(tid, rank, tb)
+        for i, (ttb, idx) in enumerate(targets):
+            ttb.steps[idx].hasdep = True
+            tb.waited[id(ttb)] = idx
+            if i < len(targets) - 1:
+                tb.steps.append(_Step("nop", "i", -1, "o", -1, 0, ttb, idx))
+            else:
+                steps[0].depid, steps[0].deps = ttb, idx
+        tb.steps.extend(steps)
+        self.where[tid].setdefault(rank, []).append((tb, len(tb.steps) - 1))
+
+    def _check_fusion(self, tb: _TB, step: _Step, tid: int) -> None:
+        # The parser fuses consecutive `re` steps with the same destination into one
+        # reduction that uses the first step's count; unequal counts would be wrong.
+        if step.type != "re" or not tb.steps or step.depid is not None:
+            return
+        prev = tb.steps[-1]
+        if prev.type == "re" and not prev.hasdep and (prev.dstbuf, prev.dstoff, prev.srcbuf) == (step.dstbuf, step.dstoff, step.srcbuf) and prev.cnt != step.cnt:
+            raise ValueError(f"transfer {tid}: two local reductions into the same chunk with different sizes would be fused by MSCCL")
+
+    def run(self) -> None:
+        concurrent: dict[tuple, int] = defaultdict(int)
+        for tid, t in enumerate(self.transfers):
+            self.where.append({})
+            pieces = self._pieces(t, tid)
+            if not pieces:
+                continue
+            src, dst, reduce = t["src"], t["dst"], t["op"] == "reduce_sum"
+            if src == dst:
+                lane = 0
+                while not self._room(self._tb(src, -1, -1, lane), tid, src, len(pieces)):
+                    lane += 1
+                    if lane >= R.EXPORT_CHANNELS:
+                        raise ValueError(f"transfer {tid}: rank {src} needs more than {R.EXPORT_CHANNELS} local threadblocks")
+                tb = self._tb(src, -1, -1, lane)
+                steps = [_Step("re" if reduce else "cpy", sb, so, db, do, c) for sb, so, db, do, c in pieces]
+                self._check_fusion(tb, steps[0], tid)
+                self._append(tb, tid, src, steps)
+                continue
+            # Spread the pieces over parallel channels (several trees' data in one merged
+            # message, or transfers of one pair in one plan step, run side by side).
+            key = (src, dst, t["step"])
+            limit = self.channels or DEFAULT_CHANNELS
+            width = min(limit, len(pieces))
+            groups = [pieces[g::width] for g in range(width)]
+            first = concurrent[key]
+            concurrent[key] += width
+            rtype = "rrc" if reduce else "r"
+            for g, group in enumerate(groups):
+                start = (first + g) % limit
+                # Preferred channels first (cyclically), then spill to the rest.
+                for chan in [(start + i) % limit for i in range(limit)] + list(range(limit, R.EXPORT_CHANNELS)):
+                    stb, rtb = self._tb(src, dst, -1, chan), self._tb(dst, -1, src, chan)
+                    if self._room(stb, tid, src, len(group)) and self._room(rtb, tid, dst, len(group)):
+                        break
+                else:
+                    raise ValueError(
+                        f"transfer {tid} ({src}->{dst}): every channel's threadblock for this pair already has "
+                        f"{R.MAX_STEPS_PER_TB} steps; plan with fewer pieces (chunks) to export to MSCCL"
+                    )
+                # A send carries the receiver's destination for readability; the parser ignores it.
+                self._append(stb, tid, src, [_Step("s", sb, so, db, do, c) for sb, so, db, do, c in group])
+                self._append(rtb, tid, dst, [_Step(rtype, db, do, db, do, c) for sb, so, db, do, c in group])
+        # Drop threadblocks probed for room but never used, then number them per GPU.
+        self.tbs = {k: v for k, v in self.tbs.items() if v.steps}
+        for r in range(self.n):
+            mine = sorted((tb for tb in self.tbs.values() if tb.rank == r), key=lambda tb: (tb.send, tb.recv, tb.chan))
+            for i, tb in enumerate(mine):
+                tb.id = i
+
+    def check_limits(self) -> None:
+        for tb in self.tbs.values():
+            for st in tb.steps:
+                if st.depid is not None and st.depid.id > R.MAX_DEP_BID:
+                    raise ValueError(f"rank {tb.rank}: a step depends on threadblock {st.depid.id}, but MSCCL stores depid in 8 bits (max {R.MAX_DEP_BID})")
+        per_rank = defaultdict(int)
+        for tb in self.tbs.values():
+            per_rank[tb.rank] += 1 + len(tb.steps)
+        for r, nodes in per_rank.items():
+            if 1 + self.n + nodes > R.MAX_NODES:
+                raise ValueError(f"rank {r}: {1 + self.n + nodes} XML nodes exceed the parser's limit of {R.MAX_NODES}")
+            if sum(1 for tb in self.tbs.values() if tb.rank == r) > R.MAX_SUBS:
+                raise ValueError(f"rank {r}: more than {R.MAX_SUBS} threadblocks")
+
+    def xml(self, name: str, proto: str) -> str:
+        coll = R.COLL_NAME[self.p["collective"]["kind"]]
+        nchunks = 0
+        gpu_chunks = []
+        for r in range(self.n):
+            i, o = _sizes(self.p["collective"], r)
+            s = self.p["scratch_bytes"][r]
+            gpu_chunks.append((i // self.chunk, o // self.chunk, s // self.chunk))
+            nchunks = max(nchunks, i // self.chunk, o // self.chunk)
+        nchannels = 1 + max((tb.chan for tb in self.tbs.values()), default=0)
+        lines = [
+            f'<algo name="{name}" proto="{proto}" nchannels="{nchannels}" nchunksperloop="{nchunks}" ngpus="{self.n}" '
+            f'coll="{coll}" inplace="0" outofplace="1" minBytes="0" maxBytes="0">'
+        ]
+        for r in range(self.n):
+            ic, oc, sc = gpu_chunks[r]
+            lines.append(f'  <gpu id="{r}" i_chunks="{ic}" o_chunks="{oc}" s_chunks="{sc}">')
+            for tb in sorted((tb for tb in self.tbs.values() if tb.rank == r), key=lambda tb: tb.id):
+                lines.append(f'    <tb id="{tb.id}" send="{tb.send}" recv="{tb.recv}" chan="{tb.chan}">')
+                for k, st in enumerate(tb.steps):
+                    depid = st.depid.id if st.depid is not None else -1
+                    deps = st.deps if st.depid is not None else -1
+                    lines.append(
+                        f'      <step s="{k}" type="{st.type}" srcbuf="{st.srcbuf}" srcoff="{st.srcoff}" dstbuf="{st.dstbuf}" '
+                        f'dstoff="{st.dstoff}" cnt="{st.cnt}" depid="{depid}" deps="{deps}" hasdep="{int(st.hasdep)}"/>'
+                    )
+                lines.append("    </tb>")
+            lines.append("  </gpu>")
+        lines.append("</algo>")
+        return "\n".join(lines) + "\n"
+
+
+def to_xml(plan, name: str | None = None, channels: int | None = None, proto: str = "Simple") -> str:
+    """MSCCL XML for an allgather / reduce_scatter / allreduce Plan.
+
+    ``channels`` caps how many channels the concurrent pieces of one (src, dst)
+    pair are spread over (default 8); a threadblock that would exceed
+    MSCCL's 64 steps spills to the next channel regardless. Raises ValueError
+    naming the transfer when the plan cannot be expressed (a segment that is not
+    whole chunks is impossible by construction: the chunk is their gcd).
+    """
+    p = _plan_dict(plan)
+    if proto not in R.PROTOCOLS:
+        raise ValueError(f"proto must be one of {', '.join(R.PROTOCOLS)}, got {proto!r}")
+    if channels is not None and not 1 <= channels <= R.EXPORT_CHANNELS:
+        raise ValueError(f"channels must be between 1 and {R.EXPORT_CHANNELS}, got {channels}")
+    _sizes(p["collective"], 0)  # rejects unsupported collectives early
+    name = name or f"collsched_{p['algorithm']}_{R.COLL_NAME.get(p['collective']['kind'], 'x')}_{p['collective']['ranks']}"
+    if not re.fullmatch(r"[A-Za-z0-9_.:+-]{1,%d}" % R.MAX_STR_LEN, name):
+        raise ValueError(f"algorithm name {name!r} must be 1-{R.MAX_STR_LEN} characters of letters, digits and _.:+-")
+    ex = _Exporter(p, channels)
+    ex.run()
+    ex.check_limits()
+    return ex.xml(name, proto)
+
+
+# ---------------------------------------------------------------------------
+# Import
+
+
+def _int(el, key: str) -> int:
+    try:
+        return int(el.attrib[key], 0)
+    except KeyError:
+        raise ValueError(f"<{el.tag}> is missing attribute {key!r}") from None
+    except ValueError:
+        raise ValueError(f"<{el.tag}> attribute {key}={el.attrib[key]!r} is not an integer") from None
+
+
+def from_xml(xml: str, bytes: int, elem_bytes: int = 1, cluster=None, algorithm: str = "msccl"):
+    """Read an MSCCL XML back into a Plan for a run of ``bytes`` (the per-rank
+    shard for allgather/reduce_scatter, the buffer for allreduce).
+
+    The Plan follows the executor: every matched send/receive pair (or local
+    step) is one transfer, which depends on the previous step of both
+    threadblocks involved and on the steps named by ``depid``/``deps`` (and the
+    ``nop`` steps before it). ``cluster`` (a Cluster or spec) gives the tiers.
+    Supports the step types the exporter writes: s, r, rrc, cpy, re, nop.
+    """
+    from collsched import _core
+
+    root = ET.fromstring(xml)
+    if root.tag != "algo":
+        raise ValueError(f"root element must be <algo>, got <{root.tag}>")
+    n = _int(root, "ngpus")
+    nchunks = _int(root, "nchunksperloop")
+    coll = root.attrib.get("coll")
+    kinds = {v: k for k, v in R.COLL_NAME.items()}
+    if coll not in kinds:
+        raise ValueError(f"from_xml supports coll allgather, reducescatter, allreduce; got {coll!r}")
+    kind = kinds[coll]
+    total = bytes * n if kind in ("all_gather", "reduce_scatter") else bytes
+    if nchunks <= 0 or total % nchunks:
+        raise ValueError(f"{total} bytes do not divide into nchunksperloop={nchunks} chunks")
+    chunk = total // nchunks
+    if kind != "all_gather" and chunk % elem_bytes:
+        raise ValueError(f"chunk of {chunk} bytes is not a multiple of elem_bytes={elem_bytes}")
+
+    # Flatten: real steps as nodes with their pending cross-tb deps.
+    tbs: dict[tuple[int, int], dict] = {}
+    scratch = [0] * n
+    for g in root.findall("gpu"):
+        r = _int(g, "id")
+        scratch[r] = _int(g, "s_chunks") * chunk
+        for tb in g.findall("tb"):
+            tbs[(r, _int(tb, "id"))] = {"send": _int(tb, "send"), "recv": _int(tb, "recv"), "chan": _int(tb, "chan"), "steps": tb.findall("step")}
+    node_of: dict[tuple[int, int, int], int] = {}  # (rank, tb, s) -> node
+    nodes: list[dict] = []
+    for (r, b), tb in sorted(tbs.items()):
+        pending: list[tuple[int, int, int]] = []
+        prev = None
+        for st in tb["steps"]:
+            s, typ = _int(st, "s"), st.attrib.get("type")
+            depid = _int(st, "depid")
+            if depid >= 0:
+                pending.append((r, depid, _int(st, "deps")))
+            if typ == "nop":
+                continue
+            if typ not in ("s", "r", "rrc", "cpy", "re"):
+                raise ValueError(f"from_xml does not support step type {typ!r} (gpu {r}, tb {b}, step {s})")
+            node = {
+                "rank": r, "tb": b, "s": s, "type": typ, "chan": tb["chan"], "send": tb["send"], "recv": tb["recv"],
+                "srcbuf": st.attrib["srcbuf"], "srcoff": _int(st, "srcoff"), "dstbuf": st.attrib["dstbuf"],
+                "dstoff": _int(st, "dstoff"), "cnt": _int(st, "cnt"), "waits": pending, "prev": prev,
+            }
+            pending = []
+            prev = len(nodes)
+            node_of[(r, b, s)] = prev
+            nodes.append(node)
+    # Match sends with receives per (src, dst, channel) connection, in order.
+    sends, recvs = defaultdict(list), defaultdict(list)
+    for i, nd in enumerate(nodes):
+        if nd["type"] == "s":
+            sends[(nd["rank"], nd["send"], nd["chan"])].append(i)
+        elif nd["type"] in ("r", "rrc"):
+            recvs[(nd["recv"], nd["rank"], nd["chan"])].append(i)
+    transfer_of = [-1] * len(nodes)
+    items: list[tuple] = []  # (nodes of the transfer, src, dst, op, segment)
+    for conn in sorted(set(sends) | set(recvs)):
+        a, b = sends.get(conn, []), recvs.get(conn, [])
+        if len(a) != len(b):
+            raise ValueError(f"connection {conn[0]}->{conn[1]} on channel {conn[2]}: {len(a)} sends but {len(b)} receives")
+        for x, y in zip(a, b):
+            sn, rn = nodes[x], nodes[y]
+            if sn["cnt"] != rn["cnt"]:
+                raise ValueError(f"connection {conn[0]}->{conn[1]} channel {conn[2]}: send of {sn['cnt']} chunks matched with receive of {rn['cnt']}")
+            seg = (sn["srcbuf"], sn["srcoff"], rn["dstbuf"], rn["dstoff"], sn["cnt"])
+            items.append(((x, y), conn[0], conn[1], "reduce_sum" if rn["type"] == "rrc" else "copy", seg))
+    for i, nd in enumerate(nodes):
+        if nd["type"] in ("cpy", "re"):
+            items.append(((i,), nd["rank"], nd["rank"], "reduce_sum" if nd["type"] == "re" else "copy", (nd["srcbuf"], nd["srcoff"], nd["dstbuf"], nd["dstoff"], nd["cnt"])))
+    for k, it in enumerate(items):
+        for x in it[0]:
+            transfer_of[x] = k
+    preds: list[set[int]] = []
+    for it in items:
+        ps = set()
+        for x in it[0]:
+            nd = nodes[x]
+            if nd["prev"] is not None:
+                ps.add(transfer_of[nd["prev"]])
+            for r, b, s in nd["waits"]:
+                target = node_of.get((r, b, s))
+                if target is None:
+                    raise ValueError(f"gpu {r}: a step depends on tb {b} step {s}, which is not a data step")
+                ps.add(transfer_of[target])
+        preds.append(ps)
+    order, level = _topo(preds, items, nodes)
+    new_id = {old: i for i, old in enumerate(order)}
+    gps = n
+    if cluster is not None:
+        if isinstance(cluster, str):
+            cluster = _core.Cluster.parse(cluster)
+        gps = cluster.gpus_per_server
+    transfers, segments, deps = [], [], []
+    for old in order:
+        _, src, dst, op, (sb, so, db, do, c) = items[old]
+        tier = "local" if src == dst else ("scale_up" if src // gps == dst // gps else "scale_out")
+        d = sorted(new_id[x] for x in preds[old])
+        transfers.append({"src": src, "dst": dst, "op": op, "tier": tier, "step": level[old], "seg_begin": len(segments), "seg_end": len(segments) + 1, "dep_begin": len(deps), "dep_end": len(deps) + len(d)})
+        segments.append({"src_buf": _LETTER_BUF[sb], "src_off": so * chunk, "dst_buf": _LETTER_BUF[db], "dst_off": do * chunk, "len": c * chunk})
+        deps.extend(d)
+    if kind == "all_gather":
+        collective = {"kind": kind, "ranks": n, "shard_bytes": bytes}
+    elif kind == "reduce_scatter":
+        collective = {"kind": kind, "ranks": n, "shard_bytes": bytes, "elem_bytes": elem_bytes}
+    else:
+        collective = {"kind": kind, "ranks": n, "bytes": bytes, "elem_bytes": elem_bytes}
+    plan = {
+        "algorithm": algorithm, "collective": collective, "gpus_per_server": gps, "scratch_bytes": scratch,
+        "transfers": transfers, "segments": segments, "deps": deps, "input_hash": 0,
+        "meta": {"source": "msccl_xml", "name": root.attrib.get("name", ""), "chunk_bytes": str(chunk)},
+    }
+    return _core.Plan.from_json(json.dumps(plan))
+
+
+def _topo(preds: list[set[int]], items: list, nodes: list[dict]) -> tuple[list[int], list[int]]:
+    """Deterministic topological order (ties by the first node's (rank, tb, s)) and longest-path levels."""
+    import heapq
+
+    succ = [[] for _ in preds]
+    indeg = [len(p) for p in preds]
+    for k, ps in enumerate(preds):
+        for p in ps:
+            succ[p].append(k)
+
+    def key(k):
+        nd = nodes[items[k][0][0]]
+        return (nd["rank"], nd["tb"], nd["s"], k)
+
+    heap = [key(k) for k in range(len(preds)) if indeg[k] == 0]
+    heapq.heapify(heap)
+    order, level = [], [0] * len(preds)
+    while heap:
+        k = heapq.heappop(heap)[-1]
+        order.append(k)
+        for s in succ[k]:
+            level[s] = max(level[s], level[k] + 1)
+            indeg[s] -= 1
+            if indeg[s] == 0:
+                heapq.heappush(heap, key(s))
+    if len(order) != len(preds):
+        stuck = [k for k in range(len(preds)) if indeg[k] > 0][:3]
+        where = ", ".join(f"gpu {nodes[items[k][0][0]]['rank']} tb {nodes[items[k][0][0]]['tb']} step {nodes[items[k][0][0]]['s']}" for k in stuck)
+        raise ValueError(f"the XML's steps wait on each other in a cycle (deadlock), e.g. at {where}")
+    return order, level
