@@ -108,7 +108,7 @@ def gantt(plan, cluster, out, result=None, title: str | None = None) -> Path:
              if np.isfinite(t0) and np.isfinite(t1)]
     step_rows = min(len(steps), MAX_STEP_ROWS)
     rows_h = min(1.5 + 0.32 * rows, 22.0)
-    steps_h = 0.5 + 0.16 * step_rows if steps else 0.0
+    steps_h = 0.5 + 0.12 * step_rows if steps else 0.0
     fig = plt.figure(figsize=(12, rows_h + steps_h + 0.8), dpi=110)
     if steps:
         grid = fig.add_gridspec(2, 1, height_ratios=[steps_h, rows_h], hspace=0.04)
