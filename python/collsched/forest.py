@@ -1,0 +1,93 @@
+"""ForestColl: throughput-optimal spanning-tree schedules (NSDI'26) for allgather,
+reduce-scatter and allreduce on any Eulerian topology of GPUs and switches.
+
+    >>> from collsched import forest
+    >>> g = forest.Graph.parse("mi250:2")
+    >>> forest.optimal(g)["algbw_exact"]          # exact, bytes/s
+    '5312000000000/15'
+    >>> s = forest.schedule(g, k=3)                # best schedule with 3 trees per root
+    >>> p = forest.plan_allgather(s, 1 << 20)      # a collsched Plan
+
+Graphs come from the paper testbeds (``a100:N``, ``mi250:N``, ``h100:N``), any cluster
+spec (``h200:4``, lowered with :meth:`Graph.from_cluster`), or JSON
+(``{"nodes": [{"name", "kind": "compute"|"switch", "box"?, "multicast"?}],
+"links": [{"src", "dst", "bw"}]}`` with ``bw`` in bytes/s or a string like ``"300GB/s"``).
+"""
+from __future__ import annotations
+
+from collsched import _core
+
+Graph = _core.Graph
+ForestSchedule = _core.ForestSchedule
+
+__all__ = [
+    "Graph",
+    "ForestSchedule",
+    "as_graph",
+    "optimal",
+    "schedule",
+    "plan_allgather",
+    "plan_reduce_scatter",
+    "plan_allreduce",
+]
+
+
+def as_graph(graph) -> Graph:
+    """Accept a :class:`Graph`, a :class:`collsched.Cluster`, a preset/cluster spec string,
+    or a JSON text/dict."""
+    if isinstance(graph, Graph):
+        return graph
+    if isinstance(graph, _core.Cluster):
+        return Graph.from_cluster(graph)
+    if isinstance(graph, dict):
+        import json
+
+        return Graph.from_json(json.dumps(graph))
+    if isinstance(graph, str):
+        text = graph.strip()
+        return Graph.from_json(text) if text.startswith("{") else Graph.parse(text)
+    raise TypeError(f"graph must be a forest.Graph, Cluster, spec string or JSON, got {type(graph).__name__}")
+
+
+def optimal(graph) -> dict:
+    """Exact allgather optimum: ``algbw_exact`` ("p/q" bytes/s), ``algbw_gbps``, ``k`` (trees
+    per root), ``tree_bandwidth`` (bytes/s per tree), ``bottleneck_cut`` (node names)."""
+    return _core.forest_optimal(as_graph(graph))
+
+
+def schedule(graph, k: int | None = None, optimal: bool = False, spread_fan: int | None = None) -> ForestSchedule:
+    """Build the spanning-tree schedule.
+
+    ``k=None``: the optimal k when it is below 10, else the best k in 1..9 (paper §5.5);
+    ``optimal=True``: the exactly optimal k however large; ``k=n``: exactly n trees per root
+    with the best bandwidth for that n. ``spread_fan``: edge splitting first spreads each
+    egress of a small switch over that many partners (shallower trees, slower generation);
+    default 8 up to 256 GPUs, 1 above.
+    """
+    if k is not None and (not isinstance(k, int) or isinstance(k, bool) or k < 1):
+        raise ValueError(f"k must be a positive integer, got {k!r}")
+    if spread_fan is not None and (not isinstance(spread_fan, int) or isinstance(spread_fan, bool) or spread_fan < 1):
+        raise ValueError(f"spread_fan must be a positive integer, got {spread_fan!r}")
+    return _core.forest_schedule(as_graph(graph), k, optimal, spread_fan)
+
+
+def _schedule(s) -> ForestSchedule:
+    return s if isinstance(s, ForestSchedule) else schedule(s)
+
+
+def plan_allgather(schedule, shard_bytes: int, chunks: int = 8, merge: bool = True) -> _core.Plan:
+    """Allgather plan: every rank contributes ``shard_bytes``; ranks are the graph's compute
+    nodes in order. ``schedule`` may also be a graph (the automatic schedule is built).
+    ``chunks``: pipeline chunks per tree; ``merge``: one multi-segment message per rank pair
+    and step instead of one per tree."""
+    return _core.forest_plan_allgather(_schedule(schedule), int(shard_bytes), int(chunks), bool(merge))
+
+
+def plan_reduce_scatter(schedule, shard_bytes: int, elem_bytes: int = 4, chunks: int = 8, merge: bool = True) -> _core.Plan:
+    """Reduce-scatter plan along the reversed trees: input ``ranks × shard_bytes``."""
+    return _core.forest_plan_reduce_scatter(_schedule(schedule), int(shard_bytes), int(elem_bytes), int(chunks), bool(merge))
+
+
+def plan_allreduce(schedule, bytes: int, elem_bytes: int = 4, chunks: int = 8, merge: bool = True) -> _core.Plan:
+    """Allreduce plan: reduce-scatter along the in-trees, then allgather along the out-trees."""
+    return _core.forest_plan_allreduce(_schedule(schedule), int(bytes), int(elem_bytes), int(chunks), bool(merge))
