@@ -207,3 +207,22 @@ def test_link_utilisation_groups_links_into_classes(tmp_path):
     assert draw._link_class("nic_up[12]") == "nic_up" and draw._link_class("scaleup 3->4") == "scaleup"
     with pytest.raises(ValueError, match="no link utilisation"):
         draw.link_utilisation({}, tmp_path / "e.png")
+
+
+def test_skew_statistics_appear_in_traffic_and_simulate(app, monkeypatch):
+    """MTM and Gini come from collsched.skew (SABRE's area); a stand-in is used until it is merged."""
+    from collections import namedtuple
+
+    from collsched import skew
+
+    if not hasattr(skew, "mtm"):
+        MTM = namedtuple("MTM", "send recv overall")
+        monkeypatch.setattr(skew, "mtm", lambda m, c: MTM(1.5, 2.0, 2.0), raising=False)
+        monkeypatch.setattr(skew, "gini", lambda m: 0.25, raising=False)
+    doc = json.loads(run(app, "traffic", "-c", "h200:2", "-w", "hot:1.2", "-m", "1MiB", "--json").stdout)
+    assert set(doc["mtm"]) == {"send", "recv", "overall"} and all(isinstance(v, float) for v in doc["mtm"].values())
+    assert doc["mtm"]["overall"] >= 1.0 and 0.0 <= doc["gini"] <= 1.0
+    r = run(app, "simulate", "-c", "h200:2", "-w", "hot:1.2", "-m", "1MiB", "-a", "fanout")
+    assert r.exit_code == 0 and "MTM send" in r.stdout and "Gini" in r.stdout
+    sim_doc = json.loads(run(app, "simulate", "-c", "h200:2", "-w", "hot:1.2", "-m", "1MiB", "-a", "fanout", "--json").stdout)
+    assert sim_doc["mtm"] == doc["mtm"]

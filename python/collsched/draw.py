@@ -17,6 +17,8 @@ TIER_COLOURS = {"local": "#8c8c8c", "scale_up": "#2a7ab9", "scale_out": "#e4572e
 TIER_LABELS = {"local": "local copy", "scale_up": "scale-up (NVLink/xGMI)", "scale_out": "scale-out (NIC)"}
 # Above this many ranks, rows are servers rather than ranks so the chart stays legible.
 MAX_RANK_ROWS = 64
+# Steps drawn in the strip above the ranks; later steps wrap onto the same rows.
+MAX_STEP_ROWS = 32
 
 _TRANSFER_COLUMNS = ("src", "dst", "op", "tier", "step", "seg_begin", "seg_end", "dep_begin", "dep_end")
 
@@ -49,6 +51,22 @@ def _merge_intervals(starts: np.ndarray, ends: np.ndarray) -> list[tuple[float, 
         else:
             out.append([s, e])
     return [(s, e - s) for s, e in out]
+
+
+def _draw_steps(sax, steps, step_rows: int, scale: float) -> None:
+    """One thin bar per step from its first start to its last end; steps beyond MAX_STEP_ROWS share rows."""
+    for k, t0, t1 in steps:
+        y = step_rows - 1 - (k % step_rows)
+        sax.broken_barh([(t0 * scale, max(t1 - t0, 0.0) * scale)], (y - 0.35, 0.7), facecolors="#6b6b6b",
+                        edgecolor="none")
+    sax.set_ylim(-0.6, step_rows - 0.4)
+    label_every = max(1, step_rows // 8)
+    ticks = [r for r in range(step_rows) if r % label_every == 0]
+    sax.set_yticks([step_rows - 1 - r for r in ticks])
+    sax.set_yticklabels([f"step {r}" for r in ticks], fontsize=7)
+    sax.tick_params(axis="x", labelbottom=False)
+    sax.grid(axis="x", alpha=0.3)
+    sax.set_ylabel("steps", fontsize=8)
 
 
 def _time_unit(seconds: float) -> tuple[float, str]:
@@ -84,17 +102,22 @@ def gantt(plan, cluster, out, result=None, title: str | None = None) -> Path:
     scale, unit = _time_unit(makespan)
 
     plt = _pyplot()
-    height = min(2.0 + 0.32 * rows, 24.0)
-    fig, ax = plt.subplots(figsize=(12, height), dpi=110)
-    # Steps as alternating bands with their number on top.
-    steps = list(getattr(result, "step_times", []) or [])
-    for s, (t0, t1) in enumerate(steps):
-        if not (np.isfinite(t0) and np.isfinite(t1)):  # an empty step
-            continue
-        if t1 > t0 and s % 2 == 0:
-            ax.axvspan(t0 * scale, t1 * scale, color="#000000", alpha=0.05, lw=0)
-        if t1 - t0 >= 0.03 * makespan:  # label only bands wide enough to hold it
-            ax.text((t0 + t1) / 2 * scale, rows - 0.35, f"step {s}", ha="center", va="bottom", fontsize=7, color="#444444")
+    # Steps get their own strip on top (one line per step, first start to last end): pipelined
+    # plans overlap their steps, which background bands cannot show.
+    steps = [(k, t0, t1) for k, (t0, t1) in enumerate(getattr(result, "step_times", []) or [])
+             if np.isfinite(t0) and np.isfinite(t1)]
+    step_rows = min(len(steps), MAX_STEP_ROWS)
+    rows_h = min(1.5 + 0.32 * rows, 22.0)
+    steps_h = 0.5 + 0.12 * step_rows if steps else 0.0
+    fig = plt.figure(figsize=(12, rows_h + steps_h + 0.8), dpi=110)
+    if steps:
+        grid = fig.add_gridspec(2, 1, height_ratios=[steps_h, rows_h], hspace=0.04)
+        sax = fig.add_subplot(grid[0])
+        ax = fig.add_subplot(grid[1], sharex=sax)
+        _draw_steps(sax, steps, step_rows, scale)
+    else:
+        ax = fig.add_subplot(1, 1, 1)
+        sax = None
     lane_h = 0.8 / len(TIERS)
     tier_of = cols["tier"]
     for r in range(rows):
@@ -118,14 +141,13 @@ def gantt(plan, cluster, out, result=None, title: str | None = None) -> Path:
     ax.set_ylabel("sending server" if by_server else "sending rank")
     for t in TIERS:
         ax.bar(0, 0, color=TIER_COLOURS[t], label=TIER_LABELS[t])
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.08 if rows > 8 else -0.2), ncol=3, frameon=False, fontsize=9)
-    ax.set_title(title or f"{plan.algorithm} on {ranks} ranks: {result.time_s * scale:.3g} {unit}, "
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.6 / rows_h), ncol=3, frameon=False, fontsize=9)
+    (sax if sax is not None else ax).set_title(title or f"{plan.algorithm} on {ranks} ranks: {result.time_s * scale:.3g} {unit}, "
                           f"{plan.num_transfers} transfers, {plan.num_steps} step{'s' if plan.num_steps != 1 else ''}"
                           + (" (rows: servers)" if by_server else ""), fontsize=11)
     ax.grid(axis="x", alpha=0.3)
-    fig.tight_layout()
     out = Path(out)
-    fig.savefig(out)
+    fig.savefig(out, bbox_inches="tight")
     plt.close(fig)
     return out
 
