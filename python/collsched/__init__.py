@@ -8,6 +8,7 @@ from collsched._core import Cluster, Plan, VerificationError
 from collsched import traffic
 from collsched.planning import plan_all_to_all, all_to_all_algorithms
 from collsched.units import parse_bytes, parse_bandwidth, format_bytes
+from collsched.sim import simulate, lower_bound
 from collsched.collectives import all_gather_into_tensor, reduce_scatter_tensor, all_reduce, plan_collective
 
 __all__ = [
@@ -20,6 +21,8 @@ __all__ = [
     "parse_bytes",
     "parse_bandwidth",
     "format_bytes",
+    "simulate",
+    "lower_bound",
     "all_gather_into_tensor",
     "reduce_scatter_tensor",
     "all_reduce",

@@ -186,3 +186,20 @@ def summary(traffic) -> dict:
         "max_recv_bytes": max(cols),
         "hash": matrix_hash(m),
     }
+
+
+def mtm(traffic, cluster):
+    """SABRE's max-to-mean skew of inter-node volumes: ``MTM(send, recv, overall, overall_milli)``.
+
+    Same as :func:`collsched.skew.mtm`; here because skew is a property of the traffic.
+    """
+    from collsched.skew import mtm as _mtm
+
+    return _mtm(traffic, cluster)
+
+
+def gini(traffic) -> float:
+    """Gini coefficient of the pair sizes (0 = balanced, → 1 = one hot pair)."""
+    from collsched.skew import gini as _gini
+
+    return _gini(traffic)
