@@ -34,7 +34,7 @@ test: build test-rust test-python
 
 bench: build
 	cargo bench -p collsched-core
-	$(PY) benchmarks/run_all.py
+	for f in benchmarks/*.py; do echo "== $$f"; $(PY) $$f || exit 1; done
 
 clean:
 	rm -rf $(VENV) target

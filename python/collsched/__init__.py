@@ -37,4 +37,8 @@ def __getattr__(name):
         from collsched.comm.api import all_to_all_single
 
         return all_to_all_single
+    if name in ("nn", "comm"):
+        import importlib
+
+        return importlib.import_module(f"collsched.{name}")
     raise AttributeError(f"module 'collsched' has no attribute {name!r}")

@@ -18,15 +18,12 @@ import collsched
 from collsched.comm.program import RankProgram, compile_rank_program
 import hashlib
 
-NOT_IMPLEMENTED = "not implemented yet"
-
-
 @dataclass
 class CacheEntry:
     plan: object
     plan_hash: str
     matrix: np.ndarray
-    algorithm: str  # the producer that made the plan (differs from the request when auto fell back)
+    algorithm: str  # the producer that made the plan
     plan_seconds: float
     note: str = ""
     programs: dict = field(default_factory=dict)
@@ -43,16 +40,6 @@ def fast_matrix_hash(matrix: np.ndarray) -> str:
     planner validates on a miss)."""
     m = np.ascontiguousarray(matrix, dtype="<u8")
     return hashlib.blake2b(m.tobytes(), digest_size=16).hexdigest()
-
-
-def plan_with_fallback(matrix: np.ndarray, cluster, algorithm: str, options: dict) -> tuple[object, str]:
-    """Plan; while `auto` is still being built, fall back to fanout (and say so)."""
-    try:
-        return collsched.plan_all_to_all(matrix, cluster, algorithm, **options), ""
-    except ValueError as e:
-        if algorithm == "auto" and NOT_IMPLEMENTED in str(e):
-            return collsched.plan_all_to_all(matrix, cluster, "fanout"), "auto is not available yet: used fanout"
-        raise
 
 
 class PlanCache:
@@ -81,7 +68,8 @@ class PlanCache:
                 self.hits += 1
                 return e, True
         t0 = time.perf_counter()
-        plan, note = plan_with_fallback(matrix, cluster, algorithm, options)
+        plan = collsched.plan_all_to_all(matrix, cluster, algorithm, **options)
+        note = f"auto chose {plan.meta['choice']}" if algorithm == "auto" and "choice" in plan.meta else ""
         e = CacheEntry(plan=plan, plan_hash=plan.hash, matrix=matrix.copy(), algorithm=plan.algorithm,
                        plan_seconds=time.perf_counter() - t0, note=note)
         with self._lock:
