@@ -15,7 +15,7 @@
 //!   waits for that pair's forwarding message so forwarding gets the links first.
 //! Dependencies are per message, so a proxy starts forwarding to the network as soon as
 //! its own inputs have arrived: the two phases overlap.
-use super::{dedup_deps, push_seg};
+use super::{dedup_deps, intra_node_direct, push_seg};
 use crate::error::Result;
 use crate::plan::{Buf, Collective, Op, Plan, PlanBuilder, Segment};
 use crate::topology::{Cluster, Tier};
@@ -117,23 +117,7 @@ pub(super) fn plan(traffic: &Traffic, cluster: &Cluster, name: &str) -> Result<P
     }
 
     // Phase 2b: intra-node exchange (1), after the pair's forwarding message.
-    for u in 0..nodes {
-        for s in 0..g {
-            for d in 0..g {
-                let (i, j) = (rank(u, s), rank(u, d));
-                let len = traffic.get(i, j);
-                if s == d || len == 0 {
-                    continue;
-                }
-                deps.clear();
-                if fwd_tid[i * g + d] != u32::MAX {
-                    deps.push(fwd_tid[i * g + d]);
-                }
-                let seg = Segment { src_buf: Buf::Input, src_off: send[i * n + j], dst_buf: Buf::Output, dst_off: recv[i * n + j], len };
-                b.transfer(i as u32, j as u32, Op::Copy, Tier::ScaleUp, 1, &[seg], &deps);
-            }
-        }
-    }
+    intra_node_direct(&mut b, traffic, g, &send, &recv, &fwd_tid);
 
     for (r, &bytes) in scratch_used.iter().enumerate() {
         b.need_scratch(r as u32, bytes);

@@ -9,7 +9,8 @@
 //! - `plan` (§7.1): choose between them by the MTM ratio (default threshold 2.2).
 use crate::error::Result;
 use crate::invalid;
-use crate::plan::{option_u64, Options, Plan, Segment};
+use crate::plan::{option_u64, Buf, Op, Options, Plan, PlanBuilder, Segment};
+use crate::topology::Tier;
 use crate::topology::Cluster;
 use crate::traffic::stats;
 use crate::traffic::Traffic;
@@ -109,4 +110,29 @@ pub(crate) fn push_seg(segs: &mut Vec<Segment>, s: Segment) {
 pub(crate) fn dedup_deps(d: &mut Vec<u32>) {
     d.sort_unstable();
     d.dedup();
+}
+
+/// Intra-node blocks go straight Input→Output over scale-up in step 1, each after the
+/// step-0 message on the same GPU pair (`first[i * g + d]`, `u32::MAX` if none), so the
+/// forwarding/gather traffic gets the links first. Shared by both SABRE algorithms.
+pub(crate) fn intra_node_direct(b: &mut PlanBuilder, traffic: &Traffic, g: usize, send: &[u64], recv: &[u64], first: &[u32]) {
+    let n = traffic.n();
+    let mut deps: Vec<u32> = Vec::with_capacity(1);
+    for u in 0..n / g {
+        for s in 0..g {
+            for d in 0..g {
+                let (i, j) = (u * g + s, u * g + d);
+                let len = traffic.get(i, j);
+                if s == d || len == 0 {
+                    continue;
+                }
+                deps.clear();
+                if first[i * g + d] != u32::MAX {
+                    deps.push(first[i * g + d]);
+                }
+                let seg = Segment { src_buf: Buf::Input, src_off: send[i * n + j], dst_buf: Buf::Output, dst_off: recv[i * n + j], len };
+                b.transfer(i as u32, j as u32, Op::Copy, Tier::ScaleUp, 1, &[seg], &deps);
+            }
+        }
+    }
 }

@@ -14,7 +14,7 @@
 //!
 //! Sender and receiver derive the same layout from the shared matrix: it is one Plan.
 use super::balance::{Balancer, Block, Piece};
-use super::{dedup_deps, push_seg};
+use super::{dedup_deps, intra_node_direct, push_seg};
 use crate::error::Result;
 use crate::plan::{Buf, Collective, Op, Plan, PlanBuilder, Segment};
 use crate::topology::{Cluster, Tier};
@@ -146,23 +146,7 @@ pub(super) fn plan(traffic: &Traffic, cluster: &Cluster, alpha_permille: u64, na
     }
 
     // Step 1: intra-node blocks, after the gather on the same pair (gather traffic first).
-    for u in 0..nodes {
-        for s in 0..g {
-            for d in 0..g {
-                let (i, j) = (rank(u, s), rank(u, d));
-                let len = traffic.get(i, j);
-                if s == d || len == 0 {
-                    continue;
-                }
-                deps.clear();
-                if gather_tid[i * g + d] != u32::MAX {
-                    deps.push(gather_tid[i * g + d]);
-                }
-                let seg = Segment { src_buf: Buf::Input, src_off: send[i * n + j], dst_buf: Buf::Output, dst_off: recv[i * n + j], len };
-                b.transfer(i as u32, j as u32, Op::Copy, Tier::ScaleUp, 1, &[seg], &deps);
-            }
-        }
-    }
+    intra_node_direct(&mut b, traffic, g, &send, &recv, &gather_tid);
 
     // Step 1: scale-out, proxy p of u → GPU p of w, one message per (u, w, p) run of `held`.
     // Inbound regions follow the gather regions in each receiver's Scratch.
