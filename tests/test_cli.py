@@ -27,6 +27,10 @@ def run(app, *args):
     return CliRunner(**kw).invoke(app, [str(a) for a in args], catch_exceptions=False)
 
 
+def names_known() -> set[str]:
+    return {n for n, _ in collsched.all_to_all_algorithms()}
+
+
 def test_entry_point_registers_core_commands():
     cli._register_all()
     names = {c.name for c in cli.app.registered_commands}
@@ -74,6 +78,11 @@ def test_simulate_default_runs_every_planning_algorithm(app):
     for row in doc["results"]:
         if row["algorithm"] == "fast":
             assert isinstance(row["stages"], int) and row["stages"] >= 1
+    for row in doc["results"]:
+        if row["algorithm"] in ("auto", "sabre"):  # selectors name their choice, a known algorithm
+            assert row["chosen"] in names_known() and row["chosen"] != row["algorithm"]
+            if row["chosen"] == "fast":
+                assert isinstance(row["stages"], int)
     for note in doc["skipped"]:
         assert note.startswith("skipped ")
     names = {n for n, _ in collsched.all_to_all_algorithms()}

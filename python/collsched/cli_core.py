@@ -283,10 +283,12 @@ def _result_row(name: str, plan, r) -> dict:
         "plan_hash": plan.hash,
     }
     meta = plan.meta
-    if "stages" in meta:
-        row["stages"] = int(meta["stages"])
-    if name != plan.algorithm:  # selectors (auto, sabre) report what they chose
-        row["chosen"] = plan.algorithm
+    choice = meta.get("choice")  # selectors (auto, sabre) record what they chose
+    if choice:
+        row["chosen"] = choice
+    stages = meta.get("stages") or (meta.get(f"{choice}.stages") if choice else None)
+    if stages is not None and str(stages).isdigit():
+        row["stages"] = int(stages)
     return row
 
 
