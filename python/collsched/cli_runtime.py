@@ -6,9 +6,12 @@ from typing import Optional
 
 import typer
 
+from collsched.cli_core import reporting_errors
+
 
 def register(app: typer.Typer) -> None:
     @app.command("demo")
+    @reporting_errors
     def demo(tokens: int = typer.Option(2048, help="tokens per rank (each routed to top-2 experts)"),
              iters: int = typer.Option(7, help="timed calls per method (interleaved rounds)")) -> None:
         """Run a skewed MoE all-to-all on 8 local Gloo ranks through torch and collsched, check outputs,
@@ -18,6 +21,7 @@ def register(app: typer.Typer) -> None:
         raise typer.Exit(run_demo(tokens, iters))
 
     @app.command("bench")
+    @reporting_errors
     def bench(
         min_bytes: str = typer.Option("1MiB", "-b", "--minbytes", help="smallest size (bytes per rank)"),
         max_bytes: str = typer.Option("16MiB", "-e", "--maxbytes", help="largest size (bytes per rank)"),
@@ -60,10 +64,17 @@ def register(app: typer.Typer) -> None:
                           check=check, rounds=rounds)
         from collsched.bench import sizes
 
-        try:  # fail fast on a bad sweep, before any rank starts
-            sizes(cfg.min_bytes, cfg.max_bytes, cfg.factor)
-        except ValueError as e:
-            raise typer.BadParameter(str(e))
+        # Fail fast on a bad sweep, workload or cluster, before any rank starts.
+        sizes(cfg.min_bytes, cfg.max_bytes, cfg.factor)
+        import os
+
+        from collsched import Cluster
+        from collsched.workloads import make_workload
+
+        world = int(os.environ.get("WORLD_SIZE", nprocs))
+        make_workload(workload, world, 1 << 10, 0)
+        if cluster:
+            Cluster.parse(cluster)
         result = run_bench(cfg, nprocs=nprocs, gpus_per_server=gpus_per_server)
         if result is None:  # non-zero rank under torchrun
             return
