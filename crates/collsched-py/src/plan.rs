@@ -140,12 +140,12 @@ impl PyPlan {
 #[pyo3(signature = (n, data, cluster, algorithm, options=None))]
 fn plan_all_to_all(py: Python<'_>, n: usize, data: &[u8], cluster: &PyCluster, algorithm: &str, options: Option<BTreeMap<String, String>>) -> PyResult<PyPlan> {
     let opts: Options = options.unwrap_or_default();
-    let data = data.to_vec();
-    let c = cluster.inner.clone();
-    let plan = py.allow_threads(move || {
+    let c = &cluster.inner;
+    // `data` borrows the (immutable) bytes object: one copy, straight into the Traffic.
+    let plan = py.allow_threads(|| {
         guarded(|| {
-            let t = Traffic::from_le_bytes(n, &data)?;
-            collsched_core::algo::plan_all_to_all(&t, &c, algorithm, &opts)
+            let t = Traffic::from_le_bytes(n, data)?;
+            collsched_core::algo::plan_all_to_all(&t, c, algorithm, &opts)
         })
     })?;
     Ok(PyPlan { inner: plan })

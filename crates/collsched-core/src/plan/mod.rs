@@ -226,6 +226,10 @@ impl PlanBuilder {
         self.plan.transfers.reserve(transfers);
         self.plan.segments.reserve(segments);
     }
+    /// Reserve room for `deps` more dependency ids (growth copies the whole array).
+    pub fn reserve_deps(&mut self, deps: usize) {
+        self.plan.deps.reserve(deps);
+    }
     /// Make sure `rank` has at least `bytes` of scratch.
     pub fn need_scratch(&mut self, rank: u32, bytes: u64) {
         let s = &mut self.plan.scratch_bytes[rank as usize];
