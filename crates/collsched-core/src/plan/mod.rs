@@ -238,23 +238,24 @@ impl PlanBuilder {
     /// Append a transfer and return its id. Empty segments are dropped; a transfer
     /// left with no segment is still recorded (it may order others) only if it has deps
     /// or is explicitly wanted, so callers should skip empty transfers themselves.
+    #[inline]
     pub fn transfer(&mut self, src: u32, dst: u32, op: Op, tier: Tier, step: u32, segs: &[Segment], deps: &[u32]) -> u32 {
-        let id = self.plan.transfers.len() as u32;
-        let seg_begin = self.plan.segments.len() as u32;
-        self.plan.segments.extend(segs.iter().filter(|s| s.len > 0));
-        let dep_begin = self.plan.deps.len() as u32;
-        self.plan.deps.extend_from_slice(deps);
-        self.plan.transfers.push(Transfer {
-            src,
-            dst,
-            op,
-            tier,
-            step,
-            seg_begin,
-            seg_end: self.plan.segments.len() as u32,
-            dep_begin,
-            dep_end: self.plan.deps.len() as u32,
-        });
+        let p = &mut self.plan;
+        let id = p.transfers.len() as u32;
+        let seg_begin = p.segments.len() as u32;
+        // Element loops, not extend/extend_from_slice: lists are a few entries long, where a
+        // memcpy call or a filter adapter costs more than the copy.
+        for s in segs {
+            if s.len > 0 {
+                p.segments.push(*s);
+            }
+        }
+        let dep_begin = p.deps.len() as u32;
+        for &d in deps {
+            p.deps.push(d);
+        }
+        let (seg_end, dep_end) = (p.segments.len() as u32, p.deps.len() as u32);
+        p.transfers.push(Transfer { src, dst, op, tier, step, seg_begin, seg_end, dep_begin, dep_end });
         id
     }
     pub fn num_transfers(&self) -> usize {

@@ -59,6 +59,19 @@ fn mul_div(a: u64, b: u64, c: u64) -> u64 {
     }
 }
 
+/// Append `seg` to a transfer's segments, extending the last one instead when `seg`
+/// continues it in both source and destination (same bytes moved, fewer descriptors).
+#[inline]
+pub(crate) fn push_merged(segs: &mut Vec<Segment>, seg: Segment) {
+    if let Some(last) = segs.last_mut() {
+        if last.src_buf == seg.src_buf && last.dst_buf == seg.dst_buf && last.src_off + last.len == seg.src_off && last.dst_off + last.len == seg.dst_off {
+            last.len += seg.len;
+            return;
+        }
+    }
+    segs.push(seg);
+}
+
 /// Short id lists, one per key, with a fixed capacity each, in one flat array: no
 /// allocation per key or per round.
 struct IdLists {
@@ -82,12 +95,36 @@ impl IdLists {
     fn get(&self, k: usize) -> &[u32] {
         &self.ids[k * self.cap..k * self.cap + self.len[k] as usize]
     }
-    /// Replace list `k` with list `k` of `from` and empty that one.
-    fn take_from(&mut self, k: usize, from: &mut IdLists) {
-        let l = from.len[k] as usize;
-        self.ids[k * self.cap..k * self.cap + l].copy_from_slice(&from.ids[k * from.cap..k * from.cap + l]);
-        self.len[k] = l as u32;
-        from.len[k] = 0;
+}
+
+/// Per NIC, the ids of its transfers in the last round it was active in (`last`) and in
+/// the round being assembled (`cur`): two lists per key whose roles flip, so closing a
+/// round copies nothing.
+struct RoundLists {
+    lists: IdLists,
+    cur_side: Vec<u8>,
+}
+
+impl RoundLists {
+    fn new(keys: usize, cap: usize) -> RoundLists {
+        RoundLists { lists: IdLists::new(2 * keys, cap), cur_side: vec![0; keys] }
+    }
+    #[inline]
+    fn last(&self, k: usize) -> &[u32] {
+        self.lists.get(2 * k + 1 - self.cur_side[k] as usize)
+    }
+    #[inline]
+    fn push_cur(&mut self, k: usize, id: u32) {
+        self.lists.push(2 * k + self.cur_side[k] as usize, id);
+    }
+    /// If `k` was active this round, its current list becomes its last one.
+    #[inline]
+    fn close_round(&mut self, k: usize) {
+        let cur = 2 * k + self.cur_side[k] as usize;
+        if self.lists.len[cur] > 0 {
+            self.cur_side[k] ^= 1;
+            self.lists.len[2 * k + self.cur_side[k] as usize] = 0;
+        }
     }
 }
 
@@ -146,7 +183,7 @@ pub fn assemble(name: &str, traffic: &Traffic, cluster: &Cluster, bal: &Balanced
                 while k < server_end && bal.moves[k].a as usize == a && bal.moves[k].c as usize == c {
                     let m = &bal.moves[k];
                     if urgent_tile[s * n + m.d as usize] == urgent {
-                        segs.push(Segment { src_buf: Buf::Input, src_off: m.input_off, dst_buf: Buf::Scratch, dst_off: m.scratch_off, len: m.len });
+                        push_merged(&mut segs, Segment { src_buf: Buf::Input, src_off: m.input_off, dst_buf: Buf::Scratch, dst_off: m.scratch_off, len: m.len });
                         bal_out[s * g + a] += m.len;
                         bal_in[s * g + c] += m.len;
                     }
@@ -208,10 +245,8 @@ pub fn assemble(name: &str, traffic: &Traffic, cluster: &Cluster, bal: &Balanced
     // A NIC's transfers in one round: two per carrier on it, per pair its server is in.
     let pairs_per_server = if chain_nics { max_pairs_per_server(rounds, n) } else { 0 };
     let nic_cap = 2 * g.div_ceil(nics) * pairs_per_server;
-    let mut last_send = IdLists::new(n * nics, nic_cap);
-    let mut last_recv = IdLists::new(n * nics, nic_cap);
-    let mut cur_send = IdLists::new(n * nics, nic_cap);
-    let mut cur_recv = IdLists::new(n * nics, nic_cap);
+    let mut sends = RoundLists::new(n * nics, nic_cap);
+    let mut recvs = RoundLists::new(n * nics, nic_cap);
     let mut nic_send_bytes = vec![0u64; n * nics];
     let mut nic_recv_bytes = vec![0u64; n * nics];
     let mut touched_nics: Vec<usize> = Vec::new();
@@ -280,11 +315,11 @@ pub fn assemble(name: &str, traffic: &Traffic, cluster: &Cluster, bal: &Balanced
                         let src_off = piece.src_off + cur.1;
                         let out_off = piece.out_off + cur.1;
                         if j == c {
-                            segs.push(Segment { src_buf, src_off, dst_buf: Buf::Output, dst_off: out_off, len: y });
+                            push_merged(&mut segs, Segment { src_buf, src_off, dst_buf: Buf::Output, dst_off: out_off, len: y });
                         } else {
                             let at = recv_cursor[dst_rank];
                             recv_cursor[dst_rank] += y;
-                            segs.push(Segment { src_buf, src_off, dst_buf: Buf::Scratch, dst_off: at, len: y });
+                            push_merged(&mut segs, Segment { src_buf, src_off, dst_buf: Buf::Scratch, dst_off: at, len: y });
                             redistributor.park(j, at, out_off, y);
                         }
                         x -= y;
@@ -298,8 +333,8 @@ pub fn assemble(name: &str, traffic: &Traffic, cluster: &Cluster, bal: &Balanced
                         continue;
                     }
                     if chain_nics {
-                        deps.extend_from_slice(last_send.get(snic));
-                        deps.extend_from_slice(last_recv.get(rnic));
+                        deps.extend_from_slice(sends.last(snic));
+                        deps.extend_from_slice(recvs.last(rnic));
                     }
                     deps.sort_unstable();
                     deps.dedup();
@@ -316,8 +351,8 @@ pub fn assemble(name: &str, traffic: &Traffic, cluster: &Cluster, bal: &Balanced
                     }
                     nic_recv_bytes[rnic] += bytes;
                     if chain_nics {
-                        cur_send.push(snic, id);
-                        cur_recv.push(rnic, id);
+                        sends.push_cur(snic, id);
+                        recvs.push_cur(rnic, id);
                     }
                 }
             }
@@ -327,11 +362,9 @@ pub fn assemble(name: &str, traffic: &Traffic, cluster: &Cluster, bal: &Balanced
             round_max = round_max.max(nic_send_bytes[nic]).max(nic_recv_bytes[nic]);
             nic_send_bytes[nic] = 0;
             nic_recv_bytes[nic] = 0;
-            if !cur_send.get(nic).is_empty() {
-                last_send.take_from(nic, &mut cur_send);
-            }
-            if !cur_recv.get(nic).is_empty() {
-                last_recv.take_from(nic, &mut cur_recv);
+            if chain_nics {
+                sends.close_round(nic);
+                recvs.close_round(nic);
             }
         }
         loads.round_nic_max.push(round_max);
