@@ -3,8 +3,9 @@
     .venv/bin/python benchmarks/fast_planning.py [--reps 100] [--csv docs/fast_planning.csv]
 
 Planning time: median over `reps` Zipf(0.8) matrices (50 MB mean pair size) on h200
-clusters of 8, 40 and 128 servers × 8 GPUs, beside fanout's planning time on the same
-matrices (fanout does no scheduling: it is the cost of emitting one segment per block).
+clusters of 8, 40 and 128 servers × 8 GPUs, for fast, balanced_direct and fanout on the
+same matrices (fanout does no scheduling: it is the cost of emitting one segment per
+block), each from Python (matrix in, Plan out) and core-only (timed inside Rust).
 Stage counts: uniform and Zipf 0.5/0.8/0.99 for N = 4..128 servers, against 8·N.
 """
 from __future__ import annotations
@@ -16,18 +17,27 @@ import statistics
 import time
 
 import collsched
-from collsched import traffic
+from collsched import _core, traffic
 
 TARGET_US = {8: 50, 40: 2_000, 128: 20_000}
 
 
+ALGOS = ("fast", "balanced_direct", "fanout")
+
+
 def median_plan_us(mats, cluster, algo):
+    """From Python: matrix in, Plan out (conversion, the call, wrapping, dropping the plan)."""
     times = []
     for m in mats:
         t0 = time.perf_counter()
         collsched.plan_all_to_all(m, cluster, algo)
         times.append((time.perf_counter() - t0) * 1e6)
     return statistics.median(times)
+
+
+def median_core_us(mats, cluster, algo):
+    """Core only: buffer → Traffic → Plan timed inside Rust (no Python call or wrapping)."""
+    return statistics.median(_core._core_plan_ns(m.shape[0], m.tobytes(), cluster, algo, {}) / 1e3 for m in mats)
 
 
 def main():
@@ -37,19 +47,26 @@ def main():
     ap.add_argument("--csv", type=str, default="docs/fast_planning.csv")
     args = ap.parse_args()
     rows = []
-    print("## Planning time (median, µs), Zipf(0.8), 50 MB mean pair")
-    print(f"{'GPUs':>6} {'servers':>7} {'fast':>10} {'target':>8} {'fast/target':>11} {'fanout':>10} {'fast/fanout':>11} {'stages':>6} {'segments':>9}")
+    print(f"## Planning time (median, µs), Zipf(0.8), 50 MB mean pair; load average {os.getloadavg()[0]:.1f}")
+    print(f"{'GPUs':>6} {'servers':>7} {'reps':>4} " + " ".join(f"{a + ' py':>12} {a + ' core':>13}" for a in ALGOS)
+          + f" {'target':>8} {'fast/target':>11} {'fast/fanout':>11} {'stages':>6} {'segments':>9}")
     for servers in [int(x) for x in args.servers.split(",")]:
         cluster = collsched.Cluster.parse(f"h200:{servers}")
         p = servers * 8
         reps = args.reps if servers < 128 else max(5, args.reps // 5)
         mats = [traffic.zipf(p, 0.8, 50 << 20, seed=s) for s in range(reps)]
-        fast_us = median_plan_us(mats, cluster, "fast")
-        fan_us = median_plan_us(mats[: max(3, reps // 5)], cluster, "fanout")
+        py = {a: median_plan_us(mats, cluster, a) for a in ALGOS}
+        core = {a: median_core_us(mats, cluster, a) for a in ALGOS}
         plan = collsched.plan_all_to_all(mats[0], cluster, "fast")
         tgt = TARGET_US.get(servers)
-        print(f"{p:>6} {servers:>7} {fast_us:>10.0f} {tgt or '-':>8} {fast_us / tgt if tgt else float('nan'):>11.2f} {fan_us:>10.0f} {fast_us / fan_us:>11.2f} {plan.meta['stages']:>6} {plan.num_segments:>9}")
-        rows.append({"kind": "planning_us", "gpus": p, "servers": servers, "workload": "zipf0.8", "fast": round(fast_us, 1), "fanout": round(fan_us, 1), "stages": plan.meta["stages"], "reps": reps})
+        print(f"{p:>6} {servers:>7} {reps:>4} " + " ".join(f"{py[a]:>12.0f} {core[a]:>13.0f}" for a in ALGOS)
+              + f" {tgt or '-':>8} {py['fast'] / tgt if tgt else float('nan'):>11.2f} {py['fast'] / py['fanout']:>11.2f}"
+              f" {plan.meta['stages']:>6} {plan.num_segments:>9}")
+        rows.append({"kind": "planning_us", "gpus": p, "servers": servers, "workload": "zipf0.8", "fast": round(py["fast"], 1),
+                     "fanout": round(py["fanout"], 1), "balanced_direct": round(py["balanced_direct"], 1),
+                     "fast_core": round(core["fast"], 1), "balanced_direct_core": round(core["balanced_direct"], 1),
+                     "fanout_core": round(core["fanout"], 1), "stages": plan.meta["stages"], "segments": plan.num_segments,
+                     "reps": reps})
     print()
     print("## Birkhoff stages (one matrix each, seed 0), target ≤ 8·N")
     workloads = [("uniform", None), ("zipf0.5", 0.5), ("zipf0.8", 0.8), ("zipf0.99", 0.99)]
@@ -61,7 +78,9 @@ def main():
             m = traffic.uniform(n * 8, 50 << 20, seed=0) if s is None else traffic.zipf(n * 8, s, 50 << 20, seed=0)
             plan = collsched.plan_all_to_all(m, cluster, "fast")
             counts.append(int(plan.meta["stages"]))
-            rows.append({"kind": "stages", "gpus": n * 8, "servers": n, "workload": name, "fast": counts[-1], "fanout": "", "stages": counts[-1], "reps": 1})
+            rows.append({"kind": "stages", "gpus": n * 8, "servers": n, "workload": name, "fast": counts[-1], "fanout": "",
+                         "balanced_direct": "", "fast_core": "", "balanced_direct_core": "", "fanout_core": "",
+                         "stages": counts[-1], "segments": plan.num_segments, "reps": 1})
         print(f"{n:>4} " + " ".join(f"{c:>9}" for c in counts) + f" {8 * n:>5} {n * n - 2 * n + 2:>8}")
     if args.csv:
         os.makedirs(os.path.dirname(args.csv), exist_ok=True)

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from collsched import _core
-from collsched.traffic import as_matrix
+from collsched.traffic import wire_matrix
 
 
 def _cluster(cluster) -> _core.Cluster:
@@ -19,7 +19,7 @@ def plan_all_to_all(traffic, cluster, algorithm: str = "fanout", **options) -> _
     ``options`` are algorithm knobs passed as strings to the producer (for example
     ``min_stage_bytes="4MiB"`` for FAST).
     """
-    m = as_matrix(traffic)
+    m = wire_matrix(traffic)  # the core checks that sums fit u64 (same errors)
     c = _cluster(cluster)
     opts = {str(k): str(v) for k, v in options.items()}
     return _core.plan_all_to_all(m.shape[0], m.tobytes(), c, algorithm, opts)

@@ -16,6 +16,20 @@ def as_matrix(traffic) -> np.ndarray:
     Raises ValueError naming the problem: non-square, empty, negative, non-integer,
     NaN/inf entries, or sums that overflow u64.
     """
+    m = wire_matrix(traffic)
+    _core.traffic_hash(m.shape[0], m.tobytes())  # checks that sums fit u64
+    return m
+
+
+_U8LE = np.dtype("<u8")
+
+
+def wire_matrix(traffic) -> np.ndarray:
+    """:func:`as_matrix` without the u64 overflow check of row/column sums, for callers
+    that hand the matrix to the core, whose ``Traffic::new`` checks them with the same errors."""
+    if isinstance(traffic, np.ndarray) and traffic.dtype == _U8LE and traffic.ndim == 2 \
+            and traffic.flags.c_contiguous and traffic.shape[0] == traffic.shape[1] and traffic.shape[0] > 0:
+        return traffic  # already in the wire form: unsigned, so no float/negative checks apply
     try:
         a = np.asarray(traffic)
     except (ValueError, TypeError) as e:
@@ -39,9 +53,7 @@ def as_matrix(traffic) -> np.ndarray:
     if a.dtype.kind in "if" and np.any(a < 0):
         i, j = np.argwhere(a < 0)[0]
         raise ValueError(f"traffic matrix has a negative entry at [{i}, {j}]")
-    m = np.ascontiguousarray(a.astype("<u8"))
-    _core.traffic_hash(m.shape[0], m.tobytes())  # checks that sums fit u64
-    return m
+    return np.ascontiguousarray(a.astype("<u8", copy=False))
 
 
 def _wrap(n: int, raw: bytes) -> np.ndarray:

@@ -226,6 +226,10 @@ impl PlanBuilder {
         self.plan.transfers.reserve(transfers);
         self.plan.segments.reserve(segments);
     }
+    /// Reserve room for `deps` more dependency ids (growth copies the whole array).
+    pub fn reserve_deps(&mut self, deps: usize) {
+        self.plan.deps.reserve(deps);
+    }
     /// Make sure `rank` has at least `bytes` of scratch.
     pub fn need_scratch(&mut self, rank: u32, bytes: u64) {
         let s = &mut self.plan.scratch_bytes[rank as usize];
@@ -234,23 +238,24 @@ impl PlanBuilder {
     /// Append a transfer and return its id. Empty segments are dropped; a transfer
     /// left with no segment is still recorded (it may order others) only if it has deps
     /// or is explicitly wanted, so callers should skip empty transfers themselves.
+    #[inline]
     pub fn transfer(&mut self, src: u32, dst: u32, op: Op, tier: Tier, step: u32, segs: &[Segment], deps: &[u32]) -> u32 {
-        let id = self.plan.transfers.len() as u32;
-        let seg_begin = self.plan.segments.len() as u32;
-        self.plan.segments.extend(segs.iter().filter(|s| s.len > 0));
-        let dep_begin = self.plan.deps.len() as u32;
-        self.plan.deps.extend_from_slice(deps);
-        self.plan.transfers.push(Transfer {
-            src,
-            dst,
-            op,
-            tier,
-            step,
-            seg_begin,
-            seg_end: self.plan.segments.len() as u32,
-            dep_begin,
-            dep_end: self.plan.deps.len() as u32,
-        });
+        let p = &mut self.plan;
+        let id = p.transfers.len() as u32;
+        let seg_begin = p.segments.len() as u32;
+        // Element loops, not extend/extend_from_slice: lists are a few entries long, where a
+        // memcpy call or a filter adapter costs more than the copy.
+        for s in segs {
+            if s.len > 0 {
+                p.segments.push(*s);
+            }
+        }
+        let dep_begin = p.deps.len() as u32;
+        for &d in deps {
+            p.deps.push(d);
+        }
+        let (seg_end, dep_end) = (p.segments.len() as u32, p.deps.len() as u32);
+        p.transfers.push(Transfer { src, dst, op, tier, step, seg_begin, seg_end, dep_begin, dep_end });
         id
     }
     pub fn num_transfers(&self) -> usize {

@@ -23,14 +23,21 @@ impl Traffic {
         if data.len() != n * n {
             return invalid!("traffic matrix for {n} ranks needs {} entries, got {}", n * n, data.len());
         }
+        // Fast path: if even P² copies of the largest entry fit, no sum can overflow.
+        let max = data.iter().copied().max().unwrap_or(0);
+        if (max as u128) * (data.len() as u128) > u64::MAX as u128 {
+            Self::check_sums(n, &data)?;
+        }
+        Ok(Traffic { n, data })
+    }
+    fn check_sums(n: usize, data: &[u64]) -> Result<()> {
         let mut total: u128 = 0;
         let mut cols = vec![0u128; n];
         for i in 0..n {
             let mut row: u128 = 0;
-            for j in 0..n {
-                let v = data[i * n + j] as u128;
-                row += v;
-                cols[j] += v;
+            for (c, &v) in cols.iter_mut().zip(&data[i * n..(i + 1) * n]) {
+                row += v as u128;
+                *c += v as u128;
             }
             if row > u64::MAX as u128 {
                 return invalid!("traffic matrix row {i} sums past 2^64 bytes");
@@ -43,7 +50,7 @@ impl Traffic {
         if total > u64::MAX as u128 {
             return invalid!("traffic matrix total sums past 2^64 bytes");
         }
-        Ok(Traffic { n, data })
+        Ok(())
     }
     pub fn zeros(n: usize) -> Traffic {
         Traffic { n, data: vec![0; n * n] }
@@ -53,7 +60,8 @@ impl Traffic {
         if bytes.len() != n * n * 8 {
             return invalid!("traffic matrix buffer for {n} ranks needs {} bytes, got {}", n * n * 8, bytes.len());
         }
-        let data = bytes.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap())).collect();
+        let mut data = Vec::with_capacity(n * n);
+        data.extend(bytes.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap())));
         Traffic::new(n, data)
     }
     pub fn to_le_bytes(&self) -> Vec<u8> {
@@ -91,24 +99,26 @@ impl Traffic {
     }
     /// Offsets of each block in its sender's input: `send_offsets()[i*n+j]`.
     pub fn send_offsets(&self) -> Vec<u64> {
-        let mut off = vec![0u64; self.n * self.n];
-        for i in 0..self.n {
+        let mut off = Vec::with_capacity(self.data.len());
+        for row in self.data.chunks_exact(self.n) {
             let mut acc = 0;
-            for j in 0..self.n {
-                off[i * self.n + j] = acc;
-                acc += self.get(i, j);
-            }
+            off.extend(row.iter().map(|&v| {
+                let o = acc;
+                acc += v;
+                o
+            }));
         }
         off
     }
     /// Offsets of each block in its receiver's output: `recv_offsets()[i*n+j]`.
+    /// Computed row by row with running column sums (sequential memory access).
     pub fn recv_offsets(&self) -> Vec<u64> {
-        let mut off = vec![0u64; self.n * self.n];
-        for j in 0..self.n {
-            let mut acc = 0;
-            for i in 0..self.n {
-                off[i * self.n + j] = acc;
-                acc += self.get(i, j);
+        let mut off = Vec::with_capacity(self.data.len());
+        let mut acc = vec![0u64; self.n];
+        for row in self.data.chunks_exact(self.n) {
+            off.extend_from_slice(&acc);
+            for (a, &v) in acc.iter_mut().zip(row) {
+                *a += v;
             }
         }
         off
@@ -127,13 +137,11 @@ impl Traffic {
         }
         Traffic::new(self.n, data)
     }
-    /// Content hash (FNV-1a over the little-endian entries and the size): ranks compare it.
+    /// Content hash (word-wise, see `plan::hash`, over the size and the entries): ranks compare it.
     pub fn hash(&self) -> u64 {
         let mut h = crate::plan::hash::Fnv64::new();
         h.write_u64(self.n as u64);
-        for &v in &self.data {
-            h.write_u64(v);
-        }
+        h.write_u64s(&self.data);
         h.finish()
     }
 }

@@ -115,7 +115,8 @@ pub fn balance(traffic: &Traffic, cluster: &Cluster) -> Balanced {
         server: vec![0; n * n],
         pieces: Vec::with_capacity(n * n * g * g + n * n * g),
         stream_range: vec![(0, 0); n * n * g],
-        moves: Vec::new(),
+        // Every cross-server block is cut into at most a few moves; reserving avoids regrowth.
+        moves: Vec::with_capacity(n * n * g * g / 2 + n * g),
         balance_in: vec![0; p],
         intra: Vec::with_capacity(n * g * g),
     };
@@ -189,10 +190,9 @@ pub fn balance(traffic: &Traffic, cluster: &Cluster) -> Balanced {
                     v.clear();
                 }
             }
+            // Callers skip zero lengths: the call is not free (the closure is not inlined).
             let take = |a: usize, j: usize, c: usize, len: u64, rem: &mut [u64], off: &mut [u64], cap: &mut [u64], pcs: &mut Vec<[Vec<Piece>; 4]>, moves: &mut Vec<Move>, bal_in: &mut [u64]| {
-                if len == 0 {
-                    return;
-                }
+                debug_assert!(len > 0);
                 let k = a * g + j;
                 let block_off = off[k];
                 off[k] += len;
@@ -214,7 +214,9 @@ pub fn balance(traffic: &Traffic, cluster: &Cluster) -> Balanced {
             // A: every GPU keeps its same-index block (it lands directly in the peer's Output).
             for a in 0..g {
                 let x = rem[a * g + a].min(cap[a]);
-                take(a, a, a, x, &mut rem, &mut off, &mut cap, &mut per_carrier, &mut out.moves, &mut out.balance_in);
+                if x > 0 {
+                    take(a, a, a, x, &mut rem, &mut off, &mut cap, &mut per_carrier, &mut out.moves, &mut out.balance_in);
+                }
             }
             // Light GPUs (row ≤ target) keep everything: moving their bytes away only adds scale-up traffic.
             for a in 0..g {
@@ -222,7 +224,9 @@ pub fn balance(traffic: &Traffic, cluster: &Cluster) -> Balanced {
                     excess[a] = 0;
                     for j in 0..g {
                         let x = rem[a * g + j];
-                        take(a, j, a, x, &mut rem, &mut off, &mut cap, &mut per_carrier, &mut out.moves, &mut out.balance_in);
+                        if x > 0 {
+                            take(a, j, a, x, &mut rem, &mut off, &mut cap, &mut per_carrier, &mut out.moves, &mut out.balance_in);
+                        }
                     }
                 } else {
                     excess[a] = row[a] - tgt_of(&out.targets, tile, g, a);
@@ -252,7 +256,9 @@ pub fn balance(traffic: &Traffic, cluster: &Cluster) -> Balanced {
                         break;
                     }
                     let x = rem[a * g + j].min(cap[a]);
-                    take(a, j, a, x, &mut rem, &mut off, &mut cap, &mut per_carrier, &mut out.moves, &mut out.balance_in);
+                    if x > 0 {
+                        take(a, j, a, x, &mut rem, &mut off, &mut cap, &mut per_carrier, &mut out.moves, &mut out.balance_in);
+                    }
                 }
             }
             // D: the rest of each heavy GPU goes to carriers with room, in index order.

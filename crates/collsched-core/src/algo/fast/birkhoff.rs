@@ -156,23 +156,31 @@ pub struct Bottleneck {
     matcher: Matcher,
     theta: u64,
     col_seen: Vec<bool>,
+    col_max: Vec<u64>,
 }
 
 impl Bottleneck {
     pub fn new(n: usize) -> Bottleneck {
-        Bottleneck { matcher: Matcher::new(n), theta: u64::MAX, col_seen: vec![false; n] }
+        Bottleneck { matcher: Matcher::new(n), theta: u64::MAX, col_seen: vec![false; n], col_max: vec![0; n] }
     }
 
     /// The bottleneck perfect matching of `m` (all line sums equal and positive): the
     /// permutation (row → column) and its smallest entry.
     pub fn next(&mut self, m: &[u64], n: usize) -> (Vec<u32>, u64) {
         // Upper bound: every row and column needs an entry ≥ θ.
+        // Row and column maxima in one row-major pass (a column walk misses the cache at large N).
         let mut hi = u64::MAX;
-        for r in 0..n {
-            hi = hi.min(m[r * n..(r + 1) * n].iter().copied().max().unwrap_or(0));
+        self.col_max.iter_mut().for_each(|x| *x = 0);
+        for row in m[..n * n].chunks_exact(n.max(1)) {
+            let mut row_max = 0;
+            for (cm, &v) in self.col_max.iter_mut().zip(row) {
+                row_max = row_max.max(v);
+                *cm = (*cm).max(v);
+            }
+            hi = hi.min(row_max);
         }
-        for c in 0..n {
-            hi = hi.min((0..n).map(|r| m[r * n + c]).max().unwrap_or(0));
+        for &cm in &self.col_max {
+            hi = hi.min(cm);
         }
         let mut theta = self.theta.min(hi);
         loop {

@@ -52,8 +52,79 @@ fn prefetch<T>(x: &T) {
 fn mul_div(a: u64, b: u64, c: u64) -> u64 {
     if c == 0 {
         0
+    } else if let Some(ab) = a.checked_mul(b) {
+        ab / c // same value as the u128 path, without a 128-bit division
     } else {
         ((a as u128 * b as u128) / c as u128) as u64
+    }
+}
+
+/// Append `seg` to a transfer's segments, extending the last one instead when `seg`
+/// continues it in both source and destination (same bytes moved, fewer descriptors).
+#[inline]
+pub(crate) fn push_merged(segs: &mut Vec<Segment>, seg: Segment) {
+    if let Some(last) = segs.last_mut() {
+        if last.src_buf == seg.src_buf && last.dst_buf == seg.dst_buf && last.src_off + last.len == seg.src_off && last.dst_off + last.len == seg.dst_off {
+            last.len += seg.len;
+            return;
+        }
+    }
+    segs.push(seg);
+}
+
+/// Short id lists, one per key, with a fixed capacity each, in one flat array: no
+/// allocation per key or per round.
+struct IdLists {
+    cap: usize,
+    len: Vec<u32>,
+    ids: Vec<u32>,
+}
+
+impl IdLists {
+    fn new(keys: usize, cap: usize) -> IdLists {
+        IdLists { cap, len: vec![0; keys], ids: vec![0; keys * cap] }
+    }
+    #[inline]
+    fn push(&mut self, k: usize, id: u32) {
+        let l = self.len[k] as usize;
+        assert!(l < self.cap, "IdLists capacity {} exceeded", self.cap);
+        self.ids[k * self.cap + l] = id;
+        self.len[k] += 1;
+    }
+    #[inline]
+    fn get(&self, k: usize) -> &[u32] {
+        &self.ids[k * self.cap..k * self.cap + self.len[k] as usize]
+    }
+}
+
+/// Per NIC, the ids of its transfers in the last round it was active in (`last`) and in
+/// the round being assembled (`cur`): two lists per key whose roles flip, so closing a
+/// round copies nothing.
+struct RoundLists {
+    lists: IdLists,
+    cur_side: Vec<u8>,
+}
+
+impl RoundLists {
+    fn new(keys: usize, cap: usize) -> RoundLists {
+        RoundLists { lists: IdLists::new(2 * keys, cap), cur_side: vec![0; keys] }
+    }
+    #[inline]
+    fn last(&self, k: usize) -> &[u32] {
+        self.lists.get(2 * k + 1 - self.cur_side[k] as usize)
+    }
+    #[inline]
+    fn push_cur(&mut self, k: usize, id: u32) {
+        self.lists.push(2 * k + self.cur_side[k] as usize, id);
+    }
+    /// If `k` was active this round, its current list becomes its last one.
+    #[inline]
+    fn close_round(&mut self, k: usize) {
+        let cur = 2 * k + self.cur_side[k] as usize;
+        if self.lists.len[cur] > 0 {
+            self.cur_side[k] ^= 1;
+            self.lists.len[2 * k + self.cur_side[k] as usize] = 0;
+        }
     }
 }
 
@@ -65,7 +136,17 @@ pub fn assemble(name: &str, traffic: &Traffic, cluster: &Cluster, bal: &Balanced
     let p = n * g;
     let nics = cluster.nics_per_server as usize;
     let mut b = PlanBuilder::new(name, Collective::AllToAll { traffic: traffic.clone() }, cluster.gpus_per_server);
-    b.reserve(bal.moves.len() + p * g + rounds.len() * p * 2, bal.pieces.len() * 2 + p * g);
+    // Upper bounds, so no array of the plan is ever regrown (and copied). Untouched
+    // capacity costs only address space.
+    let pair_visits: usize = rounds.iter().map(|r| r.pairs.len()).sum::<usize>() * g;
+    let scaleout_segs = bal.pieces.len() + pair_visits;
+    let scaleout_transfers = 2 * pair_visits;
+    b.reserve(
+        bal.moves.len() + bal.intra.len() + scaleout_transfers + scaleout_segs.min(scaleout_transfers * g.saturating_sub(1)),
+        bal.moves.len() + bal.intra.len() + 2 * scaleout_segs,
+    );
+    // Most transfers have one or two deps: an estimate (dep lists are short, growth is rare).
+    b.reserve_deps(2 * (bal.moves.len() + bal.intra.len() + scaleout_segs) + scaleout_transfers * 2);
     let mut loads = Loads::default();
 
     // Step 0: balancing, Input → carrier's Scratch. Per (server, a, c) up to two transfers:
@@ -83,8 +164,9 @@ pub fn assemble(name: &str, traffic: &Traffic, cluster: &Cluster, bal: &Balanced
     let mut segs: Vec<Segment> = Vec::new();
     // Urgent balancing transfers sent by / received by each rank: later scale-up work on
     // that rank's port (the rest of balancing, the intra-server part) waits for them.
-    let mut urgent_from: Vec<Vec<u32>> = vec![Vec::new(); p];
-    let mut urgent_into: Vec<Vec<u32>> = vec![Vec::new(); p];
+    // At most one urgent transfer per (a, c), so g per rank and direction.
+    let mut urgent_from = IdLists::new(p, g);
+    let mut urgent_into = IdLists::new(p, g);
     let mut deps: Vec<u32> = Vec::new();
     let mut server_begin = 0;
     while server_begin < bal.moves.len() {
@@ -101,7 +183,7 @@ pub fn assemble(name: &str, traffic: &Traffic, cluster: &Cluster, bal: &Balanced
                 while k < server_end && bal.moves[k].a as usize == a && bal.moves[k].c as usize == c {
                     let m = &bal.moves[k];
                     if urgent_tile[s * n + m.d as usize] == urgent {
-                        segs.push(Segment { src_buf: Buf::Input, src_off: m.input_off, dst_buf: Buf::Scratch, dst_off: m.scratch_off, len: m.len });
+                        push_merged(&mut segs, Segment { src_buf: Buf::Input, src_off: m.input_off, dst_buf: Buf::Scratch, dst_off: m.scratch_off, len: m.len });
                         bal_out[s * g + a] += m.len;
                         bal_in[s * g + c] += m.len;
                     }
@@ -113,16 +195,16 @@ pub fn assemble(name: &str, traffic: &Traffic, cluster: &Cluster, bal: &Balanced
                 let (src, dst) = (s * g + a, s * g + c);
                 deps.clear();
                 if !urgent {
-                    deps.extend_from_slice(&urgent_from[src]);
-                    deps.extend_from_slice(&urgent_into[dst]);
+                    deps.extend_from_slice(urgent_from.get(src));
+                    deps.extend_from_slice(urgent_into.get(dst));
                     deps.sort_unstable();
                     deps.dedup();
                 }
                 let id = b.transfer(src as u32, dst as u32, Op::Copy, Tier::ScaleUp, 0, &segs, &deps);
                 bal_id[src * g + c][usize::from(!urgent)] = id;
                 if urgent {
-                    urgent_from[src].push(id);
-                    urgent_into[dst].push(id);
+                    urgent_from.push(src, id);
+                    urgent_into.push(dst, id);
                 }
             }
         }
@@ -141,8 +223,8 @@ pub fn assemble(name: &str, traffic: &Traffic, cluster: &Cluster, bal: &Balanced
         deps.clear();
         if blk.i != blk.j {
             // Scale-up ports serve the first round's balancing first.
-            deps.extend_from_slice(&urgent_from[blk.i as usize]);
-            deps.extend_from_slice(&urgent_into[blk.j as usize]);
+            deps.extend_from_slice(urgent_from.get(blk.i as usize));
+            deps.extend_from_slice(urgent_into.get(blk.j as usize));
             deps.sort_unstable();
             deps.dedup();
         }
@@ -156,12 +238,15 @@ pub fn assemble(name: &str, traffic: &Traffic, cluster: &Cluster, bal: &Balanced
 
     // Scale-out rounds with their redistribution.
     let mut cum = vec![0u64; n * n];
+    // given[tile*g+c]: bytes of the tile carrier c has sent so far (= mul_div(cum, t, total)).
+    let mut given = vec![0u64; n * n * g];
     let mut cursor = vec![(0u32, 0u64); n * n * g]; // (piece index in stream, offset inside it)
     let mut recv_cursor: Vec<u64> = bal.balance_in.clone();
-    let mut last_send: Vec<Vec<u32>> = vec![Vec::new(); n * nics];
-    let mut last_recv: Vec<Vec<u32>> = vec![Vec::new(); n * nics];
-    let mut cur_send: Vec<Vec<u32>> = vec![Vec::new(); n * nics];
-    let mut cur_recv: Vec<Vec<u32>> = vec![Vec::new(); n * nics];
+    // A NIC's transfers in one round: two per carrier on it, per pair its server is in.
+    let pairs_per_server = if chain_nics { max_pairs_per_server(rounds, n) } else { 0 };
+    let nic_cap = 2 * g.div_ceil(nics) * pairs_per_server;
+    let mut sends = RoundLists::new(n * nics, nic_cap);
+    let mut recvs = RoundLists::new(n * nics, nic_cap);
     let mut nic_send_bytes = vec![0u64; n * nics];
     let mut nic_recv_bytes = vec![0u64; n * nics];
     let mut touched_nics: Vec<usize> = Vec::new();
@@ -188,11 +273,13 @@ pub fn assemble(name: &str, traffic: &Traffic, cluster: &Cluster, bal: &Balanced
             let (s, d) = (s as usize, d as usize);
             let tile = s * n + d;
             let total = bal.server[tile];
-            let c0 = cum[tile];
             cum[tile] += r;
+            let c1 = cum[tile];
             for c in 0..g {
                 let t = bal.targets[tile * g + c];
-                let mut x = mul_div(c0 + r, t, total) - mul_div(c0, t, total);
+                let hi = if c1 == total { t } else { mul_div(c1, t, total) };
+                let mut x = hi - given[tile * g + c];
+                given[tile * g + c] = hi;
                 if x == 0 {
                     continue;
                 }
@@ -228,11 +315,11 @@ pub fn assemble(name: &str, traffic: &Traffic, cluster: &Cluster, bal: &Balanced
                         let src_off = piece.src_off + cur.1;
                         let out_off = piece.out_off + cur.1;
                         if j == c {
-                            segs.push(Segment { src_buf, src_off, dst_buf: Buf::Output, dst_off: out_off, len: y });
+                            push_merged(&mut segs, Segment { src_buf, src_off, dst_buf: Buf::Output, dst_off: out_off, len: y });
                         } else {
                             let at = recv_cursor[dst_rank];
                             recv_cursor[dst_rank] += y;
-                            segs.push(Segment { src_buf, src_off, dst_buf: Buf::Scratch, dst_off: at, len: y });
+                            push_merged(&mut segs, Segment { src_buf, src_off, dst_buf: Buf::Scratch, dst_off: at, len: y });
                             redistributor.park(j, at, out_off, y);
                         }
                         x -= y;
@@ -246,8 +333,8 @@ pub fn assemble(name: &str, traffic: &Traffic, cluster: &Cluster, bal: &Balanced
                         continue;
                     }
                     if chain_nics {
-                        deps.extend_from_slice(&last_send[snic]);
-                        deps.extend_from_slice(&last_recv[rnic]);
+                        deps.extend_from_slice(sends.last(snic));
+                        deps.extend_from_slice(recvs.last(rnic));
                     }
                     deps.sort_unstable();
                     deps.dedup();
@@ -263,8 +350,10 @@ pub fn assemble(name: &str, traffic: &Traffic, cluster: &Cluster, bal: &Balanced
                         touched_nics.push(rnic);
                     }
                     nic_recv_bytes[rnic] += bytes;
-                    cur_send[snic].push(id);
-                    cur_recv[rnic].push(id);
+                    if chain_nics {
+                        sends.push_cur(snic, id);
+                        recvs.push_cur(rnic, id);
+                    }
                 }
             }
         }
@@ -273,11 +362,9 @@ pub fn assemble(name: &str, traffic: &Traffic, cluster: &Cluster, bal: &Balanced
             round_max = round_max.max(nic_send_bytes[nic]).max(nic_recv_bytes[nic]);
             nic_send_bytes[nic] = 0;
             nic_recv_bytes[nic] = 0;
-            if !cur_send[nic].is_empty() {
-                last_send[nic] = std::mem::take(&mut cur_send[nic]);
-            }
-            if !cur_recv[nic].is_empty() {
-                last_recv[nic] = std::mem::take(&mut cur_recv[nic]);
+            if chain_nics {
+                sends.close_round(nic);
+                recvs.close_round(nic);
             }
         }
         loads.round_nic_max.push(round_max);
@@ -287,4 +374,19 @@ pub fn assemble(name: &str, traffic: &Traffic, cluster: &Cluster, bal: &Balanced
         b.need_scratch(r as u32, bytes);
     }
     (b, loads)
+}
+
+/// The most pairs any server sends or receives in one round (1 for one-to-one rounds).
+fn max_pairs_per_server(rounds: &[Round], n: usize) -> usize {
+    let mut count = vec![0usize; 2 * n];
+    let mut max = 0;
+    for round in rounds {
+        count.iter_mut().for_each(|x| *x = 0);
+        for &(s, d, _) in &round.pairs {
+            count[s as usize] += 1;
+            count[n + d as usize] += 1;
+            max = max.max(count[s as usize]).max(count[n + d as usize]);
+        }
+    }
+    max
 }

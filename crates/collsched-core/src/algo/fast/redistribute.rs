@@ -10,6 +10,10 @@ use crate::topology::Tier;
 pub struct Redistributor {
     /// Per local owner index: Scratch → Output segments waiting to be emitted.
     buckets: Vec<Vec<Segment>>,
+    /// Bytes parked per owner (summed while parking, not rescanned at emission).
+    bucket_bytes: Vec<u64>,
+    /// Whether any bucket holds segments (most scale-out transfers park nothing).
+    any: bool,
     out_load: Vec<u64>,
     in_load: Vec<u64>,
     touched: Vec<u32>,
@@ -17,24 +21,30 @@ pub struct Redistributor {
 
 impl Redistributor {
     pub fn new(ranks: usize, gpus: usize) -> Redistributor {
-        Redistributor { buckets: vec![Vec::new(); gpus], out_load: vec![0; ranks], in_load: vec![0; ranks], touched: Vec::new() }
+        Redistributor { buckets: vec![Vec::new(); gpus], bucket_bytes: vec![0; gpus], any: false, out_load: vec![0; ranks], in_load: vec![0; ranks], touched: Vec::new() }
     }
 
     /// Park `len` bytes at `holder`'s Scratch `scratch_off`, owned by local GPU `owner` (Output `out_off`).
     #[inline]
     pub fn park(&mut self, owner: usize, scratch_off: u64, out_off: u64, len: u64) {
-        self.buckets[owner].push(Segment { src_buf: Buf::Scratch, src_off: scratch_off, dst_buf: Buf::Output, dst_off: out_off, len });
+        self.bucket_bytes[owner] += len;
+        self.any = true;
+        super::pipeline::push_merged(&mut self.buckets[owner], Segment { src_buf: Buf::Scratch, src_off: scratch_off, dst_buf: Buf::Output, dst_off: out_off, len });
     }
 
     /// Emit what `producer` (the scale-out transfer into `holder`) parked, one transfer per
     /// owner in owner order, at `step`; `server_base` is the first rank of the holder's server.
     pub fn emit(&mut self, b: &mut PlanBuilder, holder: u32, server_base: u32, producer: u32, step: u32) {
+        if !self.any {
+            return;
+        }
+        self.any = false;
         for (j, bucket) in self.buckets.iter_mut().enumerate() {
             if bucket.is_empty() {
                 continue;
             }
             let owner = server_base + j as u32;
-            let bytes: u64 = bucket.iter().map(|s| s.len).sum();
+            let bytes = std::mem::take(&mut self.bucket_bytes[j]);
             b.transfer(holder, owner, Op::Copy, Tier::ScaleUp, step, bucket, &[producer]);
             bucket.clear();
             for (r, load) in [(holder, &mut self.out_load), (owner, &mut self.in_load)] {
