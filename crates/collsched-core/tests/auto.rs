@@ -220,6 +220,7 @@ fn planning_cost() {
                 let mut on = Vec::new();
                 let mut predicted_ns = Vec::new();
                 let mut choices = std::collections::BTreeMap::new();
+                let mut pruned = 0;
                 for seed in 0..9u64 {
                     let t = match seed % 3 {
                         0 => generators::uniform(n, per_gpu / n as u64, seed).unwrap(),
@@ -232,6 +233,7 @@ fn planning_cost() {
                     let best: u64 = p.meta[&format!("predicted_{}_ns", p.meta["choice"])].parse().unwrap();
                     predicted_ns.push(best as f64);
                     *choices.entry(p.meta["choice"].clone()).or_insert(0) += 1;
+                    pruned += p.meta.keys().filter(|k| k.starts_with("pruned_")).count();
                     let o = opts(&[("threads", "1"), ("refine", refine)]);
                     plan_all_to_all(&t, &c, "auto", &o).unwrap();
                     let s = Instant::now();
@@ -244,7 +246,7 @@ fn planning_cost() {
                 };
                 let (moff, mon, mpred) = (med(&mut off), med(&mut on), med(&mut predicted_ns));
                 eprintln!(
-                    "{n:>3} GPUs {:>4} MiB/GPU refine={refine:<6}: cache off {moff:.2} ms, on {mon:.2} ms; predicted transfer {:.2} ms; off = {:.1}% of it; choices {choices:?}",
+                    "{n:>3} GPUs {:>4} MiB/GPU refine={refine:<6}: cache off {moff:.2} ms, on {mon:.2} ms; predicted transfer {:.2} ms; off = {:.1}% of it; pruned {pruned}/63; choices {choices:?}",
                     per_gpu >> 20,
                     mpred / 1e6,
                     moff * 1e6 / mpred * 100.0
