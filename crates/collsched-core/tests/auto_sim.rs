@@ -228,3 +228,34 @@ fn residuals() {
         }
     }
 }
+
+/// Held-out check (ignored): cases beyond 2% for both refine modes on other seeds.
+/// `SEEDS=7,11 cargo test --release --test auto_sim -- --ignored --nocapture other_seeds`
+#[test]
+#[ignore]
+fn other_seeds() {
+    let sim = SimOptions::default();
+    for seed in std::env::var("SEEDS").unwrap_or("7".into()).split(',').filter_map(|s| s.parse::<u64>().ok()) {
+        let mut rng = Rng::new(seed);
+        let (mut over_budget, mut over_always, mut refined) = (Vec::new(), Vec::new(), 0);
+        for case in 0..CASES {
+            let c = random_cluster(&mut rng);
+            let t = random_traffic(&c, &mut rng);
+            let best = CANDIDATES
+                .iter()
+                .filter_map(|alg| plan_all_to_all(&t, &c, alg, &Options::new()).ok())
+                .map(|p| simulate(&p, &c, &sim).unwrap().time_s)
+                .fold(f64::INFINITY, f64::min);
+            let (a, r, why) = auto_time(&t, &c, "budget", &sim);
+            refined += r as u32;
+            if a > best * 1.02 {
+                over_budget.push(format!("case {case}: {:.2}% {why}", (a / best - 1.0) * 100.0));
+            }
+            let (a, _, why) = auto_time(&t, &c, "always", &sim);
+            if a > best * 1.02 {
+                over_always.push(format!("case {case}: {:.2}% {why}", (a / best - 1.0) * 100.0));
+            }
+        }
+        eprintln!("seed {seed}: refined {refined}; beyond 2%: budget {} {over_budget:#?}; always {} {over_always:#?}", over_budget.len(), over_always.len());
+    }
+}
