@@ -302,3 +302,18 @@ proptest::proptest! {
         }
     }
 }
+
+/// Profiling loop (ignored): predict fast's and balanced_direct's plans at 64 GPUs repeatedly.
+#[test]
+#[ignore]
+fn predict_loop() {
+    let c = Cluster::parse("h200:8").unwrap();
+    let t = generators::zipf(64, 0.8, (256u64 << 20) / 64, 1).unwrap();
+    let plans: Vec<_> = ["fast", "balanced_direct"].iter().map(|a| plan_all_to_all(&t, &c, a, &Options::new()).unwrap()).collect();
+    let clock = std::time::Instant::now();
+    let mut x = Vec::new();
+    for _ in 0..200 {
+        x = plans.iter().map(|p| cost::predict_ns(p, &c)).collect();
+    }
+    eprintln!("predictions {x:?}; {:.3} ms per pair", clock.elapsed().as_secs_f64() * 1e3 / 200.0);
+}
