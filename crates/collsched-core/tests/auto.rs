@@ -310,6 +310,13 @@ fn predict_loop() {
     let c = Cluster::parse("h200:8").unwrap();
     let t = generators::zipf(64, 0.8, (256u64 << 20) / 64, 1).unwrap();
     let plans: Vec<_> = ["fast", "balanced_direct"].iter().map(|a| plan_all_to_all(&t, &c, a, &Options::new()).unwrap()).collect();
+    for p in &plans {
+        let mut level = vec![0u32; p.transfers.len()];
+        for (i, t) in p.transfers.iter().enumerate() {
+            level[i] = p.deps_of(t).iter().map(|&d| level[d as usize] + 1).max().unwrap_or(0);
+        }
+        eprintln!("{}: {} transfers, {} levels", p.algorithm, p.transfers.len(), level.iter().max().map_or(0, |m| m + 1));
+    }
     let clock = std::time::Instant::now();
     let mut x = Vec::new();
     for _ in 0..200 {
