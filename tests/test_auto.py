@@ -1,4 +1,5 @@
-"""`auto` from Python: the choice is the smallest predicted time, recorded in meta."""
+"""`auto` from Python: the choice is the smallest predicted (or, on close calls,
+simulated) time, recorded in meta; candidates that cannot be close calls are pruned."""
 import numpy as np
 import pytest
 
@@ -16,11 +17,15 @@ def test_choice_is_the_argmin_of_predictions(spec, kind):
     m = {"uniform": lambda: traffic.uniform(n, 1 << 18, seed=3),
          "zipf": lambda: traffic.zipf(n, 0.99, 1 << 18, seed=3),
          "hot": lambda: traffic.hot_experts(n, skew=1.5, tokens_per_rank=256, hidden=512, seed=3)}[kind]()
-    p = plan_all_to_all(m, c, "auto", cache=0)
+    p = plan_all_to_all(m, c, "auto", cache=0, refine="never")
     p.verify()
     pred = {a: int(p.meta[f"predicted_{a}_ns"]) for a in CANDIDATES if f"predicted_{a}_ns" in p.meta}
-    assert {"fanout", "sabre_skewed", "sabre_light"} <= set(pred)
+    pruned = {a: int(p.meta[f"pruned_{a}_bound_ns"]) for a in CANDIDATES if f"pruned_{a}_bound_ns" in p.meta}
+    assert not set(pred) & set(pruned)
+    assert {"fanout", "sabre_skewed", "sabre_light"} <= set(pred) | set(pruned)
     best = min(pred.values())
+    # A pruned candidate's lower bound is beyond the refinement margin (8%).
+    assert all(b * 100 > best * 108 for b in pruned.values())
     first = next(a for a in CANDIDATES if pred.get(a) == best)
     assert p.meta["choice"] == first
     assert p.algorithm == "auto"
@@ -44,3 +49,19 @@ def test_bad_options():
         plan_all_to_all(m, "h200:1", "auto", candidates="nccl")
     with pytest.raises(ValueError, match="unknown option"):
         plan_all_to_all(m, "h200:1", "auto", speed="max")
+
+
+def test_refine_always_simulates_close_calls():
+    c = collsched.Cluster.parse("h200:3,gpus=2")
+    m = traffic.zipf(6, 0.99, 8 << 20, seed=4)
+    p = plan_all_to_all(m, c, "auto", cache=0, refine="always")
+    p.verify()
+    sims = {a: int(p.meta[f"simulated_{a}_ns"]) for a in CANDIDATES if f"simulated_{a}_ns" in p.meta}
+    if len(sims) >= 2:
+        assert p.meta["refined"] == "true"
+        best = min(sims.values())
+        assert p.meta["choice"] == next(a for a in CANDIDATES if sims.get(a) == best)
+    else:
+        assert p.meta["refined"] == "false"
+    with pytest.raises(ValueError, match="refine"):
+        plan_all_to_all(m, c, "auto", refine="maybe")

@@ -2,18 +2,19 @@
 //! (2–4 servers of 2–8 GPUs, switch and mesh fabrics, shared and dedicated NICs, uniform,
 //! Zipf, hot-receiver and sparse matrices, 64 KiB–64 MiB per GPU).
 //!
-//! Asserted: auto's plan simulates within 2% of the best candidate's simulated time in
-//! all but at most 3% of the cases (≤ 7 of 240) and within 10% in every case; its mean
-//! gap to the best is below 0.5%; and on average it is strictly better than every fixed
-//! algorithm. The closed-form cost model does not see every max-min sharing effect, so
-//! "within 2% in every case" does not hold: with all seven candidates 5 of these 240
-//! cases land at 2.2–4.4% (1.2% of 940 cases over this and two other seeds; docs/auto.md).
+//! Asserted: with `refine=always` (close calls simulated), auto's plan simulates within 2%
+//! of the best candidate's simulated time in every case. With the default
+//! `refine=budget` it is strictly better than every fixed algorithm on average, and within
+//! 2% in every case except 5 pinned ones where simulating the close calls is over the 5%
+//! budget and the closed-form model mis-ranks them (see the assertion). Every plan of
+//! auto is verified.
 mod sabre_common;
 use collsched_core::algo::auto::CANDIDATES;
 use collsched_core::algo::plan_all_to_all;
 use collsched_core::plan::Options;
 use collsched_core::sim::{simulate, SimOptions};
 use collsched_core::traffic::generators::{self, Rng};
+use collsched_core::plan::verify::verify;
 use collsched_core::{Cluster, Error, Traffic};
 use sabre_common::opts;
 
@@ -64,6 +65,14 @@ fn random_traffic(c: &Cluster, rng: &mut Rng) -> Traffic {
     }
 }
 
+/// Simulated time of auto's plan under `refine`, and whether it simulated its close calls.
+fn auto_time(t: &Traffic, c: &Cluster, refine: &str, sim: &SimOptions) -> (f64, bool, String) {
+    let p = plan_all_to_all(t, c, "auto", &opts(&[("cache", "0"), ("refine", refine)])).unwrap();
+    verify(&p).unwrap();
+    let a = simulate(&p, c, sim).unwrap().time_s;
+    (a, p.meta["refined"] == "true", format!("{} ({})", p.meta["choice"], p.meta["reason"]))
+}
+
 #[test]
 fn auto_is_within_two_percent_of_the_best_simulated_candidate() {
     let mut rng = Rng::new(20_260_401);
@@ -71,9 +80,10 @@ fn auto_is_within_two_percent_of_the_best_simulated_candidate() {
     let mut sum_ratio: Vec<f64> = vec![0.0; CANDIDATES.len()];
     let mut counted = vec![0u64; CANDIDATES.len()];
     let mut auto_sum = 0.0;
-    let mut worst = (0.0f64, String::new());
-    let mut over_two_percent = Vec::new();
-    let mut gap_sum = 0.0;
+    let mut over = Vec::new();
+    let mut over_cases: Vec<(u64, f64, bool)> = Vec::new();
+    let mut over_always = Vec::new();
+    let mut refined = 0;
     for case in 0..CASES {
         let c = random_cluster(&mut rng);
         let t = random_traffic(&c, &mut rng);
@@ -86,17 +96,16 @@ fn auto_is_within_two_percent_of_the_best_simulated_candidate() {
             }
         }
         let best = times.iter().flatten().cloned().fold(f64::INFINITY, f64::min);
-        let p = plan_all_to_all(&t, &c, "auto", &opts(&[("cache", "0")])).unwrap();
-        let a = simulate(&p, &c, &sim).unwrap().time_s;
-        let gap = a / best - 1.0;
-        if gap > worst.0 {
-            worst = (gap, format!("case {case} on {}: auto chose {} ({})", c.spec(), p.meta["choice"], p.meta["reason"]));
-        }
-        assert!(a <= best * 1.10, "case {case} on {}: auto ({}) {a:.6e}s vs best {best:.6e}s; times {times:?}", c.spec(), p.meta["choice"]);
+        let (a, r, why) = auto_time(&t, &c, "budget", &sim);
+        refined += r as u32;
         if a > best * 1.02 {
-            over_two_percent.push(format!("case {case}: {:.2}% ({} on {})", gap * 100.0, p.meta["choice"], c.spec()));
+            over_cases.push((case, (a / best - 1.0) * 100.0, r));
+            over.push(format!("case {case}: {:.2}% on {}: {why}", (a / best - 1.0) * 100.0, c.spec()));
         }
-        gap_sum += gap.max(0.0);
+        let (a_always, _, why) = auto_time(&t, &c, "always", &sim);
+        if a_always > best * 1.02 {
+            over_always.push(format!("case {case}: {:.2}% on {}: {why}", (a_always / best - 1.0) * 100.0, c.spec()));
+        }
         auto_sum += a / best;
         for (k, x) in times.iter().enumerate() {
             if let Some(x) = x {
@@ -106,10 +115,23 @@ fn auto_is_within_two_percent_of_the_best_simulated_candidate() {
         }
     }
     let auto_mean = auto_sum / CASES as f64;
-    eprintln!("auto mean ratio to best {auto_mean:.4}; worst gap {:.2}% ({})", worst.0 * 100.0, worst.1);
-    eprintln!("cases over 2%: {over_two_percent:?}");
-    assert!(over_two_percent.len() as u64 * 100 <= 3 * CASES, "more than 3% of cases over 2%: {over_two_percent:?}");
-    assert!(gap_sum / (CASES as f64) < 0.005, "mean gap {:.3}%", gap_sum / CASES as f64 * 100.0);
+    eprintln!("auto mean ratio to best {auto_mean:.4}; refined {refined} of {CASES} cases");
+    eprintln!("refine=budget: cases over 2%: {over:#?}");
+    eprintln!("refine=always: cases over 2%: {over_always:#?}");
+    assert!(over_always.is_empty(), "refine=always: auto beyond 2% of the best candidate in {} cases", over_always.len());
+    // Default (`refine=budget`): the "within 2% in every case" does NOT hold. These
+    // cases are close calls the closed-form model mis-ranks (balanced_direct underestimated
+    // by 2.4–5.3% through max-min sharing across NIC uplinks and downlinks), and simulating
+    // them would cost 12–330% of the predicted transfer time, far over the 5% budget
+    // (docs/auto.md). Pinned exactly: any new case beyond 2% fails the test, as does any
+    // case here beyond 5%, or one here that refinement did simulate.
+    let known: [(u64, f64); 5] = [(145, 2.56), (159, 2.33), (178, 2.85), (180, 2.20), (200, 4.41)];
+    let ids: Vec<u64> = over_cases.iter().map(|o| o.0).collect();
+    assert_eq!(ids, known.iter().map(|k| k.0).collect::<Vec<_>>(), "cases beyond 2% changed: {over:#?}");
+    for (&(case, gap, was_refined), &(_, pinned)) in over_cases.iter().zip(&known) {
+        assert!(!was_refined, "case {case}: refined and still beyond 2%");
+        assert!(gap <= pinned + 0.01, "case {case}: {gap:.2}% (pinned {pinned}%)");
+    }
     for (k, alg) in CANDIDATES.iter().enumerate() {
         if counted[k] == 0 {
             continue;
@@ -120,4 +142,135 @@ fn auto_is_within_two_percent_of_the_best_simulated_candidate() {
             assert!(auto_mean < m, "auto ({auto_mean:.4}) is not better than {alg} ({m:.4}) on average");
         }
     }
+}
+
+/// Diagnostic (ignored): per case, the simulation cost of each candidate (wall time per
+/// transfer, best of 3) and how far above the best prediction the truly best candidate was
+/// predicted. `cargo test --release --test auto_sim -- --ignored --nocapture simcost`
+#[test]
+#[ignore]
+fn simcost() {
+    use collsched_core::algo::auto::cost::predict_ns;
+    use std::time::Instant;
+    let mut rng = Rng::new(20_260_401);
+    let tol = std::env::var("TOL").ok().and_then(|v| v.parse().ok()).unwrap_or(collsched_core::sim::DEFAULT_TOLERANCE);
+    let sim = SimOptions { tolerance: tol, ..SimOptions::default() };
+    let exact = SimOptions::default();
+    let mut worst_err = 0.0f64;
+    let mut worst_per_transfer = 0.0f64;
+    let mut per_transfer = Vec::new();
+    let mut worst_margin = 0.0f64;
+    for case in 0..CASES {
+        let c = random_cluster(&mut rng);
+        let t = random_traffic(&c, &mut rng);
+        let mut preds = Vec::new();
+        let mut sims = Vec::new();
+        for alg in CANDIDATES {
+            let Ok(p) = plan_all_to_all(&t, &c, alg, &Options::new()) else { continue };
+            let mut best = f64::INFINITY;
+            let mut time = 0.0;
+            for _ in 0..3 {
+                let s = Instant::now();
+                time = simulate(&p, &c, &sim).unwrap().time_s;
+                best = best.min(s.elapsed().as_secs_f64());
+            }
+            let pt = best * 1e9 / p.transfers.len().max(1) as f64;
+            per_transfer.push(pt);
+            if pt > worst_per_transfer {
+                worst_per_transfer = pt;
+                eprintln!("case {case} {alg}: {} transfers, sim {:.1} us, {pt:.0} ns/transfer", p.transfers.len(), best * 1e6);
+            }
+            let reference = simulate(&p, &c, &exact).unwrap().time_s;
+            worst_err = worst_err.max((time / reference - 1.0).abs());
+            preds.push(predict_ns(&p, &c) as f64);
+            sims.push(time);
+        }
+        let bp = preds.iter().cloned().fold(f64::INFINITY, f64::min);
+        let bs = sims.iter().cloned().fold(f64::INFINITY, f64::min);
+        let kbest = (0..sims.len()).find(|&k| sims[k] == bs).unwrap();
+        let m = preds[kbest] / bp - 1.0;
+        if m > worst_margin {
+            worst_margin = m;
+            eprintln!("case {case}: true best predicted {:.2}% above best prediction ({:.0} ns)", m * 100.0, bp);
+        }
+    }
+    per_transfer.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    eprintln!("tolerance {tol}: worst error against the default tolerance {:.3}%", worst_err * 100.0);
+    eprintln!("sim ns/transfer: median {:.0}, p90 {:.0}, max {:.0}", per_transfer[per_transfer.len() / 2], per_transfer[per_transfer.len() * 9 / 10], worst_per_transfer);
+}
+
+/// Diagnostic (ignored): predicted and simulated times of every candidate for the cases in
+/// `CASES_OF_INTEREST` (comma-separated). `cargo test --release --test auto_sim -- --ignored --nocapture residuals`
+#[test]
+#[ignore]
+fn residuals() {
+    use collsched_core::algo::auto::cost::predict_ns;
+    let want: Vec<u64> = std::env::var("CASES_OF_INTEREST").unwrap_or_default().split(',').filter_map(|x| x.parse().ok()).collect();
+    let mut rng = Rng::new(20_260_401);
+    let sim = SimOptions::default();
+    for case in 0..CASES {
+        let c = random_cluster(&mut rng);
+        let t = random_traffic(&c, &mut rng);
+        if !want.contains(&case) {
+            continue;
+        }
+        eprintln!("case {case}: {} GPUs, total {} B", c.num_gpus(), t.total());
+        for alg in CANDIDATES {
+            let Ok(p) = plan_all_to_all(&t, &c, alg, &Options::new()) else { continue };
+            let s = simulate(&p, &c, &sim).unwrap().time_s * 1e9;
+            let pr = predict_ns(&p, &c) as f64;
+            eprintln!("  {alg:<16} transfers {:>5} predicted {pr:>10.0} simulated {s:>10.0} residual {:+.2}%", p.transfers.len(), (pr / s - 1.0) * 100.0);
+        }
+    }
+}
+
+/// Held-out check (ignored): cases beyond 2% for both refine modes on other seeds.
+/// `SEEDS=7,11 cargo test --release --test auto_sim -- --ignored --nocapture other_seeds`
+#[test]
+#[ignore]
+fn other_seeds() {
+    let sim = SimOptions::default();
+    for seed in std::env::var("SEEDS").unwrap_or("7".into()).split(',').filter_map(|s| s.parse::<u64>().ok()) {
+        let mut rng = Rng::new(seed);
+        let (mut over_budget, mut over_always, mut refined) = (Vec::new(), Vec::new(), 0);
+        for case in 0..CASES {
+            let c = random_cluster(&mut rng);
+            let t = random_traffic(&c, &mut rng);
+            let best = CANDIDATES
+                .iter()
+                .filter_map(|alg| plan_all_to_all(&t, &c, alg, &Options::new()).ok())
+                .map(|p| simulate(&p, &c, &sim).unwrap().time_s)
+                .fold(f64::INFINITY, f64::min);
+            let (a, r, why) = auto_time(&t, &c, "budget", &sim);
+            refined += r as u32;
+            if a > best * 1.02 {
+                over_budget.push(format!("case {case}: {:.2}% {why}", (a / best - 1.0) * 100.0));
+            }
+            let (a, _, why) = auto_time(&t, &c, "always", &sim);
+            if a > best * 1.02 {
+                over_always.push(format!("case {case}: {:.2}% {why}", (a / best - 1.0) * 100.0));
+            }
+        }
+        eprintln!("seed {seed}: refined {refined}; beyond 2%: budget {} {over_budget:#?}; always {} {over_always:#?}", over_budget.len(), over_always.len());
+    }
+}
+
+/// Regression fingerprint of the cost model (ignored): a hash of every candidate's
+/// prediction over the 240 cases, to check that a speed-up changes no prediction.
+#[test]
+#[ignore]
+fn prediction_fingerprint() {
+    use collsched_core::algo::auto::cost::predict_ns;
+    let mut rng = Rng::new(20_260_401);
+    let mut h = 0xcbf2_9ce4_8422_2325u64;
+    for _ in 0..CASES {
+        let c = random_cluster(&mut rng);
+        let t = random_traffic(&c, &mut rng);
+        for alg in CANDIDATES {
+            if let Ok(p) = plan_all_to_all(&t, &c, alg, &Options::new()) {
+                h = (h ^ predict_ns(&p, &c)).wrapping_mul(0x100_0000_01b3);
+            }
+        }
+    }
+    eprintln!("prediction fingerprint {h:016x}");
 }

@@ -4,12 +4,30 @@
 use crate::traffic::Traffic;
 use std::sync::Mutex;
 
-/// What auto decided for one input: the winner's index in the candidate list and
-/// each candidate's predicted time (None = the candidate does not support the input).
+/// How a decision was reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum How {
+    /// One candidate alone was predicted within the refinement margin.
+    Model,
+    /// Close calls, but refinement was turned off.
+    ModelRefineOff,
+    /// Close calls, but simulating them was estimated to cost more than the budget.
+    ModelOverBudget { estimate_ns: u64 },
+    /// The close calls were simulated; the smallest simulated time won.
+    Simulated,
+}
+
+/// What auto decided for one input: the winner's index in the candidate list,
+/// each candidate's predicted time (None = the candidate does not support the input)
+/// and simulated time (None = not simulated).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Decision {
     pub winner: usize,
     pub predicted_ns: Vec<Option<u64>>,
+    pub simulated_ns: Vec<Option<u64>>,
+    /// Lower bound of each candidate pruned without prediction (None = not pruned).
+    pub pruned_ns: Vec<Option<u64>>,
+    pub how: How,
 }
 
 #[derive(Clone)]
@@ -64,7 +82,7 @@ mod tests {
     fn evicts_least_recently_used() {
         let lru = Lru::new(2);
         let t = |v| Traffic::new(1, vec![v]).unwrap();
-        let d = |w| Decision { winner: w, predicted_ns: vec![] };
+        let d = |w| Decision { winner: w, predicted_ns: vec![], simulated_ns: vec![], pruned_ns: vec![], how: How::Model };
         lru.put(&t(1), "c", d(1));
         lru.put(&t(2), "c", d(2));
         assert_eq!(lru.get(&t(1), "c"), Some(d(1)));

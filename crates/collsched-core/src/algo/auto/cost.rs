@@ -501,3 +501,63 @@ mod tests {
         assert_eq!(v.len(), 2);
     }
 }
+
+/// A lower bound on `predict_ns(plan, cluster)` from the NICs alone, in O(transfers):
+/// the model finishes the last transfer on a link no earlier than its alpha plus the
+/// link's whole load over its bandwidth (the "behind" term counts every lower level's
+/// bytes and the largest transfer of a level shares with all of its level), so the
+/// prediction is at least `alpha_scaleout + max NIC load / nic_bw` (0 without scale-out).
+pub fn nic_lower_bound_ns(plan: &Plan, cluster: &Cluster) -> u64 {
+    let nics = (cluster.servers * cluster.nics_per_server) as usize;
+    let (mut up, mut down) = (vec![0u64; nics], vec![0u64; nics]);
+    for t in &plan.transfers {
+        if t.tier == Tier::ScaleOut {
+            let b = plan.transfer_bytes(t);
+            up[cluster.global_nic_of(t.src) as usize] += b;
+            down[cluster.global_nic_of(t.dst) as usize] += b;
+        }
+    }
+    nic_bound(cluster, &up, &down)
+}
+
+/// How an algorithm routes scale-out bytes, for `matrix_nic_lower_bound_ns`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    /// Every remote block goes straight from its sender's NIC to its receiver's (fanout, spreadout).
+    Direct,
+    /// Rail-aligned: block (s,l)→(s',l') leaves through server s's NIC of local index l'
+    /// (hierarchical).
+    Rail,
+}
+
+/// `nic_lower_bound_ns` of the plan an algorithm routing by `route` makes, computed from
+/// the matrix in O(P²) without planning (tested equal to the plan's bound).
+pub fn matrix_nic_lower_bound_ns(traffic: &crate::traffic::Traffic, cluster: &Cluster, route: Route) -> u64 {
+    let nics = (cluster.servers * cluster.nics_per_server) as usize;
+    let (mut up, mut down) = (vec![0u64; nics], vec![0u64; nics]);
+    let n = traffic.n() as u32;
+    let g = cluster.gpus_per_server;
+    for i in 0..n {
+        for j in 0..n {
+            let b = traffic.get(i as usize, j as usize);
+            if b == 0 || i / g == j / g {
+                continue;
+            }
+            let via = match route {
+                Route::Direct => i,
+                Route::Rail => (i / g) * g + j % g,
+            };
+            up[cluster.global_nic_of(via) as usize] += b;
+            down[cluster.global_nic_of(j) as usize] += b;
+        }
+    }
+    nic_bound(cluster, &up, &down)
+}
+
+fn nic_bound(cluster: &Cluster, up: &[u64], down: &[u64]) -> u64 {
+    let most = up.iter().chain(down).copied().max().unwrap_or(0);
+    if most == 0 {
+        return 0;
+    }
+    cluster.alpha_scaleout_ns.saturating_add(drain_ns(most, cluster.nic_bw))
+}

@@ -3,9 +3,14 @@
 //! earlier candidate in `CANDIDATES`. A candidate that answers `Error::Unsupported`
 //! is skipped. Decisions are cached (bounded LRU keyed by matrix, cluster, options).
 //!
+//! Close calls are refined with the simulator: the candidates predicted within
+//! `REFINE_MARGIN_PERCENT` of the best prediction are simulated and the smallest simulated
+//! time (integer ns) wins, when the estimated simulation cost fits the budget (see `refine`).
+//!
 //! Options: `candidates` (comma-separated subset of `CANDIDATES`, in any order; the
 //! fixed order still breaks ties), `cache` (1 = use the decision cache, the default; 0 = not),
-//! `threads` (0 = automatic: one per core up to one per candidate, with ≥ 4 cores and ≤ 256 GPUs).
+//! `threads` (0 = automatic: one per core up to one per candidate, with ≥ 4 cores and ≤ 256 GPUs),
+//! `refine` (`budget`, the default: simulate close calls when affordable; `always`; `never`).
 pub mod cache;
 pub mod cost;
 
@@ -13,6 +18,8 @@ use crate::algo;
 use crate::error::{Error, Result};
 use crate::invalid;
 use crate::plan::{option_u64, Options, Plan};
+use crate::sim::{simulate, SimOptions};
+pub use cache::How;
 use crate::topology::Cluster;
 use crate::traffic::Traffic;
 
@@ -57,12 +64,34 @@ fn selected(opts: &Options) -> Result<Vec<bool>> {
     Ok(mask)
 }
 
-/// Plan with the candidate of smallest predicted time; meta records `choice`, `reason`
-/// and `predicted_<candidate>_ns` for each candidate that could plan the input.
+/// When to refine close calls with the simulator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Refine {
+    Budget,
+    Always,
+    Never,
+}
+
+/// Candidates predicted within this many percent of the best prediction are close calls.
+/// The model's residuals against the simulator (docs/auto.md) reach a few percent each way
+/// for the usual winners; over the 240 cases of `tests/auto_sim.rs` the truly best
+/// candidate was predicted at most 5.1% above the best prediction, so close calls are
+/// those within 8%.
+pub const REFINE_MARGIN_PERCENT: u64 = 8;
+/// Refinement may cost at most this percentage of the predicted transfer time.
+pub const REFINE_BUDGET_PERCENT: u64 = 5;
+/// Simulation cost per transfer (ns) on a loaded 2-core container, measured with
+/// `tests/auto_sim.rs` (`simcost`, best of 3): median 0.8 µs, p90 1.9 µs, max 5.3 µs per
+/// transfer over the 240 cases' candidate plans; 2 µs covers 90% of them.
+pub const SIM_NS_PER_TRANSFER: u64 = 2_000;
+
+/// Plan with the candidate of smallest predicted time, refined with the simulator on close
+/// calls; meta records `choice`, `reason`, `predicted_<candidate>_ns` for each candidate
+/// that could plan the input and `simulated_<candidate>_ns` for each one simulated.
 pub fn plan(traffic: &Traffic, cluster: &Cluster, opts: &Options) -> Result<Plan> {
     for k in opts.keys() {
-        if !["candidates", "cache", "threads"].contains(&k.as_str()) {
-            return invalid!("auto: unknown option '{k}' (known: candidates, cache, threads)");
+        if !["candidates", "cache", "threads", "refine"].contains(&k.as_str()) {
+            return invalid!("auto: unknown option '{k}' (known: candidates, cache, threads, refine)");
         }
     }
     let mask = selected(opts)?;
@@ -76,7 +105,13 @@ pub fn plan(traffic: &Traffic, cluster: &Cluster, opts: &Options) -> Result<Plan
         t if t <= 64 => t as usize,
         t => return invalid!("auto: option 'threads' must be at most 64, got {t}"),
     };
-    let context = format!("{}|{:?}", cluster.spec(), mask);
+    let refine = match opts.get("refine").map(String::as_str) {
+        None | Some("budget") => Refine::Budget,
+        Some("always") => Refine::Always,
+        Some("never") => Refine::Never,
+        Some(v) => return invalid!("auto: option 'refine' must be budget, always or never, got '{v}'"),
+    };
+    let context = format!("{}|{:?}|{:?}", cluster.spec(), mask, refine);
     if use_cache {
         if let Some(d) = DECISIONS.get(traffic, &context) {
             let plan = plan_candidate(CANDIDATES[d.winner], traffic, cluster)?;
@@ -84,30 +119,128 @@ pub fn plan(traffic: &Traffic, cluster: &Cluster, opts: &Options) -> Result<Plan
         }
     }
     let chosen: Vec<usize> = (0..CANDIDATES.len()).filter(|&i| mask[i]).collect();
-    let evaluated = evaluate(&chosen, traffic, cluster, threads);
-    let mut best: Option<(usize, u64, Plan)> = None;
-    let mut predicted = vec![None; CANDIDATES.len()];
-    // Fixed-order reduction: the result does not depend on which thread finished first.
-    for (i, r) in chosen.into_iter().zip(evaluated) {
-        let (plan, ns) = match r {
-            Ok(x) => x,
-            Err(Error::Unsupported(_)) => continue,
-            Err(e) => return Err(e),
-        };
-        predicted[i] = Some(ns);
-        // Strictly smaller wins: ties keep the earlier candidate.
-        if best.as_ref().is_none_or(|b| ns < b.1) {
-            best = Some((i, ns, plan));
-        }
-    }
-    let Some((winner, _, plan)) = best else {
+    let (plans, predicted, pruned) = evaluate_pruned(&chosen, traffic, cluster, threads)?;
+    let mut plans = plans;
+    // Strictly smaller wins: ties keep the earlier candidate.
+    let Some(by_model) = argmin(&predicted) else {
         return Err(Error::Unsupported("auto: no candidate algorithm supports this input".into()));
     };
-    let d = cache::Decision { winner, predicted_ns: predicted };
+    let best_pred = predicted[by_model].unwrap_or(0);
+    let close: Vec<usize> = (0..CANDIDATES.len())
+        .filter(|&i| predicted[i].is_some_and(|p| p as u128 * 100 <= best_pred as u128 * (100 + REFINE_MARGIN_PERCENT) as u128))
+        .collect();
+    let sim_transfers: u64 = close.iter().map(|&i| plans[i].as_ref().map_or(0, |p| p.transfers.len() as u64)).sum();
+    let estimate_ns = sim_transfers.saturating_mul(SIM_NS_PER_TRANSFER);
+    let affordable = estimate_ns as u128 * 100 <= best_pred as u128 * REFINE_BUDGET_PERCENT as u128;
+    let mut simulated = vec![None; CANDIDATES.len()];
+    let mut how = How::Model;
+    if close.len() > 1 {
+        how = match refine {
+            Refine::Never => How::ModelRefineOff,
+            Refine::Budget if !affordable => How::ModelOverBudget { estimate_ns },
+            _ => How::Simulated,
+        };
+    }
+    let mut winner = by_model;
+    if how == How::Simulated {
+        let sim = SimOptions::default();
+        for &i in &close {
+            let Some(p) = plans[i].as_ref() else { continue };
+            let t = simulate(p, cluster, &sim)?.time_s;
+            // Integer ns: the comparison below is exact and deterministic.
+            simulated[i] = Some((t * 1e9).round() as u64);
+        }
+        winner = argmin(&simulated).unwrap_or(by_model);
+    }
+    let plan = plans[winner].take().expect("winner planned");
+    let d = cache::Decision { winner, predicted_ns: predicted, simulated_ns: simulated, pruned_ns: pruned, how };
     if use_cache {
         DECISIONS.put(traffic, &context, d.clone());
     }
     Ok(finish(plan, &d))
+}
+
+/// Index of the smallest value; ties keep the earlier index.
+fn argmin(v: &[Option<u64>]) -> Option<usize> {
+    let mut best: Option<(usize, u64)> = None;
+    for (i, x) in v.iter().enumerate() {
+        if let Some(x) = *x {
+            if best.is_none_or(|b| x < b.1) {
+                best = Some((i, x));
+            }
+        }
+    }
+    best.map(|b| b.0)
+}
+
+/// A candidate's lower bound computable from the matrix before planning it.
+fn matrix_bound(i: usize, traffic: &Traffic, cluster: &Cluster) -> Option<u64> {
+    match CANDIDATES[i] {
+        "fanout" | "spreadout" => Some(cost::matrix_nic_lower_bound_ns(traffic, cluster, cost::Route::Direct)),
+        "hierarchical" => Some(cost::matrix_nic_lower_bound_ns(traffic, cluster, cost::Route::Rail)),
+        _ => None,
+    }
+}
+
+type Evaluated = (Vec<Option<Plan>>, Vec<Option<u64>>, Vec<Option<u64>>);
+
+/// Plan and predict the chosen candidates, skipping those that cannot be a close call.
+/// Candidates without a matrix bound are planned first (on up to `threads` threads) and get
+/// the plan's NIC bound; then, in order of increasing bound (ties by index), each is
+/// planned if needed and predicted, unless its bound exceeds the best prediction so far
+/// by more than the refinement margin: then it and every later one are pruned (their
+/// predictions are ≥ their bounds). The running best is never below the final best, so
+/// pruning never removes the winner or a close call, and the order is fixed, so the
+/// result (meta included) is the same for any thread count.
+/// Returns plans and predictions (None = unsupported or pruned) and the bounds of pruned ones.
+fn evaluate_pruned(chosen: &[usize], traffic: &Traffic, cluster: &Cluster, threads: usize) -> Result<Evaluated> {
+    let k = CANDIDATES.len();
+    let mut plans: Vec<Option<Plan>> = (0..k).map(|_| None).collect();
+    let mut predicted = vec![None; k];
+    let mut pruned = vec![None; k];
+    let mut bound: Vec<Option<u64>> = vec![None; k];
+    let first: Vec<usize> = chosen.iter().copied().filter(|&i| matrix_bound(i, traffic, cluster).is_none()).collect();
+    for (i, r) in first.iter().copied().zip(plan_all(&first, traffic, cluster, threads)) {
+        match r {
+            Ok(p) => {
+                bound[i] = Some(cost::nic_lower_bound_ns(&p, cluster));
+                plans[i] = Some(p);
+            }
+            Err(Error::Unsupported(_)) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    for &i in chosen {
+        if bound[i].is_none() && !first.contains(&i) {
+            bound[i] = matrix_bound(i, traffic, cluster);
+        }
+    }
+    let mut order: Vec<(u64, usize)> = chosen.iter().filter_map(|&i| bound[i].map(|b| (b, i))).collect();
+    order.sort_unstable();
+    let mut best: Option<u64> = None;
+    for (b, i) in order {
+        if best.is_some_and(|best| b as u128 * 100 > best as u128 * (100 + REFINE_MARGIN_PERCENT) as u128) {
+            pruned[i] = Some(b);
+            continue;
+        }
+        if plans[i].is_none() {
+            match plan_candidate(CANDIDATES[i], traffic, cluster) {
+                Ok(p) => plans[i] = Some(p),
+                Err(Error::Unsupported(_)) => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        let ns = cost::predict_ns(plans[i].as_ref().expect("planned"), cluster);
+        predicted[i] = Some(ns);
+        best = Some(best.map_or(ns, |b| b.min(ns)));
+    }
+    // Pruned plans are dropped; only predicted ones can win.
+    for i in 0..k {
+        if predicted[i].is_none() {
+            plans[i] = None;
+        }
+    }
+    Ok((plans, predicted, pruned))
 }
 
 /// Threads for candidate evaluation: on machines with at least 4 cores, one per core up to
@@ -121,19 +254,16 @@ fn default_threads(ranks: usize) -> usize {
     cores.min(CANDIDATES.len())
 }
 
-/// Plan and predict each chosen candidate, on up to `threads` scoped threads. Each result
-/// depends only on its candidate, so the threads' interleaving cannot change anything.
-fn evaluate(chosen: &[usize], traffic: &Traffic, cluster: &Cluster, threads: usize) -> Vec<Result<(Plan, u64)>> {
-    let one = |i: usize| plan_candidate(CANDIDATES[i], traffic, cluster).map(|p| {
-        let ns = cost::predict_ns(&p, cluster);
-        (p, ns)
-    });
+/// Plan each chosen candidate, on up to `threads` scoped threads. Each result depends
+/// only on its candidate, so the threads' interleaving cannot change anything.
+fn plan_all(chosen: &[usize], traffic: &Traffic, cluster: &Cluster, threads: usize) -> Vec<Result<Plan>> {
+    let one = |i: usize| plan_candidate(CANDIDATES[i], traffic, cluster);
     if threads <= 1 || chosen.len() <= 1 {
         return chosen.iter().map(|&i| one(i)).collect();
     }
     // Candidate k goes to worker k mod threads; results come back in candidate order.
     let workers = threads.min(chosen.len());
-    let mut slots: Vec<Option<Result<(Plan, u64)>>> = (0..chosen.len()).map(|_| None).collect();
+    let mut slots: Vec<Option<Result<Plan>>> = (0..chosen.len()).map(|_| None).collect();
     std::thread::scope(|scope| {
         let handles: Vec<_> = (0..workers)
             .map(|w| {
@@ -152,7 +282,7 @@ fn evaluate(chosen: &[usize], traffic: &Traffic, cluster: &Cluster, threads: usi
             }
         }
     });
-    slots.into_iter().map(|r| r.expect("every candidate evaluated")).collect()
+    slots.into_iter().map(|r| r.expect("every candidate planned")).collect()
 }
 
 /// Attach auto's decision to the winner's plan. Identical whether or not the decision
@@ -160,16 +290,33 @@ fn evaluate(chosen: &[usize], traffic: &Traffic, cluster: &Cluster, threads: usi
 fn finish(mut plan: Plan, d: &cache::Decision) -> Plan {
     let choice = CANDIDATES[d.winner];
     let best = d.predicted_ns[d.winner].unwrap_or(0);
-    let runner_up = d
-        .predicted_ns
-        .iter()
-        .enumerate()
-        .filter(|&(i, p)| i != d.winner && p.is_some())
-        .map(|(i, p)| (p.unwrap_or(0), i))
-        .min();
-    let reason = match runner_up {
-        Some((ns, i)) => format!("smallest predicted time {best} ns; next {} at {ns} ns", CANDIDATES[i]),
-        None => format!("only supported candidate (predicted {best} ns)"),
+    let runner_up = |v: &[Option<u64>]| {
+        v.iter().enumerate().filter(|&(i, p)| i != d.winner && p.is_some()).map(|(i, p)| (p.unwrap_or(0), i)).min()
+    };
+    let reason = match (d.how, runner_up(&d.predicted_ns)) {
+        (_, None) => format!("only supported candidate (predicted {best} ns)"),
+        (How::Simulated, _) => {
+            let sim = d.simulated_ns[d.winner].unwrap_or(0);
+            let simulated = d.simulated_ns.iter().filter(|s| s.is_some()).count();
+            match runner_up(&d.simulated_ns) {
+                Some((ns, i)) => format!(
+                    "smallest simulated time {sim} ns of {simulated} close calls (predicted within {REFINE_MARGIN_PERCENT}%); next {} at {ns} ns",
+                    CANDIDATES[i]
+                ),
+                None => format!("simulated {sim} ns"),
+            }
+        }
+        (how, Some((ns, i))) => {
+            let why = match how {
+                How::Model => "no other candidate predicted within the refinement margin".to_string(),
+                How::ModelRefineOff => "refinement off".to_string(),
+                How::ModelOverBudget { estimate_ns } => {
+                    format!("refinement skipped: estimated simulation {estimate_ns} ns over {REFINE_BUDGET_PERCENT}% of the predicted time")
+                }
+                How::Simulated => unreachable!(),
+            };
+            format!("smallest predicted time {best} ns; next {} at {ns} ns; {why}", CANDIDATES[i])
+        }
     };
     // Keep the winner's own facts under a prefix, then auto's.
     let own = std::mem::take(&mut plan.meta);
@@ -179,9 +326,20 @@ fn finish(mut plan: Plan, d: &cache::Decision) -> Plan {
     plan.algorithm = "auto".into();
     plan.meta.insert("choice".into(), choice.into());
     plan.meta.insert("reason".into(), reason);
+    plan.meta.insert("refined".into(), (d.how == How::Simulated).to_string());
     for (i, p) in d.predicted_ns.iter().enumerate() {
         if let Some(ns) = p {
             plan.meta.insert(format!("predicted_{}_ns", CANDIDATES[i]), ns.to_string());
+        }
+    }
+    for (i, p) in d.pruned_ns.iter().enumerate() {
+        if let Some(ns) = p {
+            plan.meta.insert(format!("pruned_{}_bound_ns", CANDIDATES[i]), ns.to_string());
+        }
+    }
+    for (i, p) in d.simulated_ns.iter().enumerate() {
+        if let Some(ns) = p {
+            plan.meta.insert(format!("simulated_{}_ns", CANDIDATES[i]), ns.to_string());
         }
     }
     plan
