@@ -31,7 +31,7 @@ class Bound:
 
     seconds: float
     term: str
-    terms: dict[str, float] = field(default_factory=dict)
+    terms: dict[str, float] = field(default_factory=dict, repr=False)  # every term; P-sized, so not in repr
 
 
 @dataclass(frozen=True)
@@ -46,11 +46,11 @@ class SimResult:
     busbw: float
     lower_bound: Bound | None
     ratio_to_bound: float | None
-    transfer_start_s: np.ndarray
-    transfer_end_s: np.ndarray
-    step_times: list[tuple[float, float]]
-    step_transfers: list[int]
-    link_utilisation: dict[str, dict]
+    transfer_start_s: np.ndarray = field(repr=False)
+    transfer_end_s: np.ndarray = field(repr=False)
+    step_times: list[tuple[float, float]] = field(repr=False)
+    step_transfers: list[int] = field(repr=False)
+    link_utilisation: dict[str, dict] = field(repr=False)
     scaleout_bytes: int
     windows: int
     recomputations: int
