@@ -10,7 +10,9 @@
 //! Options: `candidates` (comma-separated subset of `CANDIDATES`, in any order; the
 //! fixed order still breaks ties), `cache` (1 = use the decision cache, the default; 0 = not),
 //! `threads` (0 = automatic: one per core up to one per candidate, with ≥ 4 cores and ≤ 256 GPUs),
-//! `refine` (`budget`, the default: simulate close calls when affordable; `always`; `never`).
+//! `refine` (`never`, the default, keeps every decision integer-only; `budget`: simulate close
+//! calls when affordable; `always`). The simulator is single-threaded and uses only correctly
+//! rounded IEEE-754 operations, so opted-in refinement is still reproducible across machines.
 pub mod cache;
 pub mod cost;
 
@@ -106,9 +108,11 @@ pub fn plan(traffic: &Traffic, cluster: &Cluster, opts: &Options) -> Result<Plan
         t => return invalid!("auto: option 'threads' must be at most 64, got {t}"),
     };
     let refine = match opts.get("refine").map(String::as_str) {
-        None | Some("budget") => Refine::Budget,
+        // Default off: the simulator's times are IEEE-754 floats, and planning decisions
+        // stay integer-only unless the caller opts in (budget/always).
+        Some("budget") => Refine::Budget,
         Some("always") => Refine::Always,
-        Some("never") => Refine::Never,
+        None | Some("never") => Refine::Never,
         Some(v) => return invalid!("auto: option 'refine' must be budget, always or never, got '{v}'"),
     };
     let context = format!("{}|{:?}|{:?}", cluster.spec(), mask, refine);
