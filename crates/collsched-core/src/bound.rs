@@ -78,6 +78,8 @@ pub fn lower_bound(traffic: &Traffic, cluster: &Cluster) -> Result<Bound> {
     let mut so_out = vec![0f64; p];
     let mut so_in = vec![0f64; p];
     let mut hop_bytes = vec![0f64; servers as usize];
+    // Hybrid cube-mesh: bytes crossing between the two quads, per server and direction.
+    let mut cross_quads = vec![[0f64; 2]; servers as usize];
     for i in 0..p {
         for j in 0..p {
             let b = traffic.get(i, j);
@@ -89,6 +91,10 @@ pub fn lower_bound(traffic: &Traffic, cluster: &Cluster) -> Result<Bound> {
                 su_out[i] += b;
                 su_in[j] += b;
                 hop_bytes[i / g] += b * scaleup_hops(cluster, (i % g) as u32, (j % g) as u32) as f64;
+                let (qa, qb) = ((i % g) / 4, (j % g) / 4);
+                if qa != qb {
+                    cross_quads[i / g][qa.min(1)] += b;
+                }
             } else {
                 so_out[i] += b;
                 so_in[j] += b;
@@ -129,6 +135,16 @@ pub fn lower_bound(traffic: &Traffic, cluster: &Cluster) -> Result<Bound> {
             // a detour uses both the server's uplinks and downlinks.
             let t = with_detour(hops, cap, xo.max(xi), diam);
             push(format!("scale-up byte-hops of server {s}"), t);
+        }
+        if let ScaleUp::HybridCubeMesh { link_bw } = cluster.scaleup {
+            // Cut between the quads {0..3} and {4..7}: only the four links i↔i^4 cross it.
+            let cut = 4.0 * link_bw as f64;
+            for (dir, &bytes) in cross_quads[s].iter().enumerate() {
+                if bytes > 0.0 {
+                    let t = with_detour(bytes, cut, if dir == 0 { xo } else { xi }.max(0.0), 1.0);
+                    push(format!("scale-up quad cut of server {s} ({})", if dir == 0 { "0-3 → 4-7" } else { "4-7 → 0-3" }), t);
+                }
+            }
         }
     }
     for r in 0..p {
