@@ -128,7 +128,23 @@ mod properties {
             check(&p, &t, &c, seed);
             let preds: Vec<(usize, u64)> = CANDIDATES.iter().enumerate().filter_map(|(i, a)| predicted(&p, a).map(|v| (i, v))).collect();
             let best = preds.iter().min_by_key(|&&(i, v)| (v, i)).unwrap();
-            prop_assert_eq!(&p.meta["choice"], CANDIDATES[best.0]);
+            // Refined by the fluid model: the fixed-order argmin of the close calls' fluid
+            // times, each the fluid model of that candidate's own plan; else the model's argmin.
+            let fluid: Vec<(usize, u64)> = CANDIDATES.iter().enumerate().filter_map(|(i, a)| p.meta.get(&format!("fluid_{a}_ns")).map(|v| (i, v.parse().unwrap()))).collect();
+            if p.meta["refined_with"] == "fluid" {
+                prop_assert!(fluid.len() >= 2);
+                for &(i, ns) in &fluid {
+                    let own = plan_all_to_all(&t, &c, CANDIDATES[i], &Options::new()).unwrap();
+                    prop_assert_eq!(cost::fluid_predict_ns(&own, &c).0, ns);
+                    let pred = preds.iter().find(|x| x.0 == i).unwrap().1;
+                    prop_assert!(pred as u128 * 100 <= best.1 as u128 * (100 + auto::REFINE_MARGIN_PERCENT) as u128, "only close calls are refined");
+                }
+                let won = fluid.iter().min_by_key(|&&(i, v)| (v, i)).unwrap();
+                prop_assert_eq!(&p.meta["choice"], CANDIDATES[won.0]);
+            } else {
+                prop_assert!(fluid.is_empty());
+                prop_assert_eq!(&p.meta["choice"], CANDIDATES[best.0]);
+            }
             if t.total() > t.data().iter().enumerate().filter(|(k, _)| k / t.n() == k % t.n()).map(|(_, v)| v).sum::<u64>() {
                 prop_assert!(best.1 > 0);
             }
@@ -215,7 +231,7 @@ fn planning_cost() {
         let c = Cluster::parse(&format!("h200:{servers}")).unwrap();
         let n = c.num_gpus() as usize;
         for per_gpu in [1u64 << 20, 256 << 20] {
-            for refine in ["never", "budget"] {
+            for refine in ["fluid", "never"] {
                 let mut off = Vec::new();
                 let mut on = Vec::new();
                 let mut predicted_ns = Vec::new();
@@ -261,20 +277,36 @@ fn planning_cost() {
 #[ignore]
 fn candidate_cost() {
     use std::time::Instant;
-    let c = Cluster::parse("h200:8").unwrap();
-    let t = generators::zipf(64, 0.8, (256u64 << 20) / 64, 1).unwrap();
+    let spec = std::env::var("CLUSTER").unwrap_or("h200:8".into());
+    let c = Cluster::parse(&spec).unwrap();
+    let n = c.num_gpus() as usize;
+    let t = generators::zipf(n, 0.8, (256u64 << 20) / n as u64, 1).unwrap();
+    let sim = collsched_core::sim::SimOptions::default();
     for alg in CANDIDATES {
-        let mut best = (f64::INFINITY, f64::INFINITY);
-        for _ in 0..5 {
+        let mut best = [f64::INFINITY; 4];
+        let (mut p_ns, mut f_ns, mut s_ns, mut events, mut transfers) = (0, 0, 0.0, 0, 0);
+        for _ in 0..3 {
             let s = Instant::now();
             let p = plan_all_to_all(&t, &c, alg, &Options::new()).unwrap();
             let a = s.elapsed().as_secs_f64() * 1e3;
             let s = Instant::now();
-            cost::predict_ns(&p, &c);
+            p_ns = cost::predict_ns(&p, &c);
             let b = s.elapsed().as_secs_f64() * 1e3;
-            best = (best.0.min(a), best.1.min(b));
+            let s = Instant::now();
+            (f_ns, events) = cost::fluid_predict_ns(&p, &c);
+            let f = s.elapsed().as_secs_f64() * 1e3;
+            let s = Instant::now();
+            s_ns = collsched_core::sim::simulate(&p, &c, &sim).unwrap().time_s * 1e9;
+            let d = s.elapsed().as_secs_f64() * 1e3;
+            transfers = p.transfers.len();
+            for (x, y) in best.iter_mut().zip([a, b, f, d]) {
+                *x = x.min(y);
+            }
         }
-        eprintln!("{alg:<16} plan {:.2} ms, predict {:.2} ms", best.0, best.1);
+        eprintln!(
+            "{alg:<16} {transfers:>6} transfers: plan {:.2} ms, closed form {:.2} ms, fluid {:.2} ms ({events} events), sim {:.2} ms; predicted {p_ns} / fluid {f_ns} / sim {s_ns:.0} ns",
+            best[0], best[1], best[2], best[3]
+        );
     }
 }
 

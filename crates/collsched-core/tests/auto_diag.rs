@@ -54,3 +54,45 @@ fn detail() {
         }
     }
 }
+
+/// Integer fluid model against the simulator: residual statistics per candidate and its
+/// cost (rate computations per transfer). `SEED=11 N=200 ... --ignored --nocapture fluid_residuals`
+#[test]
+#[ignore]
+fn fluid_residuals() {
+    use collsched_core::algo::auto::cost::{fluid_predict_ns, predict_ns};
+    let mut rng = Rng::new(std::env::var("SEED").map(|v| v.parse().unwrap()).unwrap_or(20_260_401));
+    let sim = SimOptions::default();
+    let n = std::env::var("N").map(|v| v.parse().unwrap()).unwrap_or(CASES);
+    let k = CANDIDATES.len();
+    let (mut worst_f, mut worst_c) = (vec![0.0f64; k], vec![0.0f64; k]);
+    let (mut abs_f, mut abs_c, mut cnt) = (vec![0.0f64; k], vec![0.0f64; k], vec![0u32; k]);
+    let (mut t_fluid, mut t_closed, mut t_sim) = (0.0, 0.0, 0.0);
+    for _ in 0..n {
+        let c = random_cluster(&mut rng);
+        let t = random_traffic(&c, &mut rng);
+        for (i, alg) in CANDIDATES.iter().enumerate() {
+            let Ok(p) = plan_all_to_all(&t, &c, alg, &Options::new()) else { continue };
+            let s0 = std::time::Instant::now();
+            let s = simulate(&p, &c, &sim).unwrap().time_s * 1e9;
+            t_sim += s0.elapsed().as_secs_f64();
+            let s0 = std::time::Instant::now();
+            let f = fluid_predict_ns(&p, &c).0 as f64;
+            t_fluid += s0.elapsed().as_secs_f64();
+            let s0 = std::time::Instant::now();
+            let pc = predict_ns(&p, &c) as f64;
+            t_closed += s0.elapsed().as_secs_f64();
+            let (rf, rc) = (f / s - 1.0, pc / s - 1.0);
+            if rf.abs() > worst_f[i] { worst_f[i] = rf.abs(); }
+            if rc.abs() > worst_c[i] { worst_c[i] = rc.abs(); }
+            abs_f[i] += rf.abs();
+            abs_c[i] += rc.abs();
+            cnt[i] += 1;
+        }
+    }
+    for (i, alg) in CANDIDATES.iter().enumerate() {
+        let m = cnt[i].max(1) as f64;
+        println!("{alg:<16} fluid mean|r| {:.3}% max {:.3}%   closed mean|r| {:.3}% max {:.3}%", abs_f[i] / m * 100.0, worst_f[i] * 100.0, abs_c[i] / m * 100.0, worst_c[i] * 100.0);
+    }
+    println!("time: sim {:.3} s, fluid {:.3} s, closed form {:.3} s", t_sim, t_fluid, t_closed);
+}

@@ -11,10 +11,12 @@ pub enum How {
     Model,
     /// Close calls, but refinement was turned off.
     ModelRefineOff,
-    /// Close calls, but simulating them was estimated to cost more than the budget.
+    /// Close calls, but refining them was estimated to cost more than the budget.
     ModelOverBudget { estimate_ns: u64 },
     /// The close calls were simulated; the smallest simulated time won.
     Simulated,
+    /// The close calls were evaluated with the integer fluid model; the smallest time won.
+    Fluid,
 }
 
 /// What auto decided for one input: the winner's index in the candidate list,

@@ -14,6 +14,7 @@
 //! NIC uplink and its receiver's NIC downlink; scale-up uses the two switch ports
 //! (switch) or the directed GPU-to-GPU links of its route (mesh, ring, cube-mesh);
 //! a local copy uses its GPU's copy engine.
+use super::fluid;
 use crate::plan::Plan;
 use crate::topology::{Cluster, ScaleUp, Tier};
 use std::collections::HashMap;
@@ -153,6 +154,37 @@ pub fn predict_finish_ns(plan: &Plan, cluster: &Cluster) -> Vec<u64> {
     }
 }
 
+/// Completion time of `plan` under the integer fluid model (`fluid::run_plan`): max-min
+/// sharing across every link, dependencies released as they complete. Exact physics of
+/// the simulator in integers, at about the simulator's cost; returns the time (ns) and the
+/// number of rate computations.
+pub fn fluid_predict_ns(plan: &Plan, cluster: &Cluster) -> (u64, usize) {
+    let (finish, events) = fluid_finish_ns(plan, cluster);
+    (finish.into_iter().max().unwrap_or(0), events)
+}
+
+/// Finish time of every transfer under the integer fluid model, and the rate computations.
+pub fn fluid_finish_ns(plan: &Plan, cluster: &Cluster) -> (Vec<u64>, usize) {
+    let model = Model::new(plan, cluster);
+    let m = plan.transfers.len();
+    let (mut alpha, mut bytes) = (Vec::with_capacity(m), Vec::with_capacity(m));
+    let (mut dep_off, mut deps) = (Vec::with_capacity(m + 1), Vec::with_capacity(plan.deps.len()));
+    let (mut link_off, mut links) = (Vec::with_capacity(m + 1), Vec::with_capacity(model.slot_link.len()));
+    dep_off.push(0u32);
+    link_off.push(0u32);
+    for (id, t) in plan.transfers.iter().enumerate() {
+        alpha.push(cluster.alpha_ns(t.tier));
+        deps.extend(plan.deps_of(t).iter().copied().filter(|&d| (d as usize) < id));
+        dep_off.push(deps.len() as u32);
+        let slots = model.slot_begin[id]..model.slot_begin[id + 1];
+        // An antipodal ring transfer is one flow of half its bytes over both directions.
+        bytes.push(slots.clone().map(|k| model.slot_bytes[k]).max().unwrap_or(0));
+        links.extend(slots.filter(|&k| model.slot_bytes[k] > 0).map(|k| model.slot_link[k]));
+        link_off.push(links.len() as u32);
+    }
+    fluid::run_plan(&fluid::PlanFlows { alpha: &alpha, dep_off: &dep_off, deps: &deps, bytes: &bytes, link_off: &link_off, links: &links, bw: &model.link_bw })
+}
+
 
 struct Model<'a> {
     plan: &'a Plan,
@@ -164,6 +196,8 @@ struct Model<'a> {
     /// the bytes of lower levels on the same link.
     slot_link: Vec<u32>,
     slot_bw: Vec<u64>,
+    /// Per dense link: its bandwidth.
+    link_bw: Vec<u64>,
     slot_bytes: Vec<u64>,
     slot_below: Vec<u64>,
     /// Per slot: the transfer it belongs to.
@@ -255,10 +289,14 @@ impl<'a> Model<'a> {
                 }
             }
         }
+        let mut link_bw = vec![0u64; links];
+        for (k, &l) in keys.iter().zip(&slot_link) {
+            link_bw[l as usize] = k.1;
+        }
         let slot_bw = keys.iter().map(|k| k.1).collect();
         let mut by_level: Vec<u32> = (0..m as u32).collect();
         by_level.sort_by_key(|&i| level[i as usize]);
-        Model { plan, cluster, level, slot_begin, slot_link, slot_bw, slot_bytes, slot_below, slot_owner, links, by_level }
+        Model { plan, cluster, level, slot_begin, slot_link, link_bw, slot_bw, slot_bytes, slot_below, slot_owner, links, by_level }
     }
 
     /// Finish times, level by level.

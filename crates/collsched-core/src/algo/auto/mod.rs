@@ -15,6 +15,7 @@
 //! rounded IEEE-754 operations, so opted-in refinement is still reproducible across machines.
 pub mod cache;
 pub mod cost;
+pub mod fluid;
 
 use crate::algo;
 use crate::error::{Error, Result};
@@ -66,9 +67,10 @@ fn selected(opts: &Options) -> Result<Vec<bool>> {
     Ok(mask)
 }
 
-/// When to refine close calls with the simulator.
+/// How to refine close calls: the integer fluid model (default), the simulator, or not.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Refine {
+    Fluid,
     Budget,
     Always,
     Never,
@@ -86,6 +88,17 @@ pub const REFINE_BUDGET_PERCENT: u64 = 5;
 /// `tests/auto_sim.rs` (`simcost`, best of 3): median 0.8 µs, p90 1.9 µs, max 5.3 µs per
 /// transfer over the 240 cases' candidate plans; 2 µs covers 90% of them.
 pub const SIM_NS_PER_TRANSFER: u64 = 2_000;
+/// Cost model of the integer fluid refinement: its event loop recomputes max-min rates
+/// over the active flows at each of O(transfers) events, and the active flows grow with
+/// the cluster, so its cost is about `FLUID_NS_PER_TRANSFER_RANK` × transfers × ranks.
+/// Measured on this 2-core container (`tests/auto.rs`, `candidate_cost`): 90–105 ns on
+/// 16–32 GPUs, 78 ns on 64 GPUs, for every candidate.
+pub const FLUID_NS_PER_TRANSFER_RANK: u64 = 100;
+/// The fluid refinement runs when its estimated cost is at most this (ns) or at most
+/// `REFINE_BUDGET_PERCENT` of the predicted time, whichever is larger: it bounds the
+/// planning cost of a call (≤ ~32 GPUs with a few close calls fit; 64 GPUs with
+/// balanced_direct and fast both close do not, and use the closed form alone).
+pub const FLUID_BUDGET_NS: u64 = 8_000_000;
 
 /// Plan with the candidate of smallest predicted time, refined with the simulator on close
 /// calls; meta records `choice`, `reason`, `predicted_<candidate>_ns` for each candidate
@@ -108,12 +121,13 @@ pub fn plan(traffic: &Traffic, cluster: &Cluster, opts: &Options) -> Result<Plan
         t => return invalid!("auto: option 'threads' must be at most 64, got {t}"),
     };
     let refine = match opts.get("refine").map(String::as_str) {
-        // Default off: the simulator's times are IEEE-754 floats, and planning decisions
-        // stay integer-only unless the caller opts in (budget/always).
+        // Default: the integer fluid model, so decisions stay integer-only. The simulator's
+        // times are IEEE-754 floats: opt-in only (budget/always).
+        None | Some("fluid") => Refine::Fluid,
         Some("budget") => Refine::Budget,
         Some("always") => Refine::Always,
-        None | Some("never") => Refine::Never,
-        Some(v) => return invalid!("auto: option 'refine' must be budget, always or never, got '{v}'"),
+        Some("never") => Refine::Never,
+        Some(v) => return invalid!("auto: option 'refine' must be fluid, budget, always or never, got '{v}'"),
     };
     let context = format!("{}|{:?}|{:?}", cluster.spec(), mask, refine);
     if use_cache {
@@ -133,26 +147,43 @@ pub fn plan(traffic: &Traffic, cluster: &Cluster, opts: &Options) -> Result<Plan
     let close: Vec<usize> = (0..CANDIDATES.len())
         .filter(|&i| predicted[i].is_some_and(|p| p as u128 * 100 <= best_pred as u128 * (100 + REFINE_MARGIN_PERCENT) as u128))
         .collect();
-    let sim_transfers: u64 = close.iter().map(|&i| plans[i].as_ref().map_or(0, |p| p.transfers.len() as u64)).sum();
-    let estimate_ns = sim_transfers.saturating_mul(SIM_NS_PER_TRANSFER);
-    let affordable = estimate_ns as u128 * 100 <= best_pred as u128 * REFINE_BUDGET_PERCENT as u128;
+    let close_transfers: u64 = close.iter().map(|&i| plans[i].as_ref().map_or(0, |p| p.transfers.len() as u64)).sum();
+    let budget_ns = best_pred as u128 * REFINE_BUDGET_PERCENT as u128 / 100;
     let mut simulated = vec![None; CANDIDATES.len()];
     let mut how = How::Model;
     if close.len() > 1 {
         how = match refine {
             Refine::Never => How::ModelRefineOff,
-            Refine::Budget if !affordable => How::ModelOverBudget { estimate_ns },
-            _ => How::Simulated,
+            Refine::Fluid => {
+                let estimate_ns = close_transfers.saturating_mul(traffic.n() as u64).saturating_mul(FLUID_NS_PER_TRANSFER_RANK);
+                if estimate_ns as u128 <= budget_ns.max(FLUID_BUDGET_NS as u128) {
+                    How::Fluid
+                } else {
+                    How::ModelOverBudget { estimate_ns }
+                }
+            }
+            Refine::Budget => {
+                let estimate_ns = close_transfers.saturating_mul(SIM_NS_PER_TRANSFER);
+                if estimate_ns as u128 <= budget_ns {
+                    How::Simulated
+                } else {
+                    How::ModelOverBudget { estimate_ns }
+                }
+            }
+            Refine::Always => How::Simulated,
         };
     }
     let mut winner = by_model;
-    if how == How::Simulated {
+    if how == How::Simulated || how == How::Fluid {
         let sim = SimOptions::default();
         for &i in &close {
             let Some(p) = plans[i].as_ref() else { continue };
-            let t = simulate(p, cluster, &sim)?.time_s;
-            // Integer ns: the comparison below is exact and deterministic.
-            simulated[i] = Some((t * 1e9).round() as u64);
+            simulated[i] = Some(if how == How::Fluid {
+                cost::fluid_predict_ns(p, cluster).0
+            } else {
+                // Integer ns: the comparison below is exact and deterministic.
+                (simulate(p, cluster, &sim)?.time_s * 1e9).round() as u64
+            });
         }
         winner = argmin(&simulated).unwrap_or(by_model);
     }
@@ -299,15 +330,16 @@ fn finish(mut plan: Plan, d: &cache::Decision) -> Plan {
     };
     let reason = match (d.how, runner_up(&d.predicted_ns)) {
         (_, None) => format!("only supported candidate (predicted {best} ns)"),
-        (How::Simulated, _) => {
+        (How::Simulated | How::Fluid, _) => {
+            let what = if d.how == How::Fluid { "fluid-model" } else { "simulated" };
             let sim = d.simulated_ns[d.winner].unwrap_or(0);
             let simulated = d.simulated_ns.iter().filter(|s| s.is_some()).count();
             match runner_up(&d.simulated_ns) {
                 Some((ns, i)) => format!(
-                    "smallest simulated time {sim} ns of {simulated} close calls (predicted within {REFINE_MARGIN_PERCENT}%); next {} at {ns} ns",
+                    "smallest {what} time {sim} ns of {simulated} close calls (predicted within {REFINE_MARGIN_PERCENT}%); next {} at {ns} ns",
                     CANDIDATES[i]
                 ),
-                None => format!("simulated {sim} ns"),
+                None => format!("{what} time {sim} ns"),
             }
         }
         (how, Some((ns, i))) => {
@@ -315,9 +347,9 @@ fn finish(mut plan: Plan, d: &cache::Decision) -> Plan {
                 How::Model => "no other candidate predicted within the refinement margin".to_string(),
                 How::ModelRefineOff => "refinement off".to_string(),
                 How::ModelOverBudget { estimate_ns } => {
-                    format!("refinement skipped: estimated simulation {estimate_ns} ns over {REFINE_BUDGET_PERCENT}% of the predicted time")
+                    format!("refinement skipped: estimated cost {estimate_ns} ns over its budget")
                 }
-                How::Simulated => unreachable!(),
+                How::Simulated | How::Fluid => unreachable!(),
             };
             format!("smallest predicted time {best} ns; next {} at {ns} ns; {why}", CANDIDATES[i])
         }
@@ -330,7 +362,14 @@ fn finish(mut plan: Plan, d: &cache::Decision) -> Plan {
     plan.algorithm = "auto".into();
     plan.meta.insert("choice".into(), choice.into());
     plan.meta.insert("reason".into(), reason);
-    plan.meta.insert("refined".into(), (d.how == How::Simulated).to_string());
+    let refined = matches!(d.how, How::Simulated | How::Fluid);
+    plan.meta.insert("refined".into(), refined.to_string());
+    let with = match d.how {
+        How::Fluid => "fluid",
+        How::Simulated => "simulator",
+        _ => "none",
+    };
+    plan.meta.insert("refined_with".into(), with.into());
     for (i, p) in d.predicted_ns.iter().enumerate() {
         if let Some(ns) = p {
             plan.meta.insert(format!("predicted_{}_ns", CANDIDATES[i]), ns.to_string());
@@ -341,9 +380,10 @@ fn finish(mut plan: Plan, d: &cache::Decision) -> Plan {
             plan.meta.insert(format!("pruned_{}_bound_ns", CANDIDATES[i]), ns.to_string());
         }
     }
+    let key = if d.how == How::Fluid { "fluid" } else { "simulated" };
     for (i, p) in d.simulated_ns.iter().enumerate() {
         if let Some(ns) = p {
-            plan.meta.insert(format!("simulated_{}_ns", CANDIDATES[i]), ns.to_string());
+            plan.meta.insert(format!("{key}_{}_ns", CANDIDATES[i]), ns.to_string());
         }
     }
     plan
