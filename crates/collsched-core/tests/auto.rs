@@ -135,7 +135,7 @@ mod properties {
                 prop_assert!(fluid.len() >= 2);
                 for &(i, ns) in &fluid {
                     let own = plan_all_to_all(&t, &c, CANDIDATES[i], &Options::new()).unwrap();
-                    prop_assert_eq!(cost::fluid_predict_ns(&own, &c).0, ns);
+                    prop_assert_eq!(cost::fluid_predict_ns(&own, &c, u64::MAX).unwrap().0, ns);
                     let pred = preds.iter().find(|x| x.0 == i).unwrap().1;
                     prop_assert!(pred as u128 * 100 <= best.1 as u128 * (100 + auto::REFINE_MARGIN_PERCENT) as u128, "only close calls are refined");
                 }
@@ -293,7 +293,7 @@ fn candidate_cost() {
             p_ns = cost::predict_ns(&p, &c);
             let b = s.elapsed().as_secs_f64() * 1e3;
             let s = Instant::now();
-            (f_ns, events) = cost::fluid_predict_ns(&p, &c);
+            (f_ns, events) = cost::fluid_predict_ns(&p, &c, u64::MAX).unwrap();
             let f = s.elapsed().as_secs_f64() * 1e3;
             let s = Instant::now();
             s_ns = collsched_core::sim::simulate(&p, &c, &sim).unwrap().time_s * 1e9;
@@ -304,7 +304,7 @@ fn candidate_cost() {
             }
         }
         eprintln!(
-            "{alg:<16} {transfers:>6} transfers: plan {:.2} ms, closed form {:.2} ms, fluid {:.2} ms ({events} events), sim {:.2} ms; predicted {p_ns} / fluid {f_ns} / sim {s_ns:.0} ns",
+            "{alg:<16} {transfers:>6} transfers: plan {:.2} ms, closed form {:.2} ms, fluid {:.2} ms ({events} work units), sim {:.2} ms; predicted {p_ns} / fluid {f_ns} / sim {s_ns:.0} ns",
             best[0], best[1], best[2], best[3]
         );
     }

@@ -217,14 +217,18 @@ fn prediction_fingerprint() {
     use collsched_core::algo::auto::cost::predict_ns;
     let mut rng = Rng::new(20_260_401);
     let mut h = 0xcbf2_9ce4_8422_2325u64;
+    let mut fluid = h;
     for _ in 0..CASES {
         let c = random_cluster(&mut rng);
         let t = random_traffic(&c, &mut rng);
         for alg in CANDIDATES {
             if let Ok(p) = plan_all_to_all(&t, &c, alg, &Options::new()) {
                 h = (h ^ predict_ns(&p, &c)).wrapping_mul(0x100_0000_01b3);
+                for f in collsched_core::algo::auto::cost::fluid_finish_ns(&p, &c) {
+                    fluid = (fluid ^ f).wrapping_mul(0x100_0000_01b3);
+                }
             }
         }
     }
-    eprintln!("prediction fingerprint {h:016x}");
+    eprintln!("prediction fingerprint {h:016x}; fluid (every finish time) {fluid:016x}");
 }

@@ -11,8 +11,10 @@ pub enum How {
     Model,
     /// Close calls, but refinement was turned off.
     ModelRefineOff,
-    /// Close calls, but refining them was estimated to cost more than the budget.
+    /// Close calls, but simulating them was estimated to cost more than the budget.
     ModelOverBudget { estimate_ns: u64 },
+    /// Close calls, but the fluid model ran over its counted-work budget on one of them.
+    FluidOverBudget { budget_ns: u64 },
     /// The close calls were simulated; the smallest simulated time won.
     Simulated,
     /// The close calls were evaluated with the integer fluid model; the smallest time won.

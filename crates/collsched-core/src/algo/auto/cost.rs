@@ -154,17 +154,21 @@ pub fn predict_finish_ns(plan: &Plan, cluster: &Cluster) -> Vec<u64> {
     }
 }
 
-/// Completion time of `plan` under the integer fluid model (`fluid::run_plan`): max-min
-/// sharing across every link, dependencies released as they complete. Exact physics of
-/// the simulator in integers, at about the simulator's cost; returns the time (ns) and the
-/// number of rate computations.
-pub fn fluid_predict_ns(plan: &Plan, cluster: &Cluster) -> (u64, usize) {
-    let (finish, events) = fluid_finish_ns(plan, cluster);
-    (finish.into_iter().max().unwrap_or(0), events)
+/// Completion time (ns) of `plan` under the integer fluid model (`fluid::run_plan`):
+/// max-min sharing across every link, dependencies released as they complete — the
+/// simulator's physics in integers. None if it would take more than `budget` work units
+/// (see `fluid::run_plan`); also returns the work it took.
+pub fn fluid_predict_ns(plan: &Plan, cluster: &Cluster, budget: u64) -> Option<(u64, u64)> {
+    let run = fluid_run(plan, cluster, budget)?;
+    Some((run.finish.iter().copied().max().unwrap_or(0), run.work))
 }
 
-/// Finish time of every transfer under the integer fluid model, and the rate computations.
-pub fn fluid_finish_ns(plan: &Plan, cluster: &Cluster) -> (Vec<u64>, usize) {
+/// Finish time of every transfer under the integer fluid model (no budget).
+pub fn fluid_finish_ns(plan: &Plan, cluster: &Cluster) -> Vec<u64> {
+    fluid_run(plan, cluster, u64::MAX).map(|r| r.finish).unwrap_or_default()
+}
+
+fn fluid_run(plan: &Plan, cluster: &Cluster, budget: u64) -> Option<fluid::FluidRun> {
     let model = Model::new(plan, cluster);
     let m = plan.transfers.len();
     let (mut alpha, mut bytes) = (Vec::with_capacity(m), Vec::with_capacity(m));
@@ -182,7 +186,7 @@ pub fn fluid_finish_ns(plan: &Plan, cluster: &Cluster) -> (Vec<u64>, usize) {
         links.extend(slots.filter(|&k| model.slot_bytes[k] > 0).map(|k| model.slot_link[k]));
         link_off.push(links.len() as u32);
     }
-    fluid::run_plan(&fluid::PlanFlows { alpha: &alpha, dep_off: &dep_off, deps: &deps, bytes: &bytes, link_off: &link_off, links: &links, bw: &model.link_bw })
+    fluid::run_plan(&fluid::PlanFlows { alpha: &alpha, dep_off: &dep_off, deps: &deps, bytes: &bytes, link_off: &link_off, links: &links, bw: &model.link_bw }, budget)
 }
 
 

@@ -24,6 +24,9 @@ const NS: u128 = 1_000_000_000;
 /// Max-min fair rates by progressive filling, in integers. Buffers are reused.
 #[derive(Default)]
 pub struct MaxMin {
+    /// Global link id → index in `touched` (u32::MAX when untouched; reset after each call).
+    local: Vec<u32>,
+    touched: Vec<u32>,
     residual: Vec<u64>,
     count: Vec<u32>,
     member_off: Vec<u32>,
@@ -37,20 +40,31 @@ impl MaxMin {
     /// Rates (bytes/s, ≥ 1) of the `active` flows into `rate[flow]`. Flow f crosses
     /// `links[link_off[f]..link_off[f + 1]]` (each link at most once); `bw[link]` in bytes/s.
     /// The link with the smallest share (residual / unfixed flows, rounded down; ties by
-    /// index) fixes its unfixed flows at that share. Shares only grow as other links fix
+    /// link id) fixes its unfixed flows at that share. Shares only grow as other links fix
     /// flows, so stale heap keys are lower bounds: re-push when the true share grew.
+    /// Cost: O(incidences of `active` + their links · log), independent of other links.
     pub fn compute(&mut self, active: &[u32], link_off: &[u32], links: &[u32], bw: &[u64], rate: &mut [u64]) {
-        let nl = bw.len();
-        self.count.clear();
-        self.count.resize(nl, 0);
+        if self.local.len() < bw.len() {
+            self.local.resize(bw.len(), u32::MAX);
+        }
         if self.fixed.len() < rate.len() {
             self.fixed.resize(rate.len(), false);
         }
+        let flow_links = |f: u32| &links[link_off[f as usize] as usize..link_off[f as usize + 1] as usize];
+        self.touched.clear();
+        self.count.clear();
         for &f in active {
-            for &l in &links[link_off[f as usize] as usize..link_off[f as usize + 1] as usize] {
-                self.count[l as usize] += 1;
+            for &l in flow_links(f) {
+                let li = &mut self.local[l as usize];
+                if *li == u32::MAX {
+                    *li = self.touched.len() as u32;
+                    self.touched.push(l);
+                    self.count.push(0);
+                }
+                self.count[*li as usize] += 1;
             }
         }
+        let nl = self.touched.len();
         self.member_off.clear();
         self.member_off.push(0);
         let mut acc = 0u32;
@@ -64,22 +78,20 @@ impl MaxMin {
         self.fill.extend_from_slice(&self.member_off[..nl]);
         for &f in active {
             self.fixed[f as usize] = false;
-            for &l in &links[link_off[f as usize] as usize..link_off[f as usize + 1] as usize] {
-                let l = l as usize;
-                self.members[self.fill[l] as usize] = f;
-                self.fill[l] += 1;
+            for &l in flow_links(f) {
+                let li = self.local[l as usize] as usize;
+                self.members[self.fill[li] as usize] = f;
+                self.fill[li] += 1;
             }
         }
         self.residual.clear();
-        self.residual.extend(bw.iter().map(|&b| b.max(1)));
+        self.residual.extend(self.touched.iter().map(|&l| bw[l as usize].max(1)));
         self.heap.clear();
-        for l in 0..nl {
-            if self.count[l] > 0 {
-                self.heap.push(Reverse((self.residual[l] / self.count[l] as u64, l as u32)));
-            }
+        for i in 0..nl {
+            self.heap.push(Reverse((self.residual[i] / self.count[i] as u64, self.touched[i])));
         }
         while let Some(Reverse((key, l))) = self.heap.pop() {
-            let li = l as usize;
+            let li = self.local[l as usize] as usize;
             let cnt = self.count[li];
             if cnt == 0 {
                 continue;
@@ -91,21 +103,24 @@ impl MaxMin {
             }
             let share = share.max(1);
             for m in self.member_off[li]..self.member_off[li + 1] {
-                let f = self.members[m as usize] as usize;
-                if self.fixed[f] {
+                let f = self.members[m as usize];
+                if self.fixed[f as usize] {
                     continue;
                 }
-                self.fixed[f] = true;
-                rate[f] = share;
-                for &o in &links[link_off[f] as usize..link_off[f + 1] as usize] {
-                    let o = o as usize;
-                    if o != li {
-                        self.residual[o] = self.residual[o].saturating_sub(share);
-                        self.count[o] -= 1;
+                self.fixed[f as usize] = true;
+                rate[f as usize] = share;
+                for &o in flow_links(f) {
+                    let oi = self.local[o as usize] as usize;
+                    if oi != li {
+                        self.residual[oi] = self.residual[oi].saturating_sub(share);
+                        self.count[oi] -= 1;
                     }
                 }
             }
             self.count[li] = 0;
+        }
+        for &l in &self.touched {
+            self.local[l as usize] = u32::MAX;
         }
     }
 }
@@ -123,17 +138,43 @@ pub struct PlanFlows<'a> {
     pub bw: &'a [u64],
 }
 
+/// Work units charged per transfer (setup, its start and finish) and per rate
+/// computation of a component (its heap and bookkeeping), besides one per flow-link
+/// incidence of a rate computation and one per flow scanned for finishes.
+pub const TRANSFER_WORK: u64 = 4;
+pub const EVENT_WORK: u64 = 16;
+
 /// Coalescing tolerance of `run_plan`, as the simulator's default: 1/1000 of the time
 /// scale, divided by the dependency depth so that delays do not add up along chains.
 pub const TOLERANCE_DIVISOR: u64 = 1000;
+
+fn find(parent: &mut [u32], mut x: u32) -> u32 {
+    while parent[x as usize] != x {
+        let up = parent[parent[x as usize] as usize];
+        parent[x as usize] = up;
+        x = up;
+    }
+    x
+}
 
 /// Finish time (ns) of every transfer of a whole plan under integer max-min fair
 /// sharing: the simulator's event loop (dependencies → alpha → fluid flows) in integers.
 /// Events within a window of the earliest pending one take effect together at the last
 /// of them (only ever later than exact); the window is `max(t, load) / (1000 · depth)`
 /// where `load` is the busiest link's bytes / bandwidth and `depth` the longest
-/// dependency chain. Returns the finish times and the number of rate computations.
-pub fn run_plan(p: &PlanFlows) -> (Vec<u64>, usize) {
+/// dependency chain.
+///
+/// Cost is counted, not clocked: `work` adds each rate computation's flow-link incidences
+/// and each scan of a component's flows, plus `TRANSFER_WORK` per transfer and
+/// `EVENT_WORK` per rate computation of a component; past `budget` units the run stops and returns
+/// None (deterministic: the count does not depend on the machine).
+///
+/// Flows only interact through shared links, so links are grouped into the connected
+/// components of the plan's routes (scale-out rails, each server's scale-up fabric, each
+/// copy engine, typically): an event recomputes rates only in the components whose flow
+/// set changed, and a flow's remaining bytes are brought up to date only then
+/// (`remaining − rate · elapsed` is exact in integers, so this changes no result).
+pub fn run_plan(p: &PlanFlows, budget: u64) -> Option<FluidRun> {
     let n = p.alpha.len();
     // Dependents (CSR) and dependency counts.
     let mut dependents_off = vec![0u32; n + 1];
@@ -158,18 +199,44 @@ pub fn run_plan(p: &PlanFlows) -> (Vec<u64>, usize) {
         }
     }
     let chain = depth.iter().copied().max().unwrap_or(1).max(1) as u64;
+    let flow_links = |t: usize| &p.links[p.link_off[t] as usize..p.link_off[t + 1] as usize];
     let mut carried = vec![0u64; p.bw.len()];
+    // Connected components of links (union-find over each transfer's links).
+    let mut parent: Vec<u32> = (0..p.bw.len() as u32).collect();
     for t in 0..n {
-        for &l in &p.links[p.link_off[t] as usize..p.link_off[t + 1] as usize] {
+        let ls = flow_links(t);
+        for &l in ls {
             carried[l as usize] = carried[l as usize].saturating_add(p.bytes[t]);
         }
+        if let Some(&first) = ls.first() {
+            let a = find(&mut parent, first);
+            for &l in &ls[1..] {
+                let b = find(&mut parent, l);
+                if a != b {
+                    parent[b as usize] = a;
+                }
+            }
+        }
     }
+    let comp_of: Vec<u32> = (0..n).map(|t| flow_links(t).first().map_or(0, |&l| find(&mut parent, l))).collect();
     let load = carried.iter().zip(p.bw).map(|(&b, &bw)| div_ceil(b as u128 * NS, bw)).max().unwrap_or(0);
     let window = |t: u64| t.max(load) / (TOLERANCE_DIVISOR * chain);
 
     let mut finish = vec![u64::MAX; n];
+    // Per flow: remaining work (bytes · 10⁹) as of `since`, its rate, and its finish at that rate.
     let mut remaining: Vec<u128> = p.bytes.iter().map(|&b| b as u128 * NS).collect();
+    let mut since = vec![0u64; n];
     let mut rate = vec![0u64; n];
+    let mut ends = vec![u64::MAX; n];
+    // Active flows per component (position of each flow in its list, for O(1) removal).
+    let mut members: Vec<Vec<u32>> = vec![Vec::new(); p.bw.len()];
+    let mut slot = vec![0u32; n];
+    let mut dirty_comp = vec![false; p.bw.len()];
+    let mut dirty: Vec<u32> = Vec::new();
+    // Per component: the earliest finish of its flows; a heap of (that time, component)
+    // with stale entries skipped; pending starts (time, transfer).
+    let mut comp_first = vec![u64::MAX; p.bw.len()];
+    let mut finishes: BinaryHeap<Reverse<(u64, u32)>> = BinaryHeap::new();
     let mut starts: BinaryHeap<Reverse<(u64, u32)>> = BinaryHeap::new();
     for t in 0..n {
         if deps_left[t] == 0 {
@@ -177,12 +244,10 @@ pub fn run_plan(p: &PlanFlows) -> (Vec<u64>, usize) {
         }
     }
     let mut rates = MaxMin::default();
-    let mut active: Vec<u32> = Vec::new();
     let mut done: Vec<(u64, u32)> = Vec::new();
     let mut starting: Vec<u32> = Vec::new();
     let mut now = 0u64;
-    let mut dirty = false;
-    let mut events = 0usize;
+    let (mut events, mut work) = (0usize, TRANSFER_WORK * n as u64);
     // Complete transfer t at `at`: its dependents become ready alpha later (not before now).
     let complete = |t: usize, at: u64, now: u64, finish: &mut Vec<u64>, deps_left: &mut Vec<u32>, starts: &mut BinaryHeap<Reverse<(u64, u32)>>| {
         finish[t] = at;
@@ -195,16 +260,44 @@ pub fn run_plan(p: &PlanFlows) -> (Vec<u64>, usize) {
         }
     };
     loop {
-        if dirty {
-            rates.compute(&active, p.link_off, p.links, p.bw, &mut rate);
+        if !dirty.is_empty() {
+            for &c in &dirty {
+                dirty_comp[c as usize] = false;
+                let group = &members[c as usize];
+                if group.is_empty() {
+                    continue;
+                }
+                for &f in group {
+                    let f = f as usize;
+                    remaining[f] -= rate[f] as u128 * (now - since[f]) as u128;
+                    since[f] = now;
+                }
+                work += EVENT_WORK + group.iter().map(|&f| (p.link_off[f as usize + 1] - p.link_off[f as usize]) as u64).sum::<u64>();
+                rates.compute(group, p.link_off, p.links, p.bw, &mut rate);
+                let mut first = u64::MAX;
+                for &f in group {
+                    let f = f as usize;
+                    ends[f] = now.saturating_add(div_ceil(remaining[f], rate[f]));
+                    first = first.min(ends[f]);
+                }
+                comp_first[c as usize] = first;
+                finishes.push(Reverse((first, c)));
+            }
+            dirty.clear();
             events += 1;
-            dirty = false;
+            if work > budget {
+                return None;
+            }
         }
-        let mut tc = u64::MAX;
-        for &f in &active {
-            let f = f as usize;
-            tc = tc.min(now.saturating_add(div_ceil(remaining[f], rate[f])));
+        // Drop stale entries (components recomputed since).
+        while let Some(&Reverse((x, c))) = finishes.peek() {
+            if comp_first[c as usize] != x {
+                finishes.pop();
+            } else {
+                break;
+            }
         }
+        let tc = finishes.peek().map_or(u64::MAX, |e| e.0 .0);
         let ts = starts.peek().map_or(u64::MAX, |s| s.0 .0);
         let te = tc.min(ts);
         if te == u64::MAX {
@@ -213,16 +306,25 @@ pub fn run_plan(p: &PlanFlows) -> (Vec<u64>, usize) {
         let limit = te.saturating_add(window(te));
         let mut t_p = te;
         done.clear();
-        if tc <= limit {
-            for &f in &active {
-                let x = now.saturating_add(div_ceil(remaining[f as usize], rate[f as usize]));
-                if x <= limit {
-                    done.push((x, f));
-                    t_p = t_p.max(x);
+        while let Some(&Reverse((x, c))) = finishes.peek() {
+            if x > limit {
+                break;
+            }
+            finishes.pop();
+            if comp_first[c as usize] != x {
+                continue;
+            }
+            comp_first[c as usize] = u64::MAX; // its flows change: it will be recomputed
+            work += members[c as usize].len() as u64;
+            for &f in &members[c as usize] {
+                let e = ends[f as usize];
+                if e <= limit {
+                    done.push((e, f));
+                    t_p = t_p.max(e);
                 }
             }
-            done.sort_unstable();
         }
+        done.sort_unstable();
         starting.clear();
         while let Some(&Reverse((x, t))) = starts.peek() {
             if x > limit {
@@ -232,30 +334,39 @@ pub fn run_plan(p: &PlanFlows) -> (Vec<u64>, usize) {
             starting.push(t);
             t_p = t_p.max(x);
         }
-        let dt = (t_p - now) as u128;
         now = t_p;
         for &(x, f) in &done {
-            remaining[f as usize] = 0;
-            complete(f as usize, x, now, &mut finish, &mut deps_left, &mut starts);
-        }
-        active.retain(|&f| {
             let f = f as usize;
-            if remaining[f] == 0 {
-                return false;
+            // Leave its component.
+            let c = comp_of[f] as usize;
+            let i = slot[f] as usize;
+            members[c].swap_remove(i);
+            if i < members[c].len() {
+                slot[members[c][i] as usize] = i as u32;
             }
-            remaining[f] = remaining[f].saturating_sub(rate[f] as u128 * dt).max(1);
-            true
-        });
-        dirty |= !done.is_empty();
+            if !dirty_comp[c] {
+                dirty_comp[c] = true;
+                dirty.push(c as u32);
+            }
+            complete(f, x, now, &mut finish, &mut deps_left, &mut starts);
+        }
         for &t in &starting {
             let t = t as usize;
             if remaining[t] == 0 || p.link_off[t] == p.link_off[t + 1] {
                 complete(t, now, now, &mut finish, &mut deps_left, &mut starts);
             } else {
-                active.push(t as u32);
-                dirty = true;
+                let c = comp_of[t] as usize;
+                slot[t] = members[c].len() as u32;
+                members[c].push(t as u32);
+                since[t] = now;
+                if !dirty_comp[c] {
+                    dirty_comp[c] = true;
+                    dirty.push(c as u32);
+                }
             }
         }
+        // Components in a fixed order: rates do not depend on it, but keep it canonical.
+        dirty.sort_unstable();
     }
     // Transfers never released (a dependency cycle; verified plans have none) count as 0.
     for f in finish.iter_mut() {
@@ -263,7 +374,15 @@ pub fn run_plan(p: &PlanFlows) -> (Vec<u64>, usize) {
             *f = 0;
         }
     }
-    (finish, events)
+    Some(FluidRun { finish, events, work })
+}
+
+/// What `run_plan` computed: every transfer's finish (ns), the rate computations, and
+/// the work counted (flow-link incidences of the rate computations and component scans).
+pub struct FluidRun {
+    pub finish: Vec<u64>,
+    pub events: usize,
+    pub work: u64,
 }
 
 #[inline]
@@ -290,7 +409,7 @@ mod tests {
             deps.extend_from_slice(d);
             dep_off.push(deps.len() as u32);
         }
-        run_plan(&PlanFlows { alpha: &alpha, dep_off: &dep_off, deps: &deps, bytes: &bytes, link_off: &link_off, links: &links, bw }).0
+        run_plan(&PlanFlows { alpha: &alpha, dep_off: &dep_off, deps: &deps, bytes: &bytes, link_off: &link_off, links: &links, bw }, u64::MAX).unwrap().finish
     }
     const GB: u64 = 1_000_000_000; // 1 byte per ns
 
@@ -319,5 +438,16 @@ mod tests {
         assert_eq!(r, vec![1000, 3500, 3500]);
         // A zero-byte transfer completes at its release.
         assert_eq!(finish(&[GB], &[(0, 1000, &[0], &[]), (7, 0, &[0], &[0])]), vec![1000, 1007]);
+    }
+
+    #[test]
+    fn a_run_over_its_work_budget_stops() {
+        let (alpha, bytes, dep_off, deps) = ([0u64, 0], [1000u64, 3000], [0u32, 0, 0], []);
+        let (link_off, links) = ([0u32, 1, 2], [0u32, 0]);
+        let flows = PlanFlows { alpha: &alpha, dep_off: &dep_off, deps: &deps, bytes: &bytes, link_off: &link_off, links: &links, bw: &[GB] };
+        let full = run_plan(&flows, u64::MAX).unwrap();
+        assert_eq!(full.finish, vec![2000, 4000]);
+        assert!(run_plan(&flows, full.work).is_some());
+        assert!(run_plan(&flows, 1).is_none());
     }
 }

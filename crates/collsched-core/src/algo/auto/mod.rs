@@ -88,17 +88,17 @@ pub const REFINE_BUDGET_PERCENT: u64 = 5;
 /// `tests/auto_sim.rs` (`simcost`, best of 3): median 0.8 µs, p90 1.9 µs, max 5.3 µs per
 /// transfer over the 240 cases' candidate plans; 2 µs covers 90% of them.
 pub const SIM_NS_PER_TRANSFER: u64 = 2_000;
-/// Cost model of the integer fluid refinement: its event loop recomputes max-min rates
-/// over the active flows at each of O(transfers) events, and the active flows grow with
-/// the cluster, so its cost is about `FLUID_NS_PER_TRANSFER_RANK` × transfers × ranks.
-/// Measured on this 2-core container (`tests/auto.rs`, `candidate_cost`): 90–105 ns on
-/// 16–32 GPUs, 78 ns on 64 GPUs, for every candidate.
-pub const FLUID_NS_PER_TRANSFER_RANK: u64 = 100;
-/// The fluid refinement runs when its estimated cost is at most this (ns) or at most
-/// `REFINE_BUDGET_PERCENT` of the predicted time, whichever is larger: it bounds the
-/// planning cost of a call (≤ ~32 GPUs with a few close calls fit; 64 GPUs with
-/// balanced_direct and fast both close do not, and use the closed form alone).
-pub const FLUID_BUDGET_NS: u64 = 8_000_000;
+/// Wall time per work unit of the integer fluid model (`fluid::run_plan` counts flow-link
+/// incidences of rate computations, flows scanned, and fixed charges per transfer and per
+/// rate computation): measured 9–17 ns on this 2-core container over the close calls of
+/// the 240 cases of `tests/auto_sim.rs` (`auto_diag.rs`, `fluid_cost`), 13–31 ns per
+/// candidate on 32–64 GPUs (`auto.rs`, `candidate_cost`); 20 ns covers most.
+pub const FLUID_NS_PER_WORK: u64 = 20;
+/// The fluid refinement of the close calls may cost this much (ns, as counted work), or
+/// `REFINE_BUDGET_PERCENT` of the predicted time when that is larger; past it, the
+/// closed-form model decides alone. 4 ms ≈ 200 000 units: close calls of up to ~32 GPUs
+/// fit; 64 GPUs with balanced_direct and fast both close (~500 000 units) do not.
+pub const FLUID_BUDGET_NS: u64 = 4_000_000;
 
 /// Plan with the candidate of smallest predicted time, refined with the simulator on close
 /// calls; meta records `choice`, `reason`, `predicted_<candidate>_ns` for each candidate
@@ -154,14 +154,7 @@ pub fn plan(traffic: &Traffic, cluster: &Cluster, opts: &Options) -> Result<Plan
     if close.len() > 1 {
         how = match refine {
             Refine::Never => How::ModelRefineOff,
-            Refine::Fluid => {
-                let estimate_ns = close_transfers.saturating_mul(traffic.n() as u64).saturating_mul(FLUID_NS_PER_TRANSFER_RANK);
-                if estimate_ns as u128 <= budget_ns.max(FLUID_BUDGET_NS as u128) {
-                    How::Fluid
-                } else {
-                    How::ModelOverBudget { estimate_ns }
-                }
-            }
+            Refine::Fluid => How::Fluid,
             Refine::Budget => {
                 let estimate_ns = close_transfers.saturating_mul(SIM_NS_PER_TRANSFER);
                 if estimate_ns as u128 <= budget_ns {
@@ -174,16 +167,42 @@ pub fn plan(traffic: &Traffic, cluster: &Cluster, opts: &Options) -> Result<Plan
         };
     }
     let mut winner = by_model;
-    if how == How::Simulated || how == How::Fluid {
+    if how == How::Fluid {
+        // Counted work, not clocks: the same input refines (or not) on every machine.
+        let budget_ns = budget_ns.max(FLUID_BUDGET_NS as u128).min(u64::MAX as u128) as u64;
+        let mut left = budget_ns / FLUID_NS_PER_WORK;
+        // Skip hopeless runs up front: the work grows with transfers × concurrent flows;
+        // ranks / 2 per transfer is a typical concurrency (measured 0.5–1 × ranks for all
+        // candidates but fanout's single scale-out round). The hard cap below still holds.
+        let estimate = close_transfers.saturating_mul(traffic.n() as u64 / 2 + fluid::TRANSFER_WORK);
+        if estimate > left {
+            how = How::FluidOverBudget { budget_ns };
+        }
+        for &i in &close {
+            if how != How::Fluid {
+                break;
+            }
+            let Some(p) = plans[i].as_ref() else { continue };
+            match cost::fluid_predict_ns(p, cluster, left) {
+                Some((ns, work)) => {
+                    simulated[i] = Some(ns);
+                    left -= work.min(left);
+                }
+                None => how = How::FluidOverBudget { budget_ns },
+            }
+        }
+        if how == How::Fluid {
+            winner = argmin(&simulated).unwrap_or(by_model);
+        } else {
+            simulated = vec![None; CANDIDATES.len()];
+        }
+    }
+    if how == How::Simulated {
         let sim = SimOptions::default();
         for &i in &close {
             let Some(p) = plans[i].as_ref() else { continue };
-            simulated[i] = Some(if how == How::Fluid {
-                cost::fluid_predict_ns(p, cluster).0
-            } else {
-                // Integer ns: the comparison below is exact and deterministic.
-                (simulate(p, cluster, &sim)?.time_s * 1e9).round() as u64
-            });
+            // Integer ns: the comparison below is exact and deterministic.
+            simulated[i] = Some((simulate(p, cluster, &sim)?.time_s * 1e9).round() as u64);
         }
         winner = argmin(&simulated).unwrap_or(by_model);
     }
@@ -347,7 +366,10 @@ fn finish(mut plan: Plan, d: &cache::Decision) -> Plan {
                 How::Model => "no other candidate predicted within the refinement margin".to_string(),
                 How::ModelRefineOff => "refinement off".to_string(),
                 How::ModelOverBudget { estimate_ns } => {
-                    format!("refinement skipped: estimated cost {estimate_ns} ns over its budget")
+                    format!("refinement skipped: estimated simulation {estimate_ns} ns over {REFINE_BUDGET_PERCENT}% of the predicted time")
+                }
+                How::FluidOverBudget { budget_ns } => {
+                    format!("fluid refinement stopped: over its budget of {budget_ns} ns of counted work")
                 }
                 How::Simulated | How::Fluid => unreachable!(),
             };
