@@ -53,7 +53,7 @@ def main():
     print(f"load average {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f}; "
           f"{os.cpu_count()} cores; median of {args.reps}; auto options {opts}")
     hdr = (f"{'GPUs':>5} {'matrix':<14}{'choice':<16}{'how':<8}{'auto ms':>9}{'cands ms':>10}{'overhead':>10}"
-           f"{'predicted ms':>13}{'/1ms':>7}{'/5%':>7}")
+           f"{'predicted ms':>13}{'/1ms':>8}{'/5%':>9}")
     print(hdr)
     worst = {}
     for gpus in [int(x) for x in args.sizes.split(",")]:
@@ -76,7 +76,7 @@ def main():
                 r_5 = t_auto / (0.05 * pred_ns * 1e-9)
                 worst[gpus] = max(worst.get(gpus, 0.0), r_ms)
                 print(f"{gpus:>5} {label:<14}{choice:<16}{how:<8}{t_auto * 1e3:9.2f}{t_cands * 1e3:10.2f}"
-                      f"{(t_auto - t_cands) * 1e3:10.2f}{pred_ns * 1e-6:13.2f}{r_ms:7.2f}{r_5:7.2f}")
+                      f"{(t_auto - t_cands) * 1e3:10.2f}{pred_ns * 1e-6:13.2f}{r_ms:8.2f}{r_5:9.1f}")
     print("how: fluid = close calls refined by the integer fluid model; budget = refinement over its budget "
           "(closed form decided); none = one close call (or refinement off)")
     for gpus, r in worst.items():

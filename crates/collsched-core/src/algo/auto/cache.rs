@@ -23,11 +23,12 @@ pub enum How {
 
 /// What auto decided for one input: the winner's index in the candidate list,
 /// each candidate's predicted time (None = the candidate does not support the input)
-/// and simulated time (None = not simulated).
+/// and refined time (None = not refined).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Decision {
     pub winner: usize,
     pub predicted_ns: Vec<Option<u64>>,
+    /// Refined time of each close call (fluid model or simulator, per `how`; None = not refined).
     pub simulated_ns: Vec<Option<u64>>,
     /// Lower bound of each candidate pruned without prediction (None = not pruned).
     pub pruned_ns: Vec<Option<u64>>,

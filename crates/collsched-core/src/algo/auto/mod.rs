@@ -1,18 +1,19 @@
 //! `auto`, the runtime's default: plan every candidate, predict each plan's time with
-//! the integer cost model (`cost::predict_ns`) and keep the fastest. Ties go to the
-//! earlier candidate in `CANDIDATES`. A candidate that answers `Error::Unsupported`
+//! the integer closed-form cost model (`cost::predict_ns`) and keep the fastest. Ties go to
+//! the earlier candidate in `CANDIDATES`. A candidate that answers `Error::Unsupported`
 //! is skipped. Decisions are cached (bounded LRU keyed by matrix, cluster, options).
 //!
-//! Close calls are refined with the simulator: the candidates predicted within
-//! `REFINE_MARGIN_PERCENT` of the best prediction are simulated and the smallest simulated
-//! time (integer ns) wins, when the estimated simulation cost fits the budget (see `refine`).
+//! Close calls — candidates predicted within `REFINE_MARGIN_PERCENT` of the best — are
+//! re-evaluated with the integer fluid model (`cost::fluid_predict_ns`: the simulator's
+//! max-min physics in integers) when its counted work fits `FLUID_BUDGET_NS`, and the
+//! smallest fluid time wins. No floating point enters the default decision.
 //!
 //! Options: `candidates` (comma-separated subset of `CANDIDATES`, in any order; the
 //! fixed order still breaks ties), `cache` (1 = use the decision cache, the default; 0 = not),
 //! `threads` (0 = automatic: one per core up to one per candidate, with ≥ 4 cores and ≤ 256 GPUs),
-//! `refine` (`never`, the default, keeps every decision integer-only; `budget`: simulate close
-//! calls when affordable; `always`). The simulator is single-threaded and uses only correctly
-//! rounded IEEE-754 operations, so opted-in refinement is still reproducible across machines.
+//! `refine` (`fluid`, the default; `never`: the closed form alone; `budget`: simulate close
+//! calls when affordable; `always`: simulate them). The simulator is single-threaded and uses
+//! only correctly rounded IEEE-754 operations, so opted-in simulation is still reproducible.
 pub mod cache;
 pub mod cost;
 pub mod fluid;
@@ -100,9 +101,10 @@ pub const FLUID_NS_PER_WORK: u64 = 20;
 /// fit; 64 GPUs with balanced_direct and fast both close (~500 000 units) do not.
 pub const FLUID_BUDGET_NS: u64 = 4_000_000;
 
-/// Plan with the candidate of smallest predicted time, refined with the simulator on close
-/// calls; meta records `choice`, `reason`, `predicted_<candidate>_ns` for each candidate
-/// that could plan the input and `simulated_<candidate>_ns` for each one simulated.
+/// Plan with the candidate of smallest predicted time, refined on close calls; meta records
+/// `choice`, `reason`, `refined`, `refined_with`, `predicted_<candidate>_ns` for each
+/// predicted candidate, `pruned_<candidate>_bound_ns` for each pruned one and
+/// `fluid_<candidate>_ns` / `simulated_<candidate>_ns` for each refined one.
 pub fn plan(traffic: &Traffic, cluster: &Cluster, opts: &Options) -> Result<Plan> {
     for k in opts.keys() {
         if !["candidates", "cache", "threads", "refine"].contains(&k.as_str()) {
