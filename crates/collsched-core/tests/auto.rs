@@ -313,20 +313,24 @@ fn candidate_cost() {
 proptest::proptest! {
     #![proptest_config(proptest::prelude::ProptestConfig::with_cases(48))]
     /// The pruning bounds: the matrix bound of fanout/spreadout (direct) and hierarchical
-    /// (rail) equals their plan's NIC bound, and every candidate's NIC bound is at most
-    /// its prediction.
+    /// (rail) equals their plan's NIC bound, and every candidate's NIC bound and
+    /// critical-path bound are at most its prediction.
     #[test]
-    fn pruning_bounds_hold(preset in 0usize..3, servers in 2u32..5, gpus in 0usize..3, nic_div in 1u32..3, density in 10u64..101, seed in 0u64..10_000) {
+    fn pruning_bounds_hold(preset in 0usize..5, servers in 2u32..5, gpus in 0usize..3, nic_div in 1u32..3, density in 10u64..101, seed in 0u64..10_000) {
         use collsched_core::algo::auto::cost::{matrix_nic_lower_bound_ns, nic_lower_bound_ns, Route};
-        let g = [2u32, 4, 8][gpus];
-        let spec = format!("{}:{servers},gpus={g},nics={}", ["h200", "mi300x", "perlmutter"][preset], (g / nic_div).max(1));
+        // Every fabric: switch and mesh (h200, mi300x, perlmutter), ring (mi250), cube-mesh (v100, 8 GPUs).
+        let g = if preset >= 3 { 8 } else { [2u32, 4, 8][gpus] };
+        let spec = format!("{}:{servers},gpus={g},nics={}", ["h200", "mi300x", "perlmutter", "mi250", "v100"][preset], (g / nic_div).max(1));
         let c = Cluster::parse(&spec).unwrap();
         let n = c.num_gpus() as usize;
         let t = sparse_matrix(n, 1 << 20, density, seed);
         for alg in CANDIDATES {
             let Ok(p) = plan_all_to_all(&t, &c, alg, &Options::new()) else { continue };
             let b = nic_lower_bound_ns(&p, &c);
-            proptest::prop_assert!(b <= cost::predict_ns(&p, &c), "{alg} on {spec}");
+            let pred = cost::predict_ns(&p, &c);
+            proptest::prop_assert!(b <= pred, "{alg} on {spec}");
+            let chain = cost::critical_path_lower_bound_ns(&p, &c);
+            proptest::prop_assert!(chain <= pred, "{alg} on {spec}: chain bound {chain} > prediction {pred}");
             let route = match *alg { "fanout" | "spreadout" => Some(Route::Direct), "hierarchical" => Some(Route::Rail), _ => None };
             if let Some(r) = route {
                 proptest::prop_assert_eq!(matrix_nic_lower_bound_ns(&t, &c, r), b, "{} on {}", alg, spec);

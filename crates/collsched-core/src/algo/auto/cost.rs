@@ -562,6 +562,35 @@ pub fn nic_lower_bound_ns(plan: &Plan, cluster: &Cluster) -> u64 {
     nic_bound(cluster, &up, &down)
 }
 
+/// A lower bound on `predict_ns(plan, cluster)` along dependency chains, in
+/// O(transfers + deps): the model releases a transfer alpha after its dependencies finish
+/// and finishes it no earlier than its release plus its bytes over each link it uses
+/// (both the processor-sharing and the drain terms include its own bytes), so
+/// `cp(t) = max(cp(deps)) + alpha + bytes / (fastest link of its tier)` never exceeds
+/// the model's finish (ring transfers may split over two directions: half the bytes).
+/// Catches plans that serialize many small rounds (spreadout), which the NIC bound misses.
+pub fn critical_path_lower_bound_ns(plan: &Plan, cluster: &Cluster) -> u64 {
+    let fastest = |tier: Tier| match tier {
+        Tier::Local => cluster.local_copy_bw,
+        Tier::ScaleOut => cluster.nic_bw,
+        Tier::ScaleUp => match cluster.scaleup {
+            ScaleUp::Switch { port_bw } => port_bw,
+            ScaleUp::FullMesh { link_bw } | ScaleUp::Ring { link_bw } | ScaleUp::HybridCubeMesh { link_bw } => link_bw,
+        },
+    };
+    let ring = matches!(cluster.scaleup, ScaleUp::Ring { .. });
+    let mut cp = vec![0u64; plan.transfers.len()];
+    let mut most = 0;
+    for (id, t) in plan.transfers.iter().enumerate() {
+        let ready = plan.deps_of(t).iter().filter(|&&d| (d as usize) < id).map(|&d| cp[d as usize]).max().unwrap_or(0);
+        let bytes = plan.transfer_bytes(t);
+        let bytes = if ring && t.tier == Tier::ScaleUp { bytes.div_ceil(2) } else { bytes };
+        cp[id] = ready.saturating_add(cluster.alpha_ns(t.tier)).saturating_add(drain_ns(bytes, fastest(t.tier)));
+        most = most.max(cp[id]);
+    }
+    most
+}
+
 /// How an algorithm routes scale-out bytes, for `matrix_nic_lower_bound_ns`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Route {

@@ -269,7 +269,7 @@ pub fn run_plan(p: &PlanFlows, budget: u64) -> Option<FluidRun> {
                 }
                 for &f in group {
                     let f = f as usize;
-                    remaining[f] -= rate[f] as u128 * (now - since[f]) as u128;
+                    remaining[f] = remaining[f].saturating_sub(rate[f] as u128 * (now - since[f]) as u128);
                     since[f] = now;
                 }
                 work += EVENT_WORK + group.iter().map(|&f| (p.link_off[f as usize + 1] - p.link_off[f as usize]) as u64).sum::<u64>();

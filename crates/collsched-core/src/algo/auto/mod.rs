@@ -286,7 +286,15 @@ fn evaluate_pruned(chosen: &[usize], traffic: &Traffic, cluster: &Cluster, threa
                 Err(e) => return Err(e),
             }
         }
-        let ns = cost::predict_ns(plans[i].as_ref().expect("planned"), cluster);
+        let plan = plans[i].as_ref().expect("planned");
+        // A second bound from the plan, O(transfers): dependency chains (spreadout's
+        // rounds). Also ≤ the prediction, so the same pruning argument holds.
+        let chain = cost::critical_path_lower_bound_ns(plan, cluster);
+        if best.is_some_and(|best| chain as u128 * 100 > best as u128 * (100 + REFINE_MARGIN_PERCENT) as u128) {
+            pruned[i] = Some(b.max(chain));
+            continue;
+        }
+        let ns = cost::predict_ns(plan, cluster);
         predicted[i] = Some(ns);
         best = Some(best.map_or(ns, |b| b.min(ns)));
     }
