@@ -316,6 +316,7 @@ impl<'a> Model<'a> {
         let mut start: Vec<usize> = Vec::new();
         let mut touched: Vec<u32> = Vec::new();
         let mut seen = vec![false; self.links];
+        let mut local_of = vec![0u32; self.links];
         // Per slot: processor-sharing bytes (Σ_j min(b_j, b) over the level) and the link's
         // work-conserving completion over the level.
         let mut shared = vec![0u64; slots];
@@ -345,24 +346,14 @@ impl<'a> Model<'a> {
                     }
                 }
             }
-            // Bucket this level's slots by link (compact link ids for the touched links).
+            // Bucket this level's slots by link (compact ids: the link's rank among the
+            // touched links, so buckets come in link order).
             touched.sort_unstable();
-            let mut compact = std::collections::BTreeMap::new();
-            let use_compact = touched.len() * 8 < self.links;
-            if use_compact {
-                for (i, &l) in touched.iter().enumerate() {
-                    compact.insert(l, i);
-                }
+            for (i, &l) in touched.iter().enumerate() {
+                local_of[l as usize] = i as u32;
             }
-            let key = |&k: &u32| {
-                let l = self.slot_link[k as usize];
-                if use_compact {
-                    compact[&l]
-                } else {
-                    l as usize
-                }
-            };
-            let buckets = if use_compact { touched.len() } else { self.links };
+            let key = |&k: &u32| local_of[self.slot_link[k as usize] as usize] as usize;
+            let buckets = touched.len();
             bucket_sort(&level_slots, buckets, key, &mut grouped, &mut start);
             for &l in &touched {
                 seen[l as usize] = false;
