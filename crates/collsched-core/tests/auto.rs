@@ -339,6 +339,32 @@ proptest::proptest! {
     }
 }
 
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(24))]
+    /// The integer fluid model is the simulator's physics: on every fabric (ring routes
+    /// included, where it keeps an antipodal transfer as one flow over both directions) and
+    /// every candidate's plan, it is within 1% of the simulated time and never below the
+    /// NIC and critical-path bounds (both physical lower bounds too), and a run stopped by
+    /// its budget reports None.
+    #[test]
+    fn fluid_model_matches_the_simulator(preset in 0usize..5, servers in 1u32..4, nic_div in 1u32..3, density in 10u64..101, seed in 0u64..10_000) {
+        let (name, gpus) = [("h200", 4u32), ("mi300x", 4), ("perlmutter", 4), ("mi250", 8), ("v100", 8)][preset];
+        let c = Cluster::parse(&format!("{name}:{servers},gpus={gpus},nics={}", (gpus / nic_div).max(1))).unwrap();
+        let t = sparse_matrix(c.num_gpus() as usize, 1 << 18, density, seed);
+        for alg in CANDIDATES {
+            let Ok(p) = plan_all_to_all(&t, &c, alg, &Options::new()) else { continue };
+            let (ns, work) = cost::fluid_predict_ns(&p, &c, u64::MAX).unwrap();
+            let s = collsched_core::sim::simulate(&p, &c, &collsched_core::sim::SimOptions::default()).unwrap().time_s * 1e9;
+            proptest::prop_assert!((ns as f64 / s - 1.0).abs() < 0.01, "{alg} on {}: fluid {ns} ns, simulated {s:.0} ns", c.spec());
+            proptest::prop_assert!(ns >= cost::nic_lower_bound_ns(&p, &c), "{alg}: below the NIC bound");
+            proptest::prop_assert!(ns >= cost::critical_path_lower_bound_ns(&p, &c), "{alg}: below the critical-path bound");
+            if work > 1 {
+                proptest::prop_assert!(cost::fluid_predict_ns(&p, &c, work / 2).is_none());
+            }
+        }
+    }
+}
+
 /// Profiling loop (ignored): predict fast's and balanced_direct's plans at 64 GPUs repeatedly.
 #[test]
 #[ignore]

@@ -238,9 +238,9 @@ pub fn run_plan(p: &PlanFlows, budget: u64) -> Option<FluidRun> {
     let mut comp_first = vec![u64::MAX; p.bw.len()];
     let mut finishes: BinaryHeap<Reverse<(u64, u32)>> = BinaryHeap::new();
     let mut starts: BinaryHeap<Reverse<(u64, u32)>> = BinaryHeap::new();
-    for t in 0..n {
-        if deps_left[t] == 0 {
-            starts.push(Reverse((p.alpha[t], t as u32)));
+    for (t, (&left, &alpha)) in deps_left.iter().zip(p.alpha).enumerate() {
+        if left == 0 {
+            starts.push(Reverse((alpha, t as u32)));
         }
     }
     let mut rates = MaxMin::default();
