@@ -154,15 +154,25 @@ mod properties {
 
 #[test]
 fn threads_do_not_change_the_plan() {
-    let c = Cluster::parse("h200:3,gpus=4").unwrap();
-    let t = generators::zipf(12, 0.9, 1 << 18, 21).unwrap();
-    let serial = plan_all_to_all(&t, &c, "auto", &opts(&[("cache", "0"), ("threads", "1")])).unwrap();
-    for th in ["2", "3", "7", "0"] {
-        let mut p = plan_all_to_all(&t, &c, "auto", &opts(&[("cache", "0"), ("threads", th)])).unwrap();
-        p.input_hash = serial.input_hash;
-        assert_eq!(p, serial, "threads={th}");
+    // Planning and the fluid refinement of close calls both run on threads when allowed.
+    let mut refined = 0;
+    for (spec, t) in [
+        ("h200:3,gpus=4", generators::zipf(12, 0.9, 1 << 18, 21).unwrap()),
+        ("h200:3,gpus=2", generators::zipf(6, 0.99, 8 << 20, 4).unwrap()),
+        ("h200:3,gpus=2", generators::zipf(6, 0.99, 8 << 20, 5).unwrap()),
+        ("perlmutter:4", generators::uniform(16, 1 << 20, 3).unwrap()),
+    ] {
+        let c = Cluster::parse(spec).unwrap();
+        let serial = plan_all_to_all(&t, &c, "auto", &opts(&[("cache", "0"), ("threads", "1")])).unwrap();
+        refined += (serial.meta["refined_with"] == "fluid") as u32;
+        for th in ["2", "3", "7", "0"] {
+            let mut p = plan_all_to_all(&t, &c, "auto", &opts(&[("cache", "0"), ("threads", th)])).unwrap();
+            p.input_hash = serial.input_hash;
+            assert_eq!(p, serial, "threads={th} on {spec}");
+        }
     }
-    assert!(plan_all_to_all(&t, &c, "auto", &opts(&[("threads", "65")])).is_err());
+    assert!(refined >= 2, "only {refined} inputs were refined by the fluid model");
+    assert!(plan_all_to_all(&generators::uniform(12, 1000, 1).unwrap(), &Cluster::parse("h200:3,gpus=4").unwrap(), "auto", &opts(&[("threads", "65")])).is_err());
 }
 
 #[test]

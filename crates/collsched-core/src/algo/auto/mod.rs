@@ -172,25 +172,31 @@ pub fn plan(traffic: &Traffic, cluster: &Cluster, opts: &Options) -> Result<Plan
     if how == How::Fluid {
         // Counted work, not clocks: the same input refines (or not) on every machine.
         let budget_ns = budget_ns.max(FLUID_BUDGET_NS as u128).min(u64::MAX as u128) as u64;
-        let mut left = budget_ns / FLUID_NS_PER_WORK;
+        let units = budget_ns / FLUID_NS_PER_WORK;
         // Skip hopeless runs up front: the work grows with transfers × concurrent flows;
         // ranks / 2 per transfer is a typical concurrency (measured 0.5–1 × ranks for all
         // candidates but fanout's single scale-out round). The hard cap below still holds.
         let estimate = close_transfers.saturating_mul(traffic.n() as u64 / 2 + fluid::TRANSFER_WORK);
-        if estimate > left {
+        if estimate > units {
             how = How::FluidOverBudget { budget_ns };
-        }
-        for &i in &close {
-            if how != How::Fluid {
-                break;
-            }
-            let Some(p) = plans[i].as_ref() else { continue };
-            match cost::fluid_predict_ns(p, cluster, left) {
-                Some((ns, work)) => {
-                    simulated[i] = Some(ns);
-                    left -= work.min(left);
+        } else {
+            // Refined iff every close call completes and their counted work adds up to at
+            // most the budget: a rule on counts only, so threads (each run capped at what
+            // is left, or at the whole budget when concurrent) cannot change the decision.
+            let runs: Vec<&Plan> = close.iter().filter_map(|&i| plans[i].as_ref()).collect();
+            let results = fluid_all(&runs, cluster, units, threads);
+            let total = results.iter().try_fold(0u64, |acc, r| r.map(|(_, w)| acc.saturating_add(w)));
+            match total {
+                Some(w) if w <= units => {
+                    let mut k = 0;
+                    for &i in &close {
+                        if plans[i].is_some() {
+                            simulated[i] = results[k].map(|r| r.0);
+                            k += 1;
+                        }
+                    }
                 }
-                None => how = How::FluidOverBudget { budget_ns },
+                _ => how = How::FluidOverBudget { budget_ns },
             }
         }
         if how == How::Fluid {
@@ -316,6 +322,36 @@ fn default_threads(ranks: usize) -> usize {
         return 1;
     }
     cores.min(CANDIDATES.len())
+}
+
+/// The fluid model of each plan, capped at `units` of counted work in all: sequentially
+/// each run is capped at what the earlier ones left (and the rest are skipped once one
+/// stops); on threads each is capped at `units`. The caller accepts the results only if all
+/// completed within `units` together, so both ways give the same decision.
+fn fluid_all(runs: &[&Plan], cluster: &Cluster, units: u64, threads: usize) -> Vec<Option<(u64, u64)>> {
+    if threads <= 1 || runs.len() <= 1 {
+        let mut left = units;
+        let mut out = Vec::with_capacity(runs.len());
+        for p in runs {
+            let r = if out.last().is_some_and(|r: &Option<(u64, u64)>| r.is_none()) { None } else { cost::fluid_predict_ns(p, cluster, left) };
+            if let Some((_, w)) = r {
+                left = left.saturating_sub(w);
+            }
+            out.push(r);
+        }
+        return out;
+    }
+    let mut out = vec![None; runs.len()];
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = runs.iter().map(|p| scope.spawn(move || cost::fluid_predict_ns(p, cluster, units))).collect();
+        for (slot, h) in out.iter_mut().zip(handles) {
+            match h.join() {
+                Ok(r) => *slot = r,
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        }
+    });
+    out
 }
 
 /// Plan each chosen candidate, on up to `threads` scoped threads. Each result depends
