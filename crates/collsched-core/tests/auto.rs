@@ -230,6 +230,35 @@ fn rejects_a_bad_refine_option() {
     assert!(e.to_string().contains("refine"), "{e}");
 }
 
+#[test]
+fn every_refine_mode_plans_and_records_how() {
+    // 3 servers of 2 GPUs, skewed 8 MiB per GPU: close calls, cheap to simulate.
+    let c = Cluster::parse("h200:3,gpus=2").unwrap();
+    let t = generators::zipf(6, 0.99, 8 << 20, 4).unwrap();
+    let argmin = |p: &collsched_core::Plan, key: &str| {
+        let v: Vec<(u64, usize)> = CANDIDATES.iter().enumerate().filter_map(|(i, a)| p.meta.get(&format!("{key}_{a}_ns")).map(|x| (x.parse().unwrap(), i))).collect();
+        CANDIDATES[v.iter().min().expect("some candidate").1]
+    };
+    for (mode, with, key) in [("fluid", "fluid", "fluid"), ("never", "none", "predicted"), ("always", "simulator", "simulated"), ("budget", "", "")] {
+        let p = plan_all_to_all(&t, &c, "auto", &opts(&[("cache", "0"), ("refine", mode)])).unwrap();
+        collsched_core::plan::verify::verify(&p).unwrap();
+        let how = p.meta["refined_with"].as_str();
+        match mode {
+            // The budget mode simulates only when 2 µs per close-call transfer is ≤ 5% of the
+            // predicted time (~1.2 ms here: ~30 transfers); either way it says what it did.
+            "budget" => {
+                assert!(["simulator", "none"].contains(&how), "{how}");
+                let key = if how == "simulator" { "simulated" } else { "predicted" };
+                assert_eq!(p.meta["choice"], argmin(&p, key));
+            }
+            _ => {
+                assert_eq!(how, with, "refine={mode}");
+                assert_eq!(p.meta["choice"], argmin(&p, key), "refine={mode}");
+            }
+        }
+    }
+}
+
 /// Planning cost (ignored; a measurement, not an assertion): median wall time of `auto`
 /// at 16, 32 and 64 GPUs, cache off and on, against its predicted transfer time.
 /// `cargo test --release --test auto -- --ignored --nocapture planning_cost`
