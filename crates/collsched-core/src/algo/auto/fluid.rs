@@ -97,7 +97,9 @@ impl MaxMin {
                 continue;
             }
             let share = self.residual[li] / cnt as u64;
-            if share > key {
+            // A stale key (the share grew) is still the minimum if it stays below the next
+            // key — a lower bound of every other share — or equals it with a smaller id.
+            if share > key && self.heap.peek().is_some_and(|top| (share, l) > top.0) {
                 self.heap.push(Reverse((share, l)));
                 continue;
             }
