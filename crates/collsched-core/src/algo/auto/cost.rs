@@ -171,22 +171,36 @@ pub fn fluid_finish_ns(plan: &Plan, cluster: &Cluster) -> Vec<u64> {
 fn fluid_run(plan: &Plan, cluster: &Cluster, budget: u64) -> Option<fluid::FluidRun> {
     let model = Model::new(plan, cluster);
     let m = plan.transfers.len();
-    let (mut alpha, mut bytes) = (Vec::with_capacity(m), Vec::with_capacity(m));
+    let (mut alpha, mut bytes, mut transfer) = (Vec::with_capacity(m), Vec::with_capacity(m), Vec::with_capacity(m));
     let (mut dep_off, mut deps) = (Vec::with_capacity(m + 1), Vec::with_capacity(plan.deps.len()));
-    let (mut link_off, mut links) = (Vec::with_capacity(m + 1), Vec::with_capacity(model.slot_link.len()));
+    let (mut flow_off, mut link_off, mut links) = (Vec::with_capacity(m + 1), Vec::with_capacity(m + 1), Vec::with_capacity(model.slot_link.len()));
     dep_off.push(0u32);
+    flow_off.push(0u32);
     link_off.push(0u32);
+    let mut flow = |id: usize, slots: std::ops::Range<usize>, bytes: &mut Vec<u64>, links: &mut Vec<u32>, link_off: &mut Vec<u32>| {
+        transfer.push(id as u32);
+        bytes.push(slots.clone().map(|k| model.slot_bytes[k]).max().unwrap_or(0));
+        links.extend(slots.filter(|&k| model.slot_bytes[k] > 0).map(|k| model.slot_link[k]));
+        link_off.push(links.len() as u32);
+    };
     for (id, t) in plan.transfers.iter().enumerate() {
         alpha.push(cluster.alpha_ns(t.tier));
         deps.extend(plan.deps_of(t).iter().copied().filter(|&d| (d as usize) < id));
         dep_off.push(deps.len() as u32);
-        let slots = model.slot_begin[id]..model.slot_begin[id + 1];
-        // An antipodal ring transfer is one flow of half its bytes over both directions.
-        bytes.push(slots.clone().map(|k| model.slot_bytes[k]).max().unwrap_or(0));
-        links.extend(slots.filter(|&k| model.slot_bytes[k] > 0).map(|k| model.slot_link[k]));
-        link_off.push(links.len() as u32);
+        let (lo, hi) = (model.slot_begin[id], model.slot_begin[id + 1]);
+        if model.half[id] {
+            // An antipodal ring transfer: half its bytes each way (`links_of` lists the
+            // forward walk, then the backward walk of the same length), two flows.
+            let mid = lo + (hi - lo) / 2;
+            flow(id, lo..mid, &mut bytes, &mut links, &mut link_off);
+            flow(id, mid..hi, &mut bytes, &mut links, &mut link_off);
+        } else {
+            flow(id, lo..hi, &mut bytes, &mut links, &mut link_off);
+        }
+        flow_off.push(bytes.len() as u32);
     }
-    fluid::run_plan(&fluid::PlanFlows { alpha: &alpha, dep_off: &dep_off, deps: &deps, bytes: &bytes, link_off: &link_off, links: &links, bw: &model.link_bw }, budget)
+    drop(flow);
+    fluid::run_plan(&fluid::PlanFlows { alpha: &alpha, dep_off: &dep_off, deps: &deps, flow_off: &flow_off, transfer: &transfer, bytes: &bytes, link_off: &link_off, links: &links, bw: &model.link_bw }, budget)
 }
 
 
@@ -194,6 +208,8 @@ struct Model<'a> {
     plan: &'a Plan,
     cluster: &'a Cluster,
     level: Vec<u32>,
+    /// Per transfer: an antipodal ring transfer, half its bytes each way.
+    half: Vec<bool>,
     /// Transfer id → its slots (`slot_begin[id]..slot_begin[id + 1]`): one per link it uses.
     slot_begin: Vec<usize>,
     /// Per slot: dense link id, link bandwidth, bytes the transfer puts on the link, and
@@ -239,12 +255,14 @@ impl<'a> Model<'a> {
         let mut slot_begin = Vec::with_capacity(m + 1);
         let mut keys: Vec<(u64, u64)> = Vec::with_capacity(2 * m);
         let mut slot_bytes: Vec<u64> = Vec::with_capacity(2 * m);
+        let mut half = vec![false; m];
         for (id, t) in plan.transfers.iter().enumerate() {
             level[id] = plan.deps_of(t).iter().filter(|&&d| (d as usize) < id).map(|&d| level[d as usize] + 1).max().unwrap_or(0);
             let bytes = plan.transfer_bytes(t);
             slot_begin.push(keys.len());
             let first = keys.len();
             links_of(cluster, t.src, t.dst, t.tier, &mut keys);
+            half[id] = keys[first..].iter().any(|k| k.0 & HALF != 0);
             for k in &mut keys[first..] {
                 let (l, b) = split(k.0, bytes);
                 k.0 = l;
@@ -300,7 +318,7 @@ impl<'a> Model<'a> {
         let slot_bw = keys.iter().map(|k| k.1).collect();
         let mut by_level: Vec<u32> = (0..m as u32).collect();
         by_level.sort_by_key(|&i| level[i as usize]);
-        Model { plan, cluster, level, slot_begin, slot_link, link_bw, slot_bw, slot_bytes, slot_below, slot_owner, links, by_level }
+        Model { plan, cluster, level, half, slot_begin, slot_link, link_bw, slot_bw, slot_bytes, slot_below, slot_owner, links, by_level }
     }
 
     /// Finish times, level by level.

@@ -128,12 +128,17 @@ impl MaxMin {
 }
 
 /// A whole plan for `run_plan`: transfer t waits for `deps[dep_off[t]..dep_off[t + 1]]`
-/// (smaller ids), then `alpha[t]` ns, then moves `bytes[t]` over
-/// `links[link_off[t]..link_off[t + 1]]` (each at most once, bandwidths `bw`).
+/// (smaller ids), then `alpha[t]` ns, then runs its flows `flow_off[t]..flow_off[t + 1]`
+/// (one per route: two for an antipodal ring transfer, half its bytes each) and completes
+/// when all have; flow f moves `bytes[f]` over `links[link_off[f]..link_off[f + 1]]`
+/// (each link at most once, bandwidths `bw`).
 pub struct PlanFlows<'a> {
     pub alpha: &'a [u64],
     pub dep_off: &'a [u32],
     pub deps: &'a [u32],
+    pub flow_off: &'a [u32],
+    /// Per flow: its transfer.
+    pub transfer: &'a [u32],
     pub bytes: &'a [u64],
     pub link_off: &'a [u32],
     pub links: &'a [u32],
@@ -201,14 +206,15 @@ pub fn run_plan(p: &PlanFlows, budget: u64) -> Option<FluidRun> {
         }
     }
     let chain = depth.iter().copied().max().unwrap_or(1).max(1) as u64;
-    let flow_links = |t: usize| &p.links[p.link_off[t] as usize..p.link_off[t + 1] as usize];
+    let flows = p.bytes.len();
+    let flow_links = |f: usize| &p.links[p.link_off[f] as usize..p.link_off[f + 1] as usize];
     let mut carried = vec![0u64; p.bw.len()];
-    // Connected components of links (union-find over each transfer's links).
+    // Connected components of links (union-find over each flow's links).
     let mut parent: Vec<u32> = (0..p.bw.len() as u32).collect();
-    for t in 0..n {
-        let ls = flow_links(t);
+    for f in 0..flows {
+        let ls = flow_links(f);
         for &l in ls {
-            carried[l as usize] = carried[l as usize].saturating_add(p.bytes[t]);
+            carried[l as usize] = carried[l as usize].saturating_add(p.bytes[f]);
         }
         if let Some(&first) = ls.first() {
             let a = find(&mut parent, first);
@@ -220,19 +226,20 @@ pub fn run_plan(p: &PlanFlows, budget: u64) -> Option<FluidRun> {
             }
         }
     }
-    let comp_of: Vec<u32> = (0..n).map(|t| flow_links(t).first().map_or(0, |&l| find(&mut parent, l))).collect();
+    let comp_of: Vec<u32> = (0..flows).map(|f| flow_links(f).first().map_or(0, |&l| find(&mut parent, l))).collect();
+    let mut flows_left: Vec<u32> = (0..n).map(|t| p.flow_off[t + 1] - p.flow_off[t]).collect();
     let load = carried.iter().zip(p.bw).map(|(&b, &bw)| div_ceil(b as u128 * NS, bw)).max().unwrap_or(0);
     let window = |t: u64| t.max(load) / (TOLERANCE_DIVISOR * chain);
 
     let mut finish = vec![u64::MAX; n];
     // Per flow: remaining work (bytes · 10⁹) as of `since`, its rate, and its finish at that rate.
     let mut remaining: Vec<u128> = p.bytes.iter().map(|&b| b as u128 * NS).collect();
-    let mut since = vec![0u64; n];
-    let mut rate = vec![0u64; n];
-    let mut ends = vec![u64::MAX; n];
+    let mut since = vec![0u64; flows];
+    let mut rate = vec![0u64; flows];
+    let mut ends = vec![u64::MAX; flows];
     // Active flows per component (position of each flow in its list, for O(1) removal).
     let mut members: Vec<Vec<u32>> = vec![Vec::new(); p.bw.len()];
-    let mut slot = vec![0u32; n];
+    let mut slot = vec![0u32; flows];
     let mut dirty_comp = vec![false; p.bw.len()];
     let mut dirty: Vec<u32> = Vec::new();
     // Per component: the earliest finish of its flows; a heap of (that time, component)
@@ -350,21 +357,31 @@ pub fn run_plan(p: &PlanFlows, budget: u64) -> Option<FluidRun> {
                 dirty_comp[c] = true;
                 dirty.push(c as u32);
             }
-            complete(f, x, now, &mut finish, &mut deps_left, &mut starts);
+            // `done` is sorted by time: a transfer's last flow is its finish.
+            let t = p.transfer[f] as usize;
+            flows_left[t] -= 1;
+            if flows_left[t] == 0 {
+                complete(t, x, now, &mut finish, &mut deps_left, &mut starts);
+            }
         }
         for &t in &starting {
             let t = t as usize;
-            if remaining[t] == 0 || p.link_off[t] == p.link_off[t + 1] {
-                complete(t, now, now, &mut finish, &mut deps_left, &mut starts);
-            } else {
-                let c = comp_of[t] as usize;
-                slot[t] = members[c].len() as u32;
-                members[c].push(t as u32);
-                since[t] = now;
+            for f in p.flow_off[t] as usize..p.flow_off[t + 1] as usize {
+                if remaining[f] == 0 || p.link_off[f] == p.link_off[f + 1] {
+                    flows_left[t] -= 1;
+                    continue;
+                }
+                let c = comp_of[f] as usize;
+                slot[f] = members[c].len() as u32;
+                members[c].push(f as u32);
+                since[f] = now;
                 if !dirty_comp[c] {
                     dirty_comp[c] = true;
                     dirty.push(c as u32);
                 }
+            }
+            if flows_left[t] == 0 {
+                complete(t, now, now, &mut finish, &mut deps_left, &mut starts);
             }
         }
         // Components in a fixed order: rates do not depend on it, but keep it canonical.
@@ -411,7 +428,9 @@ mod tests {
             deps.extend_from_slice(d);
             dep_off.push(deps.len() as u32);
         }
-        run_plan(&PlanFlows { alpha: &alpha, dep_off: &dep_off, deps: &deps, bytes: &bytes, link_off: &link_off, links: &links, bw }, u64::MAX).unwrap().finish
+        let flow_off: Vec<u32> = (0..=alpha.len() as u32).collect();
+        let transfer: Vec<u32> = (0..alpha.len() as u32).collect();
+        run_plan(&PlanFlows { alpha: &alpha, dep_off: &dep_off, deps: &deps, flow_off: &flow_off, transfer: &transfer, bytes: &bytes, link_off: &link_off, links: &links, bw }, u64::MAX).unwrap().finish
     }
     const GB: u64 = 1_000_000_000; // 1 byte per ns
 
@@ -443,10 +462,28 @@ mod tests {
     }
 
     #[test]
+    fn a_transfer_of_two_flows_ends_with_the_later() {
+        // Transfer 0 splits over links 0 and 1 (500 bytes each); transfer 1 shares link 1.
+        let flows = PlanFlows {
+            alpha: &[0, 0],
+            dep_off: &[0, 0, 0],
+            deps: &[],
+            flow_off: &[0, 2, 3],
+            transfer: &[0, 0, 1],
+            bytes: &[500, 500, 500],
+            link_off: &[0, 1, 2, 3],
+            links: &[0, 1, 1],
+            bw: &[GB, GB],
+        };
+        // Link 0: 500 ns alone; link 1: two flows of 500 bytes share it, both end at 1000.
+        assert_eq!(run_plan(&flows, u64::MAX).unwrap().finish, vec![1000, 1000]);
+    }
+
+    #[test]
     fn a_run_over_its_work_budget_stops() {
         let (alpha, bytes, dep_off, deps) = ([0u64, 0], [1000u64, 3000], [0u32, 0, 0], []);
         let (link_off, links) = ([0u32, 1, 2], [0u32, 0]);
-        let flows = PlanFlows { alpha: &alpha, dep_off: &dep_off, deps: &deps, bytes: &bytes, link_off: &link_off, links: &links, bw: &[GB] };
+        let flows = PlanFlows { alpha: &alpha, dep_off: &dep_off, deps: &deps, flow_off: &[0, 1, 2], transfer: &[0, 1], bytes: &bytes, link_off: &link_off, links: &links, bw: &[GB] };
         let full = run_plan(&flows, u64::MAX).unwrap();
         assert_eq!(full.finish, vec![2000, 4000]);
         assert!(run_plan(&flows, full.work).is_some());

@@ -173,10 +173,11 @@ pub fn plan(traffic: &Traffic, cluster: &Cluster, opts: &Options) -> Result<Plan
         // Counted work, not clocks: the same input refines (or not) on every machine.
         let budget_ns = budget_ns.max(FLUID_BUDGET_NS as u128).min(u64::MAX as u128) as u64;
         let units = budget_ns / FLUID_NS_PER_WORK;
-        // Skip hopeless runs up front: the work grows with transfers × concurrent flows;
-        // ranks / 2 per transfer is a typical concurrency (measured 0.5–1 × ranks for all
-        // candidates but fanout's single scale-out round). The hard cap below still holds.
-        let estimate = close_transfers.saturating_mul(traffic.n() as u64 / 2 + fluid::TRANSFER_WORK);
+        // Skip hopeless runs up front: the work grows with transfers × concurrent flows,
+        // measured 0.9–1.6 work units per transfer and rank for every candidate but fanout
+        // (whose single scale-out round costs ~10), so estimate ranks + TRANSFER_WORK per
+        // transfer. Only a shortcut: the hard cap below decides.
+        let estimate = close_transfers.saturating_mul(traffic.n() as u64 + fluid::TRANSFER_WORK);
         if estimate > units {
             how = How::FluidOverBudget { budget_ns };
         } else {
