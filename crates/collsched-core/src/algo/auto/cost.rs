@@ -199,7 +199,6 @@ fn fluid_run(plan: &Plan, cluster: &Cluster, budget: u64) -> Option<fluid::Fluid
         }
         flow_off.push(bytes.len() as u32);
     }
-    drop(flow);
     fluid::run_plan(&fluid::PlanFlows { alpha: &alpha, dep_off: &dep_off, deps: &deps, flow_off: &flow_off, transfer: &transfer, bytes: &bytes, link_off: &link_off, links: &links, bw: &model.link_bw }, budget)
 }
 
