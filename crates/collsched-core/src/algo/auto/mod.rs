@@ -416,7 +416,7 @@ fn finish(mut plan: Plan, d: &cache::Decision) -> Plan {
                     format!("refinement skipped: estimated simulation {estimate_ns} ns over {REFINE_BUDGET_PERCENT}% of the predicted time")
                 }
                 How::FluidOverBudget { budget_ns } => {
-                    format!("fluid refinement stopped: over its budget of {budget_ns} ns of counted work")
+                    format!("fluid refinement skipped: over its budget of {budget_ns} ns of counted work")
                 }
                 How::Simulated | How::Fluid => unreachable!(),
             };
