@@ -232,3 +232,33 @@ fn prediction_fingerprint() {
     }
     eprintln!("prediction fingerprint {h:016x}; fluid (every finish time) {fluid:016x}");
 }
+
+/// The same fingerprint on the fabrics the 240 cases leave out — rings (`mi250`) and the
+/// hybrid cube-mesh (`v100`) — plus larger switch clusters (ignored; 60 cases), so a
+/// speed-up of the cost model is checked on every route shape.
+#[test]
+#[ignore]
+fn prediction_fingerprint_other_fabrics() {
+    use collsched_core::algo::auto::cost::{fluid_finish_ns, predict_finish_ns};
+    let mut rng = Rng::new(20_261_122);
+    let (mut h, mut fluid) = (0xcbf2_9ce4_8422_2325u64, 0xcbf2_9ce4_8422_2325u64);
+    for case in 0..60 {
+        let preset = ["mi250", "v100", "h200"][case % 3];
+        let servers = if preset == "h200" { 4 + rng.below(5) } else { 2 + rng.below(3) };
+        let c = Cluster::parse(&format!("{preset}:{servers}")).unwrap();
+        let t = random_traffic(&c, &mut rng);
+        for alg in CANDIDATES {
+            if let Ok(p) = plan_all_to_all(&t, &c, alg, &Options::new()) {
+                for f in predict_finish_ns(&p, &c) {
+                    h = (h ^ f).wrapping_mul(0x100_0000_01b3);
+                }
+                if preset != "h200" {
+                    for f in fluid_finish_ns(&p, &c) {
+                        fluid = (fluid ^ f).wrapping_mul(0x100_0000_01b3);
+                    }
+                }
+            }
+        }
+    }
+    eprintln!("other fabrics: every predicted finish {h:016x}; fluid (every finish time) {fluid:016x}");
+}

@@ -1,0 +1,49 @@
+//! Plan `auto` repeatedly on one Zipf(0.8) matrix, for profiling its overhead:
+//! `cargo run --release --example auto_profile -- 8 20 [MiB per GPU] [predict]`.
+//! With `predict`, time the closed-form model alone on each candidate's plan instead.
+use collsched_core::algo::auto::{cost, CANDIDATES};
+use collsched_core::algo::plan_all_to_all;
+use collsched_core::plan::Options;
+use collsched_core::traffic::generators;
+use collsched_core::Cluster;
+use std::time::{Duration, Instant};
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let servers: u32 = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(8);
+    let reps: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(10);
+    let mib: u64 = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(50);
+    let predict_only = args.get(4).is_some_and(|s| s == "predict");
+    let c = Cluster::parse(&format!("h200:{servers}")).unwrap();
+    let t = generators::zipf(c.num_gpus() as usize, 0.8, mib << 20, 1).unwrap();
+    if predict_only {
+        for name in CANDIDATES {
+            let Ok(p) = plan_all_to_all(&t, &c, name, &Options::new()) else { continue };
+            let times: Vec<Duration> = (0..reps)
+                .map(|_| {
+                    let t0 = Instant::now();
+                    std::hint::black_box(cost::predict_ns(&p, &c));
+                    t0.elapsed()
+                })
+                .collect();
+            println!("predict {name}: {} transfers, median {:?}", p.transfers.len(), median(times));
+        }
+        return;
+    }
+    let mut opts = Options::new();
+    opts.insert("cache".into(), "0".into());
+    let mut times = Vec::new();
+    let mut choice = String::new();
+    for _ in 0..reps {
+        let t0 = Instant::now();
+        let p = plan_all_to_all(&t, &c, "auto", &opts).unwrap();
+        times.push(t0.elapsed());
+        choice = p.meta.get("choice").cloned().unwrap_or_default();
+    }
+    println!("auto {servers} servers, {mib} MiB/GPU: choice {choice}, median {:?}", median(times));
+}
