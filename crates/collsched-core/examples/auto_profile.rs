@@ -1,5 +1,5 @@
 //! Plan `auto` repeatedly on one Zipf(0.8) matrix, for profiling its overhead:
-//! `cargo run --release --example auto_profile -- 8 20 [MiB per GPU] [predict]`.
+//! `cargo run --release --example auto_profile -- 8 20 [MiB sent per GPU] [predict]`.
 //! With `predict`, time the closed-form model alone on each candidate's plan instead.
 use collsched_core::algo::auto::{cost, CANDIDATES};
 use collsched_core::algo::plan_all_to_all;
@@ -20,7 +20,7 @@ fn main() {
     let mib: u64 = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(50);
     let predict_only = args.get(4).is_some_and(|s| s == "predict");
     let c = Cluster::parse(&format!("h200:{servers}")).unwrap();
-    let t = generators::zipf(c.num_gpus() as usize, 0.8, mib << 20, 1).unwrap();
+    let t = generators::zipf(c.num_gpus() as usize, 0.8, (mib << 20) / c.num_gpus() as u64, 1).unwrap();
     if predict_only {
         for name in CANDIDATES {
             let Ok(p) = plan_all_to_all(&t, &c, name, &Options::new()) else { continue };
@@ -38,12 +38,13 @@ fn main() {
     let mut opts = Options::new();
     opts.insert("cache".into(), "0".into());
     let mut times = Vec::new();
-    let mut choice = String::new();
+    let (mut choice, mut reason) = (String::new(), String::new());
     for _ in 0..reps {
         let t0 = Instant::now();
         let p = plan_all_to_all(&t, &c, "auto", &opts).unwrap();
         times.push(t0.elapsed());
         choice = p.meta.get("choice").cloned().unwrap_or_default();
+        reason = p.meta.iter().filter(|(k, _)| !k.contains('.')).map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join("\n");
     }
-    println!("auto {servers} servers, {mib} MiB/GPU: choice {choice}, median {:?}", median(times));
+    println!("auto {servers} servers, {mib} MiB/GPU: choice {choice}, median {:?}\n{reason}", median(times));
 }

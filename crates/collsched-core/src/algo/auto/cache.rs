@@ -1,6 +1,11 @@
 //! A small bounded LRU of auto's decisions, keyed by everything a decision depends on
 //! (the full matrix, the cluster spec and the options). A hit returns the decision the
 //! same inputs produced before, so caching never changes a result, only its cost.
+//! Entries also keep the plan auto returned, while all kept plans together stay under
+//! `PLAN_BYTES`, so a hit costs hashing and comparing the matrix and cloning the plan
+//! instead of planning the winner again; older entries beyond the budget keep only their
+//! decision (a hit then replans the winner: the same plan, byte for byte).
+use crate::plan::{Plan, Segment, Transfer};
 use crate::traffic::Traffic;
 use std::sync::Mutex;
 
@@ -35,12 +40,31 @@ pub struct Decision {
     pub how: How,
 }
 
+/// Bytes of plans the cache keeps at most (the most recently used first).
+pub const PLAN_BYTES: usize = 64 << 20;
+
+/// Approximate heap size of a plan (its arrays and the matrix inside its collective).
+pub fn plan_bytes(p: &Plan) -> usize {
+    let matrix = match &p.collective {
+        crate::plan::Collective::AllToAll { traffic } => traffic.data().len() * 8,
+        _ => 0,
+    };
+    p.transfers.len() * std::mem::size_of::<Transfer>()
+        + p.segments.len() * std::mem::size_of::<Segment>()
+        + p.deps.len() * 4
+        + p.scratch_bytes.len() * 8
+        + p.meta.iter().map(|(k, v)| k.len() + v.len() + 64).sum::<usize>()
+        + matrix
+}
+
 #[derive(Clone)]
 struct Entry {
     hash: u64,
     traffic: Traffic,
     context: String,
     decision: Decision,
+    /// The plan auto returned for it, if within the byte budget.
+    plan: Option<Plan>,
 }
 
 /// Most recently used first; at most `capacity` entries.
@@ -53,21 +77,38 @@ impl Lru {
     pub const fn new(capacity: usize) -> Lru {
         Lru { capacity, entries: Mutex::new(Vec::new()) }
     }
-    pub fn get(&self, traffic: &Traffic, context: &str) -> Option<Decision> {
+    /// The decision for these inputs, and the plan returned with it if still kept.
+    pub fn get(&self, traffic: &Traffic, context: &str) -> Option<(Decision, Option<Plan>)> {
         let hash = traffic.hash();
         let mut e = self.entries.lock().unwrap_or_else(|p| p.into_inner());
         let pos = e.iter().position(|x| x.hash == hash && x.context == context && x.traffic == *traffic)?;
         let hit = e.remove(pos);
-        let d = hit.decision.clone();
+        let found = (hit.decision.clone(), hit.plan.clone());
         e.insert(0, hit);
-        Some(d)
+        Some(found)
     }
-    pub fn put(&self, traffic: &Traffic, context: &str, decision: Decision) {
+    /// Remember a decision and (budget permitting) the plan returned with it.
+    pub fn put(&self, traffic: &Traffic, context: &str, decision: Decision, plan: Option<&Plan>) {
         let hash = traffic.hash();
+        let plan = plan.filter(|p| plan_bytes(p) <= PLAN_BYTES).cloned();
         let mut e = self.entries.lock().unwrap_or_else(|p| p.into_inner());
         e.retain(|x| !(x.hash == hash && x.context == context && x.traffic == *traffic));
-        e.insert(0, Entry { hash, traffic: traffic.clone(), context: context.to_string(), decision });
+        e.insert(0, Entry { hash, traffic: traffic.clone(), context: context.to_string(), decision, plan });
         e.truncate(self.capacity);
+        // Keep plans of the most recent entries only, within the byte budget.
+        let mut kept = 0usize;
+        for x in e.iter_mut() {
+            if let Some(p) = &x.plan {
+                kept += plan_bytes(p);
+                if kept > PLAN_BYTES {
+                    x.plan = None;
+                }
+            }
+        }
+    }
+    /// How many entries still keep their plan.
+    pub fn plans_kept(&self) -> usize {
+        self.entries.lock().unwrap_or_else(|p| p.into_inner()).iter().filter(|x| x.plan.is_some()).count()
     }
     pub fn len(&self) -> usize {
         self.entries.lock().unwrap_or_else(|p| p.into_inner()).len()
@@ -88,12 +129,12 @@ mod tests {
         let lru = Lru::new(2);
         let t = |v| Traffic::new(1, vec![v]).unwrap();
         let d = |w| Decision { winner: w, predicted_ns: vec![], simulated_ns: vec![], pruned_ns: vec![], how: How::Model };
-        lru.put(&t(1), "c", d(1));
-        lru.put(&t(2), "c", d(2));
-        assert_eq!(lru.get(&t(1), "c"), Some(d(1)));
-        lru.put(&t(3), "c", d(3));
+        lru.put(&t(1), "c", d(1), None);
+        lru.put(&t(2), "c", d(2), None);
+        assert_eq!(lru.get(&t(1), "c"), Some((d(1), None)));
+        lru.put(&t(3), "c", d(3), None);
         assert_eq!(lru.get(&t(2), "c"), None);
-        assert_eq!(lru.get(&t(1), "c"), Some(d(1)));
+        assert_eq!(lru.get(&t(1), "c"), Some((d(1), None)));
         assert_eq!(lru.get(&t(1), "other"), None);
         assert_eq!(lru.len(), 2);
     }

@@ -17,31 +17,6 @@
 use super::fluid;
 use crate::plan::Plan;
 use crate::topology::{Cluster, ScaleUp, Tier};
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
-
-/// Hasher for link keys (u64). Only used to number links in order of first use, never
-/// iterated, so it cannot change a result; splitmix64's finaliser spreads keys that
-/// differ only in their high bits (the link kind).
-#[derive(Default)]
-struct KeyHasher(u64);
-impl Hasher for KeyHasher {
-    fn finish(&self) -> u64 {
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = self.0.rotate_left(8) ^ b as u64;
-        }
-    }
-    fn write_u64(&mut self, v: u64) {
-        self.0 ^= v;
-    }
-}
-
 
 const KIND_PORT_OUT: u64 = 1;
 const KIND_PORT_IN: u64 = 2;
@@ -57,25 +32,23 @@ fn key(kind: u64, server: u32, a: u32, b: u32) -> u64 {
     (kind << 61) | ((server as u64) << 40) | ((a as u64) << 20) | b as u64
 }
 
-/// The link a key names and the bytes a transfer of `bytes` puts on it.
-fn split(k: u64, bytes: u64) -> (u64, u64) {
-    let link = k & !HALF;
-    if k & HALF != 0 {
-        (link, bytes.div_ceil(2))
-    } else {
-        (link, bytes)
-    }
-}
-
 /// Append the (link key, bandwidth) pairs transfer `src → dst` of `tier` occupies.
 /// An antipodal ring transfer goes half each way: its links get the high key bit
 /// `HALF`, meaning they carry half of its bytes.
 pub fn links_of(c: &Cluster, src: u32, dst: u32, tier: Tier, out: &mut Vec<(u64, u64)>) {
+    route(c, src, dst, tier, |kind, server, a, b, bw, half| out.push((key(kind, server, a, b) | if half { HALF } else { 0 }, bw)));
+}
+
+/// Call `emit(kind, server, a, b, bandwidth, half)` for each link transfer `src → dst` of
+/// `tier` occupies, in route order (an antipodal ring transfer: the forward walk, then
+/// the backward walk, both `half`).
+#[inline]
+fn route(c: &Cluster, src: u32, dst: u32, tier: Tier, mut emit: impl FnMut(u64, u32, u32, u32, u64, bool)) {
     match tier {
-        Tier::Local => out.push((key(KIND_COPY, 0, 0, src), c.local_copy_bw)),
+        Tier::Local => emit(KIND_COPY, 0, 0, src, c.local_copy_bw, false),
         Tier::ScaleOut => {
-            out.push((key(KIND_NIC_UP, 0, 0, c.global_nic_of(src)), c.nic_bw));
-            out.push((key(KIND_NIC_DOWN, 0, 0, c.global_nic_of(dst)), c.nic_bw));
+            emit(KIND_NIC_UP, 0, 0, c.global_nic_of(src), c.nic_bw, false);
+            emit(KIND_NIC_DOWN, 0, 0, c.global_nic_of(dst), c.nic_bw, false);
         }
         Tier::ScaleUp => {
             let server = c.server_of(src);
@@ -83,43 +56,89 @@ pub fn links_of(c: &Cluster, src: u32, dst: u32, tier: Tier, out: &mut Vec<(u64,
             let g = c.gpus_per_server;
             match c.scaleup {
                 ScaleUp::Switch { port_bw } => {
-                    out.push((key(KIND_PORT_OUT, 0, 0, src), port_bw));
-                    out.push((key(KIND_PORT_IN, 0, 0, dst), port_bw));
+                    emit(KIND_PORT_OUT, 0, 0, src, port_bw, false);
+                    emit(KIND_PORT_IN, 0, 0, dst, port_bw, false);
                 }
-                ScaleUp::FullMesh { link_bw } => out.push((key(KIND_LINK, server, a, b), link_bw)),
+                ScaleUp::FullMesh { link_bw } => emit(KIND_LINK, server, a, b, link_bw, false),
                 ScaleUp::Ring { link_bw } => {
                     // Shorter direction; an antipodal transfer splits evenly over both.
                     let fwd = (b + g - a) % g;
-                    let mut walk = |step: u32, flag: u64| {
+                    let mut walk = |step: u32, half: bool| {
                         let mut x = a;
                         while x != b {
                             let y = (x + step) % g;
-                            out.push((key(KIND_LINK, server, x, y) | flag, link_bw));
+                            emit(KIND_LINK, server, x, y, link_bw, half);
                             x = y;
                         }
                     };
                     if g <= 2 || fwd < g - fwd {
-                        walk(1, 0);
+                        walk(1, false);
                     } else if fwd > g - fwd {
-                        walk(g - 1, 0);
+                        walk(g - 1, false);
                     } else {
-                        walk(1, HALF);
-                        walk(g - 1, HALF);
+                        walk(1, true);
+                        walk(g - 1, true);
                     }
                 }
                 ScaleUp::HybridCubeMesh { link_bw } => {
                     if c.scaleup_adjacent(a, b) {
-                        out.push((key(KIND_LINK, server, a, b), link_bw));
+                        emit(KIND_LINK, server, a, b, link_bw, false);
                     } else {
                         let via = (0..g).find(|&x| c.scaleup_adjacent(a, x) && c.scaleup_adjacent(x, b)).unwrap_or(b);
-                        out.push((key(KIND_LINK, server, a, via), link_bw));
+                        emit(KIND_LINK, server, a, via, link_bw, false);
                         if via != b {
-                            out.push((key(KIND_LINK, server, via, b), link_bw));
+                            emit(KIND_LINK, server, via, b, link_bw, false);
                         }
                     }
                 }
             }
         }
+    }
+}
+
+/// Dense link ids in order of first use, from each link's position in the cluster's
+/// geometry (copy engine = rank, NIC up/down = global NIC, switch port out/in = rank,
+/// scale-up link = server·g² + a·g + b) instead of hashing. Keys outside the geometry
+/// (ranks beyond the cluster in an unchecked plan) go to a map, never iterated.
+struct DenseLinks {
+    ranks: u64,
+    nics: u64,
+    g: u64,
+    id: Vec<u32>,
+    other: std::collections::BTreeMap<u64, u32>,
+}
+
+impl DenseLinks {
+    const NONE: u32 = u32::MAX;
+    fn new(c: &Cluster) -> DenseLinks {
+        let (ranks, nics, g) = (c.num_gpus() as u64, (c.servers * c.nics_per_server) as u64, c.gpus_per_server as u64);
+        let size = 3 * ranks + 2 * nics + c.servers as u64 * g * g;
+        DenseLinks { ranks, nics, g, id: vec![Self::NONE; size as usize], other: Default::default() }
+    }
+    /// The dense id of a link (`kind`, `server`, `a`, `b` as `route` gives them);
+    /// a new link gets the next id and its bandwidth is pushed onto `bw`.
+    #[inline]
+    fn get(&mut self, kind: u64, server: u32, a: u32, b: u32, link_bw: u64, bw: &mut Vec<u64>) -> u32 {
+        let (r, n, g) = (self.ranks, self.nics, self.g);
+        let (a, b) = (a as u64, b as u64);
+        let pos = match kind {
+            KIND_COPY => (b < r).then_some(b),
+            KIND_NIC_UP => (b < n).then_some(r + b),
+            KIND_NIC_DOWN => (b < n).then_some(r + n + b),
+            KIND_PORT_OUT => (b < r).then_some(r + 2 * n + b),
+            KIND_PORT_IN => (b < r).then_some(2 * r + 2 * n + b),
+            _ => (a < g && b < g && (server as u64) < r / g.max(1)).then(|| 3 * r + 2 * n + server as u64 * g * g + a * g + b),
+        };
+        let next = bw.len() as u32;
+        let slot = match pos {
+            Some(p) => &mut self.id[p as usize],
+            None => self.other.entry(key(kind, server, a as u32, b as u32)).or_insert(Self::NONE),
+        };
+        if *slot == Self::NONE {
+            *slot = next;
+            bw.push(link_bw);
+        }
+        *slot
     }
 }
 
@@ -169,7 +188,7 @@ pub fn fluid_finish_ns(plan: &Plan, cluster: &Cluster) -> Vec<u64> {
 }
 
 fn fluid_run(plan: &Plan, cluster: &Cluster, budget: u64) -> Option<fluid::FluidRun> {
-    let model = Model::new(plan, cluster);
+    let model = Routes::new(plan, cluster);
     let m = plan.transfers.len();
     let (mut alpha, mut bytes, mut transfer) = (Vec::with_capacity(m), Vec::with_capacity(m), Vec::with_capacity(m));
     let (mut dep_off, mut deps) = (Vec::with_capacity(m + 1), Vec::with_capacity(plan.deps.len()));
@@ -203,231 +222,225 @@ fn fluid_run(plan: &Plan, cluster: &Cluster, budget: u64) -> Option<fluid::Fluid
 }
 
 
-struct Model<'a> {
-    plan: &'a Plan,
-    cluster: &'a Cluster,
-    level: Vec<u32>,
+/// Each transfer's links (dense ids in order of first use) and the bytes it puts on each.
+struct Routes {
     /// Per transfer: an antipodal ring transfer, half its bytes each way.
     half: Vec<bool>,
     /// Transfer id → its slots (`slot_begin[id]..slot_begin[id + 1]`): one per link it uses.
     slot_begin: Vec<usize>,
-    /// Per slot: dense link id, link bandwidth, bytes the transfer puts on the link, and
-    /// the bytes of lower levels on the same link.
+    /// Per slot: dense link id, bytes the transfer puts on the link, the transfer.
     slot_link: Vec<u32>,
-    slot_bw: Vec<u64>,
+    slot_bytes: Vec<u64>,
+    slot_owner: Vec<u32>,
     /// Per dense link: its bandwidth.
     link_bw: Vec<u64>,
-    slot_bytes: Vec<u64>,
-    slot_below: Vec<u64>,
-    /// Per slot: the transfer it belongs to.
-    slot_owner: Vec<u32>,
-    links: usize,
-    /// Transfer ids ordered by level (stable).
-    by_level: Vec<u32>,
 }
 
-/// Stable counting sort of `items` by `key(item) < buckets`; `start` gets the bucket bounds.
-fn bucket_sort<T: Copy>(items: &[T], buckets: usize, key: impl Fn(&T) -> usize, out: &mut Vec<T>, start: &mut Vec<usize>) {
-    start.clear();
-    start.resize(buckets + 1, 0);
-    for x in items {
+impl Routes {
+    fn new(plan: &Plan, cluster: &Cluster) -> Routes {
+        let m = plan.transfers.len();
+        let mut r = Routes {
+            half: vec![false; m],
+            slot_begin: Vec::with_capacity(m + 1),
+            slot_link: Vec::with_capacity(2 * m),
+            slot_bytes: Vec::with_capacity(2 * m),
+            slot_owner: Vec::with_capacity(2 * m),
+            link_bw: Vec::new(),
+        };
+        let mut dense = DenseLinks::new(cluster);
+        for (id, t) in plan.transfers.iter().enumerate() {
+            let bytes = plan.transfer_bytes(t);
+            r.slot_begin.push(r.slot_link.len());
+            let Routes { half, slot_link, slot_bytes, slot_owner, link_bw, .. } = &mut r;
+            route(cluster, t.src, t.dst, t.tier, |kind, server, a, b, bw, h| {
+                slot_link.push(dense.get(kind, server, a, b, bw, link_bw));
+                slot_bytes.push(if h { bytes.div_ceil(2) } else { bytes });
+                slot_owner.push(id as u32);
+                half[id] |= h;
+            });
+        }
+        r.slot_begin.push(r.slot_link.len());
+        r
+    }
+}
+
+/// The closed form's fixed structure: everything that does not depend on release times,
+/// computed once and shared by both passes.
+struct Model<'a> {
+    plan: &'a Plan,
+    cluster: &'a Cluster,
+    routes: Routes,
+    /// Transfer ids ordered by level (stable); level `lv` is `by_level[level_start[lv]..level_start[lv + 1]]`.
+    by_level: Vec<u32>,
+    level_start: Vec<usize>,
+    /// Per slot: the bytes of lower levels on the same link.
+    slot_below: Vec<u64>,
+    /// Slots carrying bytes, grouped by (link, level): link-major, levels ascending, each
+    /// group sorted by bytes. Group `k` is `group_slots[group_start[k]..group_start[k + 1]]`;
+    /// link `l`'s groups are `link_groups[l]..link_groups[l + 1]`.
+    group_slots: Vec<u32>,
+    group_start: Vec<usize>,
+    link_groups: Vec<usize>,
+    /// Groups of each level: `level_group[level_group_start[lv]..level_group_start[lv + 1]]`.
+    level_group: Vec<u32>,
+    level_group_start: Vec<usize>,
+    /// Per group: total bytes. Per slot: its group, and its processor-sharing bytes
+    /// (Σ_j min(b_j, b) over its group: with equal shares a transfer of b bytes finishes
+    /// once that much went through the link).
+    group_total: Vec<u64>,
+    slot_group: Vec<u32>,
+    shared: Vec<u64>,
+}
+
+/// Stable counting sort of `0..keys.len()` restricted to `items` by `keys`: the bucket
+/// bounds (`buckets + 1` entries) and the sorted items.
+fn counting_sort(items: impl Iterator<Item = u32> + Clone, buckets: usize, key: impl Fn(u32) -> usize) -> (Vec<usize>, Vec<u32>) {
+    let mut start = vec![0usize; buckets + 1];
+    for x in items.clone() {
         start[key(x) + 1] += 1;
     }
     for b in 0..buckets {
         start[b + 1] += start[b];
     }
-    let mut fill = start.clone();
-    out.clear();
-    let Some(&first) = items.first() else { return };
-    out.resize(items.len(), first);
-    for &x in items {
-        let k = key(&x);
+    let mut fill = start[..buckets].to_vec();
+    let mut out = vec![0u32; start[buckets]];
+    for x in items {
+        let k = key(x);
         out[fill[k]] = x;
         fill[k] += 1;
     }
+    (start, out)
 }
 
 impl<'a> Model<'a> {
     fn new(plan: &'a Plan, cluster: &'a Cluster) -> Model<'a> {
         let m = plan.transfers.len();
+        let routes = Routes::new(plan, cluster);
         let mut level = vec![0u32; m];
-        let mut slot_begin = Vec::with_capacity(m + 1);
-        let mut keys: Vec<(u64, u64)> = Vec::with_capacity(2 * m);
-        let mut slot_bytes: Vec<u64> = Vec::with_capacity(2 * m);
-        let mut half = vec![false; m];
+        let mut levels = 0usize;
         for (id, t) in plan.transfers.iter().enumerate() {
             level[id] = plan.deps_of(t).iter().filter(|&&d| (d as usize) < id).map(|&d| level[d as usize] + 1).max().unwrap_or(0);
-            let bytes = plan.transfer_bytes(t);
-            slot_begin.push(keys.len());
-            let first = keys.len();
-            links_of(cluster, t.src, t.dst, t.tier, &mut keys);
-            half[id] = keys[first..].iter().any(|k| k.0 & HALF != 0);
-            for k in &mut keys[first..] {
-                let (l, b) = split(k.0, bytes);
-                k.0 = l;
-                slot_bytes.push(b);
-            }
+            levels = levels.max(level[id] as usize + 1);
         }
-        slot_begin.push(keys.len());
-        let slots = keys.len();
-        // Dense link ids in order of first use (deterministic: transfer order).
-        let mut dense: HashMap<u64, u32, BuildHasherDefault<KeyHasher>> = HashMap::with_capacity_and_hasher(slots / 4 + 16, Default::default());
-        let slot_link: Vec<u32> = keys
-            .iter()
-            .map(|k| {
-                let next = dense.len() as u32;
-                *dense.entry(k.0).or_insert(next)
-            })
-            .collect();
-        let links = dense.len();
-        // Lower-level bytes per slot: slots bucketed by link, then by level within a link.
-        let mut by_link: Vec<u32> = Vec::new();
-        let mut start: Vec<usize> = Vec::new();
-        let ids: Vec<u32> = (0..slots as u32).collect();
-        bucket_sort(&ids, links, |&k| slot_link[k as usize] as usize, &mut by_link, &mut start);
-        let mut slot_level = vec![0u32; slots];
-        let mut slot_owner = vec![0u32; slots];
-        for id in 0..m {
-            for k in slot_begin[id]..slot_begin[id + 1] {
-                slot_level[k] = level[id];
-                slot_owner[k] = id as u32;
-            }
-        }
+        let (level_start, by_level) = counting_sort(0..m as u32, levels, |id| level[id as usize] as usize);
+        let links = routes.link_bw.len();
+        let (slots, slot_level) = (routes.slot_link.len(), |k: u32| level[routes.slot_owner[k as usize] as usize]);
+        // Lower-level bytes per slot, in one pass over the transfers in level order.
         let mut slot_below = vec![0u64; slots];
+        let (mut cur, mut below, mut acc) = (vec![u32::MAX; links], vec![0u64; links], vec![0u64; links]);
+        for &id in &by_level {
+            let id = id as usize;
+            for k in routes.slot_begin[id]..routes.slot_begin[id + 1] {
+                let l = routes.slot_link[k] as usize;
+                if cur[l] != level[id] {
+                    cur[l] = level[id];
+                    below[l] = below[l].saturating_add(acc[l]);
+                    acc[l] = 0;
+                }
+                slot_below[k] = below[l];
+                acc[l] = acc[l].saturating_add(routes.slot_bytes[k]);
+            }
+        }
+        // Slots with bytes, by link (stable over level order: levels ascend within a link).
+        let in_level_order = by_level.iter().flat_map(|&id| (routes.slot_begin[id as usize]..routes.slot_begin[id as usize + 1]) .map(|k| k as u32)).filter(|&k| routes.slot_bytes[k as usize] > 0);
+        let (link_start, mut group_slots) = counting_sort(in_level_order, links, |k| routes.slot_link[k as usize] as usize);
+        let mut group_start = Vec::with_capacity(links + 1);
+        let mut group_level = Vec::with_capacity(links + 1);
+        let mut link_groups = Vec::with_capacity(links + 1);
         for l in 0..links {
-            let group = &mut by_link[start[l]..start[l + 1]];
-            if group.iter().any(|&k| slot_level[k as usize] != slot_level[group[0] as usize]) {
-                group.sort_by_key(|&k| slot_level[k as usize]);
-                let (mut below, mut acc) = (0u64, 0u64);
-                for i in 0..group.len() {
-                    let k = group[i] as usize;
-                    if i > 0 && slot_level[group[i - 1] as usize] != slot_level[k] {
-                        below = below.saturating_add(acc);
-                        acc = 0;
-                    }
-                    slot_below[k] = below;
-                    acc = acc.saturating_add(slot_bytes[k]);
+            link_groups.push(group_start.len());
+            let mut i = link_start[l];
+            while i < link_start[l + 1] {
+                let lv = slot_level(group_slots[i]);
+                group_start.push(i);
+                group_level.push(lv);
+                while i < link_start[l + 1] && slot_level(group_slots[i]) == lv {
+                    i += 1;
                 }
             }
         }
-        let mut link_bw = vec![0u64; links];
-        for (k, &l) in keys.iter().zip(&slot_link) {
-            link_bw[l as usize] = k.1;
+        link_groups.push(group_start.len());
+        let groups = group_level.len();
+        group_start.push(group_slots.len());
+        let mut group_total = vec![0u64; groups];
+        let mut slot_group = vec![0u32; slots];
+        let mut shared = vec![0u64; slots];
+        for gi in 0..groups {
+            let group = &mut group_slots[group_start[gi]..group_start[gi + 1]];
+            // Ties in bytes give equal sharing terms, so an unstable sort is exact.
+            group.sort_unstable_by_key(|&k| routes.slot_bytes[k as usize]);
+            let n = group.len() as u64;
+            let mut before = 0u64;
+            for (i, &k) in group.iter().enumerate() {
+                let b = routes.slot_bytes[k as usize];
+                shared[k as usize] = before.saturating_add(b.saturating_mul(n - i as u64));
+                slot_group[k as usize] = gi as u32;
+                before = before.saturating_add(b);
+            }
+            group_total[gi] = before;
         }
-        let slot_bw = keys.iter().map(|k| k.1).collect();
-        let mut by_level: Vec<u32> = (0..m as u32).collect();
-        by_level.sort_by_key(|&i| level[i as usize]);
-        Model { plan, cluster, level, half, slot_begin, slot_link, link_bw, slot_bw, slot_bytes, slot_below, slot_owner, links, by_level }
+        let (level_group_start, level_group) = counting_sort(0..groups as u32, levels, |gi| group_level[gi as usize] as usize);
+        Model { plan, cluster, routes, by_level, level_start, slot_below, group_slots, group_start, link_groups, level_group, level_group_start, group_total, slot_group, shared }
     }
 
-    /// Finish times, level by level.
     /// Finish and release times, level by level. `extra[slot]`: bytes of later levels
     /// that share the slot's link while its transfer runs (second pass).
     fn run(&self, extra: Option<&[u64]>) -> (Vec<u64>, Vec<u64>) {
-        let (plan, m, slots) = (self.plan, self.plan.transfers.len(), self.slot_link.len());
+        let (plan, r, m) = (self.plan, &self.routes, self.plan.transfers.len());
         let mut finish = vec![0u64; m];
         let mut release = vec![0u64; m];
-        // Per level: its slots, then the same bucketed by link.
-        let mut level_slots: Vec<u32> = Vec::new();
-        let mut grouped: Vec<u32> = Vec::new();
-        let mut start: Vec<usize> = Vec::new();
-        let mut touched: Vec<u32> = Vec::new();
-        let mut seen = vec![false; self.links];
-        let mut local_of = vec![0u32; self.links];
-        // Per slot: processor-sharing bytes (Σ_j min(b_j, b) over the level) and the link's
-        // work-conserving completion over the level.
-        let mut shared = vec![0u64; slots];
-        let mut drained = vec![0u64; slots];
-        let mut lo = 0;
-        while lo < m {
-            let lv = self.level[self.by_level[lo] as usize];
-            let mut hi = lo;
-            while hi < m && self.level[self.by_level[hi] as usize] == lv {
-                hi += 1;
-            }
-            level_slots.clear();
-            touched.clear();
-            for &id in &self.by_level[lo..hi] {
+        // Per group: the link's work-conserving completion over the level.
+        let mut drained = vec![0u64; self.group_total.len()];
+        let mut by_release: Vec<(u64, u64)> = Vec::new();
+        for lv in 0..self.level_start.len() - 1 {
+            let transfers = &self.by_level[self.level_start[lv]..self.level_start[lv + 1]];
+            for &id in transfers {
                 let id = id as usize;
                 let t = &plan.transfers[id];
                 let ready = plan.deps_of(t).iter().filter(|&&d| (d as usize) < id).map(|&d| finish[d as usize]).max().unwrap_or(0);
                 release[id] = ready.saturating_add(self.cluster.alpha_ns(t.tier));
-                for slot in self.slot_begin[id]..self.slot_begin[id + 1] {
-                    if self.slot_bytes[slot] > 0 {
-                        level_slots.push(slot as u32);
-                        let l = self.slot_link[slot] as usize;
-                        if !seen[l] {
-                            seen[l] = true;
-                            touched.push(l as u32);
-                        }
-                    }
-                }
             }
-            // Bucket this level's slots by link (compact ids: the link's rank among the
-            // touched links, so buckets come in link order).
-            touched.sort_unstable();
-            for (i, &l) in touched.iter().enumerate() {
-                local_of[l as usize] = i as u32;
-            }
-            let key = |&k: &u32| local_of[self.slot_link[k as usize] as usize] as usize;
-            let buckets = touched.len();
-            bucket_sort(&level_slots, buckets, key, &mut grouped, &mut start);
-            for &l in &touched {
-                seen[l as usize] = false;
-            }
-            for b in 0..buckets {
-                let group = &mut grouped[start[b]..start[b + 1]];
-                if group.is_empty() {
-                    continue;
-                }
-                let bw = self.slot_bw[group[0] as usize];
-                let rel = |k: u32| release[self.slot_owner[k as usize] as usize];
-                // Work-conserving completion over the level:
+            for &gi in &self.level_group[self.level_group_start[lv]..self.level_group_start[lv + 1]] {
+                let gi = gi as usize;
+                let group = &self.group_slots[self.group_start[gi]..self.group_start[gi + 1]];
+                let bw = r.link_bw[r.slot_link[group[0] as usize] as usize];
+                let rel = |k: u32| release[r.slot_owner[k as usize] as usize];
                 // max_j (release_j + bytes released at or after release_j / bw).
                 let r0 = rel(group[0]);
-                let done = if group.iter().all(|&k| rel(k) == r0) {
-                    let total = group.iter().fold(0u64, |a, &k| a.saturating_add(self.slot_bytes[k as usize]));
-                    r0.saturating_add(drain_ns(total, bw))
+                drained[gi] = if group.iter().all(|&k| rel(k) == r0) {
+                    r0.saturating_add(drain_ns(self.group_total[gi], bw))
                 } else {
-                    group.sort_by_key(|&k| std::cmp::Reverse(rel(k)));
+                    by_release.clear();
+                    by_release.extend(group.iter().map(|&k| (rel(k), r.slot_bytes[k as usize])));
+                    // Latest release first; ties in any order give the same maximum.
+                    by_release.sort_unstable_by(|a, b| b.0.cmp(&a.0));
                     let (mut acc, mut done) = (0u64, 0u64);
-                    for &k in group.iter() {
-                        acc = acc.saturating_add(self.slot_bytes[k as usize]);
-                        done = done.max(rel(k).saturating_add(drain_ns(acc, bw)));
+                    for &(at, bytes) in &by_release {
+                        acc = acc.saturating_add(bytes);
+                        done = done.max(at.saturating_add(drain_ns(acc, bw)));
                     }
                     done
                 };
-                // Processor sharing: with equal shares a transfer of b bytes finishes once
-                // Σ_j min(b_j, b) bytes went through the link.
-                group.sort_by_key(|&k| self.slot_bytes[k as usize]);
-                let n = group.len() as u64;
-                let mut before = 0u64;
-                for (i, &k) in group.iter().enumerate() {
-                    let b = self.slot_bytes[k as usize];
-                    shared[k as usize] = before.saturating_add(b.saturating_mul(n - i as u64));
-                    drained[k as usize] = done;
-                    before = before.saturating_add(b);
-                }
             }
-            for &id in &self.by_level[lo..hi] {
+            for &id in transfers {
                 let id = id as usize;
                 let alpha = self.cluster.alpha_ns(plan.transfers[id].tier);
                 let mut f = release[id];
-                for slot in self.slot_begin[id]..self.slot_begin[id + 1] {
-                    if self.slot_bytes[slot] == 0 {
+                for slot in r.slot_begin[id]..r.slot_begin[id + 1] {
+                    if r.slot_bytes[slot] == 0 {
                         continue;
                     }
-                    let bw = self.slot_bw[slot];
+                    let bw = r.link_bw[r.slot_link[slot] as usize];
                     let more = extra.map_or(0, |e| e[slot]);
-                    let mine = shared[slot].saturating_add(more);
-                    let own_level = drained[slot].saturating_add(drain_ns(more, bw)).min(release[id].saturating_add(drain_ns(mine, bw)));
+                    let mine = self.shared[slot].saturating_add(more);
+                    let drained = drained[self.slot_group[slot] as usize];
+                    let own_level = drained.saturating_add(drain_ns(more, bw)).min(release[id].saturating_add(drain_ns(mine, bw)));
                     // Bytes of lower levels on the same link go first (released earlier).
                     let behind = alpha.saturating_add(drain_ns(self.slot_below[slot].saturating_add(mine), bw));
                     f = f.max(own_level).max(behind);
                 }
                 finish[id] = f;
             }
-            lo = hi;
         }
         (finish, release)
     }
@@ -440,44 +453,36 @@ impl<'a> Model<'a> {
     /// balanced-in bytes, pipelined stages) slow each other down; the first pass only
     /// made later levels wait. None if no link carries several levels.
     fn interference(&self, finish: &[u64], release: &[u64]) -> Option<Vec<u64>> {
-        let slots = self.slot_link.len();
-        let ids: Vec<u32> = (0..slots as u32).filter(|&k| self.slot_bytes[k as usize] > 0).collect();
-        let (mut grouped, mut start) = (Vec::new(), Vec::new());
-        bucket_sort(&ids, self.links, |&k| self.slot_link[k as usize] as usize, &mut grouped, &mut start);
-        let owner = |k: u32| self.slot_owner[k as usize] as usize;
-        let mut extra = vec![0u64; slots];
-        let mut any = false;
-        let (mut by_release, mut releases, mut by_level) = (Vec::new(), Vec::new(), Vec::new());
+        let r = &self.routes;
+        let owner = |k: u32| r.slot_owner[k as usize] as usize;
+        let mut extra: Option<Vec<u64>> = None;
+        let mut pos = vec![0u32; r.slot_link.len()];
+        let (mut by_release, mut releases): (Vec<(u64, u32)>, Vec<u64>) = (Vec::new(), Vec::new());
         let (mut tree_bytes, mut tree_count): (Vec<u64>, Vec<u64>) = (Vec::new(), Vec::new());
-        for l in 0..self.links {
-            let group = &grouped[start[l]..start[l + 1]];
-            if group.len() < 2 || group.iter().all(|&k| self.level[owner(k)] == self.level[owner(group[0])]) {
-                continue;
+        for l in 0..self.link_groups.len() - 1 {
+            let (g0, g1) = (self.link_groups[l], self.link_groups[l + 1]);
+            if g1 - g0 < 2 {
+                continue; // one level (or none) on this link
             }
+            let all = &self.group_slots[self.group_start[g0]..self.group_start[g1]];
             by_release.clear();
-            by_release.extend_from_slice(group);
-            by_release.sort_by_key(|&k| (release[owner(k)], k));
+            by_release.extend(all.iter().map(|&k| (release[owner(k)], k)));
+            by_release.sort_unstable();
             releases.clear();
-            releases.extend(by_release.iter().map(|&k| release[owner(k)]));
-            by_level.clear();
-            by_level.extend((0..by_release.len() as u32).map(|i| (self.level[owner(by_release[i as usize])], i)));
-            by_level.sort_unstable_by(|a, b| b.cmp(a));
+            releases.extend(by_release.iter().map(|x| x.0));
+            for (i, &(_, k)) in by_release.iter().enumerate() {
+                pos[k as usize] = i as u32;
+            }
             let n = by_release.len();
             tree_bytes.clear();
             tree_bytes.resize(n + 1, 0);
             tree_count.clear();
             tree_count.resize(n + 1, 0);
-            let mut i = 0;
-            while i < n {
-                let lv = by_level[i].0;
-                let mut j = i;
-                while j < n && by_level[j].0 == lv {
-                    j += 1;
-                }
-                // Query this level against strictly later levels, then insert it.
-                for &(_, r) in &by_level[i..j] {
-                    let a = by_release[r as usize];
-                    let (ba, fa) = (self.slot_bytes[a as usize], finish[owner(a)]);
+            // Levels from the last: query each against strictly later levels, then insert it.
+            for gi in (g0..g1).rev() {
+                let group = &self.group_slots[self.group_start[gi]..self.group_start[gi + 1]];
+                for &a in group {
+                    let (ba, fa) = (r.slot_bytes[a as usize], finish[owner(a)]);
                     let mut p = releases.partition_point(|&x| x < fa);
                     let (mut sum, mut cnt) = (0u64, 0u64);
                     while p > 0 {
@@ -487,23 +492,21 @@ impl<'a> Model<'a> {
                     }
                     let add = sum.min(cnt.saturating_mul(ba));
                     if add > 0 {
-                        extra[a as usize] = add;
-                        any = true;
+                        extra.get_or_insert_with(|| vec![0u64; r.slot_link.len()])[a as usize] = add;
                     }
                 }
-                for &(_, r) in &by_level[i..j] {
-                    let b = self.slot_bytes[by_release[r as usize] as usize];
-                    let mut p = r as usize + 1;
+                for &a in group {
+                    let b = r.slot_bytes[a as usize];
+                    let mut p = pos[a as usize] as usize + 1;
                     while p <= n {
                         tree_bytes[p] = tree_bytes[p].saturating_add(b);
                         tree_count[p] += 1;
                         p += p & p.wrapping_neg();
                     }
                 }
-                i = j;
             }
         }
-        any.then_some(extra)
+        extra
     }
 }
 
@@ -614,20 +617,22 @@ pub enum Route {
 pub fn matrix_nic_lower_bound_ns(traffic: &crate::traffic::Traffic, cluster: &Cluster, route: Route) -> u64 {
     let nics = (cluster.servers * cluster.nics_per_server) as usize;
     let (mut up, mut down) = (vec![0u64; nics], vec![0u64; nics]);
-    let n = traffic.n() as u32;
-    let g = cluster.gpus_per_server;
-    for i in 0..n {
-        for j in 0..n {
-            let b = traffic.get(i as usize, j as usize);
-            if b == 0 || i / g == j / g {
+    let n = traffic.n();
+    let g = cluster.gpus_per_server as usize;
+    let nic: Vec<usize> = (0..n as u32).map(|r| cluster.global_nic_of(r) as usize).collect();
+    for (i, row) in traffic.data().chunks_exact(n.max(1)).enumerate() {
+        let server = i / g;
+        // Only remote receivers: every block outside the sender's own server.
+        for (j, &b) in row.iter().enumerate() {
+            if b == 0 || j / g == server {
                 continue;
             }
             let via = match route {
                 Route::Direct => i,
-                Route::Rail => (i / g) * g + j % g,
+                Route::Rail => server * g + j % g,
             };
-            up[cluster.global_nic_of(via) as usize] += b;
-            down[cluster.global_nic_of(j) as usize] += b;
+            up[nic[via]] += b;
+            down[nic[j]] += b;
         }
     }
     nic_bound(cluster, &up, &down)

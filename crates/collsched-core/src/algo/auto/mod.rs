@@ -133,7 +133,10 @@ pub fn plan(traffic: &Traffic, cluster: &Cluster, opts: &Options) -> Result<Plan
     };
     let context = format!("{}|{:?}|{:?}", cluster.spec(), mask, refine);
     if use_cache {
-        if let Some(d) = DECISIONS.get(traffic, &context) {
+        if let Some((d, kept)) = DECISIONS.get(traffic, &context) {
+            if let Some(plan) = kept {
+                return Ok(plan);
+            }
             let plan = plan_candidate(CANDIDATES[d.winner], traffic, cluster)?;
             return Ok(finish(plan, &d));
         }
@@ -217,10 +220,11 @@ pub fn plan(traffic: &Traffic, cluster: &Cluster, opts: &Options) -> Result<Plan
     }
     let plan = plans[winner].take().expect("winner planned");
     let d = cache::Decision { winner, predicted_ns: predicted, simulated_ns: simulated, pruned_ns: pruned, how };
+    let plan = finish(plan, &d);
     if use_cache {
-        DECISIONS.put(traffic, &context, d.clone());
+        DECISIONS.put(traffic, &context, d, Some(&plan));
     }
-    Ok(finish(plan, &d))
+    Ok(plan)
 }
 
 /// Index of the smallest value; ties keep the earlier index.
@@ -236,11 +240,12 @@ fn argmin(v: &[Option<u64>]) -> Option<usize> {
     best.map(|b| b.0)
 }
 
-/// A candidate's lower bound computable from the matrix before planning it.
-fn matrix_bound(i: usize, traffic: &Traffic, cluster: &Cluster) -> Option<u64> {
+/// How a candidate routes scale-out bytes, if its NIC lower bound is computable from the
+/// matrix before planning it.
+fn matrix_route(i: usize) -> Option<cost::Route> {
     match CANDIDATES[i] {
-        "fanout" | "spreadout" => Some(cost::matrix_nic_lower_bound_ns(traffic, cluster, cost::Route::Direct)),
-        "hierarchical" => Some(cost::matrix_nic_lower_bound_ns(traffic, cluster, cost::Route::Rail)),
+        "fanout" | "spreadout" => Some(cost::Route::Direct),
+        "hierarchical" => Some(cost::Route::Rail),
         _ => None,
     }
 }
@@ -262,7 +267,7 @@ fn evaluate_pruned(chosen: &[usize], traffic: &Traffic, cluster: &Cluster, threa
     let mut predicted = vec![None; k];
     let mut pruned = vec![None; k];
     let mut bound: Vec<Option<u64>> = vec![None; k];
-    let first: Vec<usize> = chosen.iter().copied().filter(|&i| matrix_bound(i, traffic, cluster).is_none()).collect();
+    let first: Vec<usize> = chosen.iter().copied().filter(|&i| matrix_route(i).is_none()).collect();
     for (i, r) in first.iter().copied().zip(plan_all(&first, traffic, cluster, threads)) {
         match r {
             Ok(p) => {
@@ -273,10 +278,14 @@ fn evaluate_pruned(chosen: &[usize], traffic: &Traffic, cluster: &Cluster, threa
             Err(e) => return Err(e),
         }
     }
+    // O(P²) each, so once per route (fanout and spreadout share theirs).
+    let (mut direct, mut rail) = (None, None);
     for &i in chosen {
-        if bound[i].is_none() && !first.contains(&i) {
-            bound[i] = matrix_bound(i, traffic, cluster);
-        }
+        bound[i] = match matrix_route(i) {
+            Some(cost::Route::Direct) => Some(*direct.get_or_insert_with(|| cost::matrix_nic_lower_bound_ns(traffic, cluster, cost::Route::Direct))),
+            Some(cost::Route::Rail) => Some(*rail.get_or_insert_with(|| cost::matrix_nic_lower_bound_ns(traffic, cluster, cost::Route::Rail))),
+            None => bound[i],
+        };
     }
     let mut order: Vec<(u64, usize)> = chosen.iter().filter_map(|&i| bound[i].map(|b| (b, i))).collect();
     order.sort_unstable();
@@ -456,4 +465,46 @@ fn finish(mut plan: Plan, d: &cache::Decision) -> Plan {
         }
     }
     plan
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::traffic::generators;
+
+    /// A hit returns the kept plan; a hit whose plan was dropped (over the byte budget)
+    /// replans the winner: both byte-identical to computing afresh.
+    #[test]
+    fn cache_hits_with_and_without_the_kept_plan_agree() {
+        let c = Cluster::parse("h200:2,gpus=4,nic=50Gbps").unwrap();
+        let t = generators::zipf(8, 0.99, 3 << 18, 4242).unwrap();
+        let mut cold = Options::new();
+        cold.insert("cache".into(), "0".into());
+        let fresh = plan(&t, &c, &cold).unwrap();
+        let first = plan(&t, &c, &Options::new()).unwrap();
+        let context = format!("{}|{:?}|{:?}", c.spec(), vec![true; CANDIDATES.len()], Refine::Fluid);
+        let (d, kept) = DECISIONS.get(&t, &context).expect("cached");
+        assert_eq!(kept.as_ref().map(Plan::hash), Some(fresh.hash()));
+        assert_eq!(plan(&t, &c, &Options::new()).unwrap().hash(), fresh.hash());
+        DECISIONS.put(&t, &context, d, None);
+        assert_eq!(DECISIONS.get(&t, &context).expect("cached").1, None);
+        assert_eq!(plan(&t, &c, &Options::new()).unwrap().hash(), fresh.hash());
+        assert_eq!(first.hash(), fresh.hash());
+    }
+
+    #[test]
+    fn kept_plans_stay_within_the_byte_budget() {
+        let lru = cache::Lru::new(4);
+        let c = Cluster::parse("h200:2,gpus=2").unwrap();
+        let t = generators::uniform(4, 1000, 1).unwrap();
+        let p = algo::fanout::plan(&t, &c, &Options::new()).unwrap();
+        let d = cache::Decision { winner: 0, predicted_ns: vec![], simulated_ns: vec![], pruned_ns: vec![], how: How::Model };
+        assert!(cache::plan_bytes(&p) > 0);
+        for k in 0..4u64 {
+            let tk = generators::uniform(4, 1000 + k, 1).unwrap();
+            lru.put(&tk, "c", d.clone(), Some(&p));
+        }
+        assert_eq!(lru.plans_kept(), 4, "small plans are all kept");
+        assert_eq!(lru.get(&generators::uniform(4, 1003, 1).unwrap(), "c").and_then(|x| x.1).map(|x| x.hash()), Some(p.hash()));
+    }
 }
