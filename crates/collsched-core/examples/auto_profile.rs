@@ -31,7 +31,8 @@ fn main() {
                     t0.elapsed()
                 })
                 .collect();
-            println!("predict {name}: {} transfers, median {:?}", p.transfers.len(), median(times));
+            let best = *times.iter().min().unwrap();
+            println!("predict {name}: {} transfers, median {:?}, min {best:?}", p.transfers.len(), median(times));
         }
         return;
     }

@@ -448,61 +448,65 @@ impl<'a> Model<'a> {
     /// Later levels' bytes that overlap each slot's transfer on its link, from a first
     /// pass's times: transfers of later levels released before a finishes share the link
     /// with a. Under processor sharing each counts up to a's size; the estimate used is
-    /// min(their bytes, their count · a's bytes), from a Fenwick tree over release order
-    /// (O(n log n) per link). Phases that are meant to overlap (FAST's own bytes beside
+    /// min(their bytes, their count · a's bytes). Per link, the levels are taken from the
+    /// last: the later levels' slots are kept sorted by release with prefix sums of their
+    /// bytes (a level is merged in once the levels below it need it), so each query is a
+    /// binary search. Phases that are meant to overlap (FAST's own bytes beside
     /// balanced-in bytes, pipelined stages) slow each other down; the first pass only
     /// made later levels wait. None if no link carries several levels.
     fn interference(&self, finish: &[u64], release: &[u64]) -> Option<Vec<u64>> {
         let r = &self.routes;
         let owner = |k: u32| r.slot_owner[k as usize] as usize;
         let mut extra: Option<Vec<u64>> = None;
-        let mut pos = vec![0u32; r.slot_link.len()];
-        let (mut by_release, mut releases): (Vec<(u64, u32)>, Vec<u64>) = (Vec::new(), Vec::new());
-        let (mut tree_bytes, mut tree_count): (Vec<u64>, Vec<u64>) = (Vec::new(), Vec::new());
+        // Later levels' (release, bytes), sorted by release, and the prefix sums of bytes.
+        let (mut later, mut merged, mut level): (Vec<(u64, u64)>, Vec<(u64, u64)>, Vec<(u64, u64)>) = (Vec::new(), Vec::new(), Vec::new());
+        let mut prefix: Vec<u64> = Vec::new();
         for l in 0..self.link_groups.len() - 1 {
             let (g0, g1) = (self.link_groups[l], self.link_groups[l + 1]);
             if g1 - g0 < 2 {
                 continue; // one level (or none) on this link
             }
-            let all = &self.group_slots[self.group_start[g0]..self.group_start[g1]];
-            by_release.clear();
-            by_release.extend(all.iter().map(|&k| (release[owner(k)], k)));
-            by_release.sort_unstable();
-            releases.clear();
-            releases.extend(by_release.iter().map(|x| x.0));
-            for (i, &(_, k)) in by_release.iter().enumerate() {
-                pos[k as usize] = i as u32;
-            }
-            let n = by_release.len();
-            tree_bytes.clear();
-            tree_bytes.resize(n + 1, 0);
-            tree_count.clear();
-            tree_count.resize(n + 1, 0);
-            // Levels from the last: query each against strictly later levels, then insert it.
+            later.clear();
             for gi in (g0..g1).rev() {
                 let group = &self.group_slots[self.group_start[gi]..self.group_start[gi + 1]];
-                for &a in group {
-                    let (ba, fa) = (r.slot_bytes[a as usize], finish[owner(a)]);
-                    let mut p = releases.partition_point(|&x| x < fa);
-                    let (mut sum, mut cnt) = (0u64, 0u64);
-                    while p > 0 {
-                        sum = sum.saturating_add(tree_bytes[p]);
-                        cnt += tree_count[p];
-                        p &= p - 1;
+                if !later.is_empty() {
+                    prefix.clear();
+                    prefix.push(0);
+                    let mut acc = 0u64;
+                    for &(_, b) in &later {
+                        acc = acc.saturating_add(b);
+                        prefix.push(acc);
                     }
-                    let add = sum.min(cnt.saturating_mul(ba));
-                    if add > 0 {
-                        extra.get_or_insert_with(|| vec![0u64; r.slot_link.len()])[a as usize] = add;
+                    let first = later[0].0;
+                    for &a in group {
+                        let fa = finish[owner(a)];
+                        if fa <= first {
+                            continue; // every later transfer is released after a finishes
+                        }
+                        let p = later.partition_point(|x| x.0 < fa);
+                        let add = prefix[p].min((p as u64).saturating_mul(r.slot_bytes[a as usize]));
+                        if add > 0 {
+                            extra.get_or_insert_with(|| vec![0u64; r.slot_link.len()])[a as usize] = add;
+                        }
                     }
                 }
-                for &a in group {
-                    let b = r.slot_bytes[a as usize];
-                    let mut p = pos[a as usize] as usize + 1;
-                    while p <= n {
-                        tree_bytes[p] = tree_bytes[p].saturating_add(b);
-                        tree_count[p] += 1;
-                        p += p & p.wrapping_neg();
+                if gi > g0 {
+                    // Merge this level into the later ones for the levels below it.
+                    level.clear();
+                    level.extend(group.iter().map(|&k| (release[owner(k)], r.slot_bytes[k as usize])));
+                    level.sort_unstable();
+                    merged.clear();
+                    let (mut i, mut j) = (0, 0);
+                    while i < later.len() || j < level.len() {
+                        if j == level.len() || (i < later.len() && later[i] <= level[j]) {
+                            merged.push(later[i]);
+                            i += 1;
+                        } else {
+                            merged.push(level[j]);
+                            j += 1;
+                        }
                     }
+                    std::mem::swap(&mut later, &mut merged);
                 }
             }
         }
