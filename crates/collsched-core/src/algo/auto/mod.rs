@@ -17,6 +17,7 @@
 pub mod cache;
 pub mod cost;
 pub mod fluid;
+mod pool;
 
 use crate::algo;
 use crate::error::{Error, Result};
