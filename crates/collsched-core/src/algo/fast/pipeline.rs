@@ -9,7 +9,10 @@
 //! every NIC one-to-one in an asynchronous execution too, without making a
 //! server wait for rounds in which it has nothing (phantom) to move.
 use super::balance::Balanced;
+use super::balance::refill;
 use super::redistribute::Redistributor;
+use super::scratch::{vec_bytes, with_reused, Footprint};
+use std::cell::Cell;
 use crate::plan::{Buf, Collective, Op, PlanBuilder, Segment};
 use crate::topology::{Cluster, Tier};
 use crate::traffic::Traffic;
@@ -74,6 +77,7 @@ pub(crate) fn push_merged(segs: &mut Vec<Segment>, seg: Segment) {
 
 /// Short id lists, one per key, with a fixed capacity each, in one flat array: no
 /// allocation per key or per round.
+#[derive(Default)]
 struct IdLists {
     cap: usize,
     len: Vec<u32>,
@@ -81,8 +85,14 @@ struct IdLists {
 }
 
 impl IdLists {
-    fn new(keys: usize, cap: usize) -> IdLists {
-        IdLists { cap, len: vec![0; keys], ids: vec![0; keys * cap] }
+    /// Empty lists for `keys` keys of at most `cap` ids each, reusing the allocation.
+    fn reset(&mut self, keys: usize, cap: usize) {
+        self.cap = cap;
+        refill(&mut self.len, keys, 0);
+        // Slots are written before they are read (`len` guards them): no need to clear.
+        if self.ids.len() < keys * cap {
+            self.ids.resize(keys * cap, 0);
+        }
     }
     #[inline]
     fn push(&mut self, k: usize, id: u32) {
@@ -100,14 +110,16 @@ impl IdLists {
 /// Per NIC, the ids of its transfers in the last round it was active in (`last`) and in
 /// the round being assembled (`cur`): two lists per key whose roles flip, so closing a
 /// round copies nothing.
+#[derive(Default)]
 struct RoundLists {
     lists: IdLists,
     cur_side: Vec<u8>,
 }
 
 impl RoundLists {
-    fn new(keys: usize, cap: usize) -> RoundLists {
-        RoundLists { lists: IdLists::new(2 * keys, cap), cur_side: vec![0; keys] }
+    fn reset(&mut self, keys: usize, cap: usize) {
+        self.lists.reset(2 * keys, cap);
+        refill(&mut self.cur_side, keys, 0);
     }
     #[inline]
     fn last(&self, k: usize) -> &[u32] {
@@ -128,9 +140,70 @@ impl RoundLists {
     }
 }
 
+/// The assembler's working arrays, reused across calls (see `scratch`).
+#[derive(Default)]
+pub struct AssembleScratch {
+    urgent_tile: Vec<bool>,
+    bal_id: Vec<[u32; 2]>,
+    bal_out: Vec<u64>,
+    bal_in: Vec<u64>,
+    segs: Vec<Segment>,
+    deps: Vec<u32>,
+    urgent_from: IdLists,
+    urgent_into: IdLists,
+    intra_load: Vec<u64>,
+    cum: Vec<u64>,
+    given: Vec<u64>,
+    cursor: Vec<(u32, u64)>,
+    recv_cursor: Vec<u64>,
+    sends: RoundLists,
+    recvs: RoundLists,
+    nic_send_bytes: Vec<u64>,
+    nic_recv_bytes: Vec<u64>,
+    touched_nics: Vec<usize>,
+    redistributor: Redistributor,
+}
+
+impl Footprint for AssembleScratch {
+    fn footprint(&self) -> usize {
+        vec_bytes(&self.bal_id) + vec_bytes(&self.given) + vec_bytes(&self.cursor) + vec_bytes(&self.cum) + vec_bytes(&self.urgent_tile)
+            + vec_bytes(&self.sends.lists.ids) + vec_bytes(&self.recvs.lists.ids) + vec_bytes(&self.urgent_from.ids) + vec_bytes(&self.urgent_into.ids)
+            + 8 * (self.bal_out.capacity() + self.bal_in.capacity() + self.intra_load.capacity() + self.recv_cursor.capacity())
+    }
+}
+
+thread_local! {
+    static SCRATCH: Cell<Option<Box<AssembleScratch>>> = const { Cell::new(None) };
+}
+
 /// Assemble the plan. `chain_nics` orders successive rounds per NIC (FAST); without it all
 /// rounds may overlap (balanced_direct has a single round anyway).
 pub fn assemble(name: &str, traffic: &Traffic, cluster: &Cluster, bal: &Balanced, rounds: &[Round], chain_nics: bool) -> (PlanBuilder, Loads) {
+    with_reused(&SCRATCH, |scratch| assemble_with(scratch, name, traffic, cluster, bal, rounds, chain_nics))
+}
+
+fn assemble_with(scratch: &mut AssembleScratch, name: &str, traffic: &Traffic, cluster: &Cluster, bal: &Balanced, rounds: &[Round], chain_nics: bool) -> (PlanBuilder, Loads) {
+    let AssembleScratch {
+        urgent_tile,
+        bal_id,
+        bal_out,
+        bal_in,
+        segs,
+        deps,
+        urgent_from,
+        urgent_into,
+        intra_load,
+        cum,
+        given,
+        cursor,
+        recv_cursor,
+        sends,
+        recvs,
+        nic_send_bytes,
+        nic_recv_bytes,
+        touched_nics,
+        redistributor,
+    } = scratch;
     let n = bal.servers;
     let g = bal.gpus;
     let p = n * g;
@@ -152,22 +225,22 @@ pub fn assemble(name: &str, traffic: &Traffic, cluster: &Cluster, bal: &Balanced
     // Step 0: balancing, Input → carrier's Scratch. Per (server, a, c) up to two transfers:
     // the moves of tiles the first round needs ("urgent"), then the rest, which waits for
     // all of a's urgent transfers so a's scale-up port serves the first round first.
-    let mut urgent_tile = vec![false; n * n];
+    refill(urgent_tile, n * n, false);
     if let Some(first) = rounds.first() {
         for &(s, d, _) in &first.pairs {
             urgent_tile[s as usize * n + d as usize] = true;
         }
     }
-    let mut bal_id = vec![[u32::MAX; 2]; n * g * g]; // [urgent, rest]
-    let mut bal_out = vec![0u64; p];
-    let mut bal_in = vec![0u64; p];
-    let mut segs: Vec<Segment> = Vec::new();
+    refill(bal_id, n * g * g, [u32::MAX; 2]); // [urgent, rest]
+    refill(bal_out, p, 0);
+    refill(bal_in, p, 0);
+    segs.clear();
     // Urgent balancing transfers sent by / received by each rank: later scale-up work on
     // that rank's port (the rest of balancing, the intra-server part) waits for them.
     // At most one urgent transfer per (a, c), so g per rank and direction.
-    let mut urgent_from = IdLists::new(p, g);
-    let mut urgent_into = IdLists::new(p, g);
-    let mut deps: Vec<u32> = Vec::new();
+    urgent_from.reset(p, g);
+    urgent_into.reset(p, g);
+    deps.clear();
     let mut server_begin = 0;
     while server_begin < bal.moves.len() {
         let s = bal.moves[server_begin].s as usize;
@@ -183,7 +256,7 @@ pub fn assemble(name: &str, traffic: &Traffic, cluster: &Cluster, bal: &Balanced
                 while k < server_end && bal.moves[k].a as usize == a && bal.moves[k].c as usize == c {
                     let m = &bal.moves[k];
                     if urgent_tile[s * n + m.d as usize] == urgent {
-                        push_merged(&mut segs, Segment { src_buf: Buf::Input, src_off: m.input_off, dst_buf: Buf::Scratch, dst_off: m.scratch_off, len: m.len });
+                        push_merged(segs, Segment { src_buf: Buf::Input, src_off: m.input_off, dst_buf: Buf::Scratch, dst_off: m.scratch_off, len: m.len });
                         bal_out[s * g + a] += m.len;
                         bal_in[s * g + c] += m.len;
                     }
@@ -217,7 +290,7 @@ pub fn assemble(name: &str, traffic: &Traffic, cluster: &Cluster, bal: &Balanced
 
     // Intra-server part: beside the first scale-out round (step 1), or step 0 if there is none.
     let intra_step = u32::from(!rounds.is_empty() || !bal.moves.is_empty());
-    let mut intra_load = vec![0u64; p];
+    refill(intra_load, p, 0);
     for blk in &bal.intra {
         let seg = Segment { src_buf: Buf::Input, src_off: blk.input_off, dst_buf: Buf::Output, dst_off: blk.out_off, len: blk.len };
         deps.clear();
@@ -237,20 +310,21 @@ pub fn assemble(name: &str, traffic: &Traffic, cluster: &Cluster, bal: &Balanced
     loads.intra_max = intra_load.iter().copied().max().unwrap_or(0);
 
     // Scale-out rounds with their redistribution.
-    let mut cum = vec![0u64; n * n];
+    refill(cum, n * n, 0);
     // given[tile*g+c]: bytes of the tile carrier c has sent so far (= mul_div(cum, t, total)).
-    let mut given = vec![0u64; n * n * g];
-    let mut cursor = vec![(0u32, 0u64); n * n * g]; // (piece index in stream, offset inside it)
-    let mut recv_cursor: Vec<u64> = bal.balance_in.clone();
+    refill(given, n * n * g, 0);
+    refill(cursor, n * n * g, (0u32, 0u64)); // (piece index in stream, offset inside it)
+    recv_cursor.clear();
+    recv_cursor.extend_from_slice(&bal.balance_in);
     // A NIC's transfers in one round: two per carrier on it, per pair its server is in.
     let pairs_per_server = if chain_nics { max_pairs_per_server(rounds, n) } else { 0 };
     let nic_cap = 2 * g.div_ceil(nics) * pairs_per_server;
-    let mut sends = RoundLists::new(n * nics, nic_cap);
-    let mut recvs = RoundLists::new(n * nics, nic_cap);
-    let mut nic_send_bytes = vec![0u64; n * nics];
-    let mut nic_recv_bytes = vec![0u64; n * nics];
-    let mut touched_nics: Vec<usize> = Vec::new();
-    let mut redistributor = Redistributor::new(p, g);
+    sends.reset(n * nics, nic_cap);
+    recvs.reset(n * nics, nic_cap);
+    refill(nic_send_bytes, n * nics, 0);
+    refill(nic_recv_bytes, n * nics, 0);
+    touched_nics.clear();
+    redistributor.reset(p, g);
     for (k, round) in rounds.iter().enumerate() {
         let step = k as u32 + 1;
         touched_nics.clear();
@@ -315,11 +389,11 @@ pub fn assemble(name: &str, traffic: &Traffic, cluster: &Cluster, bal: &Balanced
                         let src_off = piece.src_off + cur.1;
                         let out_off = piece.out_off + cur.1;
                         if j == c {
-                            push_merged(&mut segs, Segment { src_buf, src_off, dst_buf: Buf::Output, dst_off: out_off, len: y });
+                            push_merged(segs, Segment { src_buf, src_off, dst_buf: Buf::Output, dst_off: out_off, len: y });
                         } else {
                             let at = recv_cursor[dst_rank];
                             recv_cursor[dst_rank] += y;
-                            push_merged(&mut segs, Segment { src_buf, src_off, dst_buf: Buf::Scratch, dst_off: at, len: y });
+                            push_merged(segs, Segment { src_buf, src_off, dst_buf: Buf::Scratch, dst_off: at, len: y });
                             redistributor.park(j, at, out_off, y);
                         }
                         x -= y;
@@ -358,7 +432,7 @@ pub fn assemble(name: &str, traffic: &Traffic, cluster: &Cluster, bal: &Balanced
             }
         }
         let mut round_max = 0;
-        for &nic in &touched_nics {
+        for &nic in touched_nics.iter() {
             round_max = round_max.max(nic_send_bytes[nic]).max(nic_recv_bytes[nic]);
             nic_send_bytes[nic] = 0;
             nic_recv_bytes[nic] = 0;

@@ -7,6 +7,7 @@ use crate::topology::Tier;
 
 /// Groups the pieces one scale-out transfer parked, by owner, and emits the
 /// redistribution transfers; keeps per-round loads for the predictor.
+#[derive(Default)]
 pub struct Redistributor {
     /// Per local owner index: Scratch → Output segments waiting to be emitted.
     buckets: Vec<Vec<Segment>>,
@@ -21,7 +22,21 @@ pub struct Redistributor {
 
 impl Redistributor {
     pub fn new(ranks: usize, gpus: usize) -> Redistributor {
-        Redistributor { buckets: vec![Vec::new(); gpus], bucket_bytes: vec![0; gpus], any: false, out_load: vec![0; ranks], in_load: vec![0; ranks], touched: Vec::new() }
+        let mut r = Redistributor::default();
+        r.reset(ranks, gpus);
+        r
+    }
+
+    /// Empty state for `ranks` ranks of `gpus` per server, reusing the allocations.
+    pub fn reset(&mut self, ranks: usize, gpus: usize) {
+        self.buckets.resize_with(gpus, Vec::new);
+        self.buckets.truncate(gpus);
+        self.buckets.iter_mut().for_each(Vec::clear);
+        super::balance::refill(&mut self.bucket_bytes, gpus, 0);
+        self.any = false;
+        super::balance::refill(&mut self.out_load, ranks, 0);
+        super::balance::refill(&mut self.in_load, ranks, 0);
+        self.touched.clear();
     }
 
     /// Park `len` bytes at `holder`'s Scratch `scratch_off`, owned by local GPU `owner` (Output `out_off`).
