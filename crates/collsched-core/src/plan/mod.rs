@@ -267,6 +267,23 @@ impl PlanBuilder {
         p.transfers.push(Transfer { src, dst, op, tier, step, seg_begin, seg_end, dep_begin, dep_end });
         id
     }
+    /// The segment and dependency arrays, for producers that write a transfer's lists in
+    /// place (no staging copy) and then call `close_transfer`.
+    #[inline]
+    pub fn lists_mut(&mut self) -> (&mut Vec<Segment>, &mut Vec<u32>) {
+        (&mut self.plan.segments, &mut self.plan.deps)
+    }
+    /// Append a transfer over the segments from `seg_begin` and the deps from `dep_begin`
+    /// to the ends of the arrays (pushed through `lists_mut`; no segment may be empty).
+    #[inline]
+    pub fn close_transfer(&mut self, src: u32, dst: u32, op: Op, tier: Tier, step: u32, seg_begin: usize, dep_begin: usize) -> u32 {
+        let p = &mut self.plan;
+        debug_assert!(p.segments[seg_begin..].iter().all(|s| s.len > 0));
+        let id = p.transfers.len() as u32;
+        let (seg_end, dep_end) = (p.segments.len() as u32, p.deps.len() as u32);
+        p.transfers.push(Transfer { src, dst, op, tier, step, seg_begin: seg_begin as u32, seg_end, dep_begin: dep_begin as u32, dep_end });
+        id
+    }
     pub fn num_transfers(&self) -> usize {
         self.plan.transfers.len()
     }

@@ -75,6 +75,37 @@ pub(crate) fn push_merged(segs: &mut Vec<Segment>, seg: Segment) {
     segs.push(seg);
 }
 
+/// `push_merged` for a transfer whose segments start at `begin` of `segs`.
+#[inline]
+fn push_merged_from(segs: &mut Vec<Segment>, begin: usize, seg: Segment) {
+    if segs.len() > begin {
+        let last = segs.last_mut().unwrap();
+        if last.src_buf == seg.src_buf && last.dst_buf == seg.dst_buf && last.src_off + last.len == seg.src_off && last.dst_off + last.len == seg.dst_off {
+            last.len += seg.len;
+            return;
+        }
+    }
+    segs.push(seg);
+}
+
+/// Sort `v[begin..]` and drop repeats in it (the lists are a few ids long).
+#[inline]
+fn sort_dedup_tail(v: &mut Vec<u32>, begin: usize) {
+    let tail = &mut v[begin..];
+    if tail.len() < 2 {
+        return;
+    }
+    tail.sort_unstable();
+    let mut w = 1;
+    for r in 1..tail.len() {
+        if tail[r] != tail[w - 1] {
+            tail[w] = tail[r];
+            w += 1;
+        }
+    }
+    v.truncate(begin + w);
+}
+
 /// Short id lists, one per key, with a fixed capacity each, in one flat array: no
 /// allocation per key or per round.
 #[derive(Default)]
@@ -367,8 +398,10 @@ fn assemble_with(scratch: &mut AssembleScratch, name: &str, traffic: &Traffic, c
                 // the balanced-in bytes (after the balancing transfers that bring them). The
                 // stream holds own pieces first, so one pass splits it.
                 for own_phase in [true, false] {
-                    segs.clear();
-                    deps.clear();
+                    // Segments and deps go straight into the plan's arrays.
+                    let (psegs, pdeps) = b.lists_mut();
+                    let (seg_begin, dep_begin) = (psegs.len(), pdeps.len());
+                    let mut bytes = 0u64;
                     while x > 0 {
                         let piece = stream[cur.0 as usize];
                         if own_phase && piece.in_scratch {
@@ -379,8 +412,8 @@ fn assemble_with(scratch: &mut AssembleScratch, name: &str, traffic: &Traffic, c
                         let j = piece.j as usize;
                         let src_buf = if piece.in_scratch {
                             let dep = bal_id[(s * g + a) * g + c][usize::from(!urgent_tile[tile])];
-                            if deps.last() != Some(&dep) {
-                                deps.push(dep);
+                            if pdeps.len() == dep_begin || pdeps.last() != Some(&dep) {
+                                pdeps.push(dep);
                             }
                             Buf::Scratch
                         } else {
@@ -389,13 +422,14 @@ fn assemble_with(scratch: &mut AssembleScratch, name: &str, traffic: &Traffic, c
                         let src_off = piece.src_off + cur.1;
                         let out_off = piece.out_off + cur.1;
                         if j == c {
-                            push_merged(segs, Segment { src_buf, src_off, dst_buf: Buf::Output, dst_off: out_off, len: y });
+                            push_merged_from(psegs, seg_begin, Segment { src_buf, src_off, dst_buf: Buf::Output, dst_off: out_off, len: y });
                         } else {
                             let at = recv_cursor[dst_rank];
                             recv_cursor[dst_rank] += y;
-                            push_merged(segs, Segment { src_buf, src_off, dst_buf: Buf::Scratch, dst_off: at, len: y });
+                            push_merged_from(psegs, seg_begin, Segment { src_buf, src_off, dst_buf: Buf::Scratch, dst_off: at, len: y });
                             redistributor.park(j, at, out_off, y);
                         }
+                        bytes += y;
                         x -= y;
                         cur.1 += y;
                         if cur.1 == piece.len {
@@ -403,17 +437,16 @@ fn assemble_with(scratch: &mut AssembleScratch, name: &str, traffic: &Traffic, c
                             cur.1 = 0;
                         }
                     }
-                    if segs.is_empty() {
+                    if psegs.len() == seg_begin {
+                        pdeps.truncate(dep_begin);
                         continue;
                     }
                     if chain_nics {
-                        deps.extend_from_slice(sends.last(snic));
-                        deps.extend_from_slice(recvs.last(rnic));
+                        pdeps.extend_from_slice(sends.last(snic));
+                        pdeps.extend_from_slice(recvs.last(rnic));
                     }
-                    deps.sort_unstable();
-                    deps.dedup();
-                    let bytes: u64 = segs.iter().map(|s| s.len).sum();
-                    let id = b.transfer(src_rank as u32, dst_rank as u32, Op::Copy, Tier::ScaleOut, step, &segs, &deps);
+                    sort_dedup_tail(pdeps, dep_begin);
+                    let id = b.close_transfer(src_rank as u32, dst_rank as u32, Op::Copy, Tier::ScaleOut, step, seg_begin, dep_begin);
                     // Its redistribution: step k+2, beside the next round's scale-out.
                     redistributor.emit(&mut b, dst_rank as u32, (d * g) as u32, id, step + 1);
                     if nic_send_bytes[snic] == 0 && nic_recv_bytes[snic] == 0 {

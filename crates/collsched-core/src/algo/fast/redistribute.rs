@@ -60,7 +60,12 @@ impl Redistributor {
             }
             let owner = server_base + j as u32;
             let bytes = std::mem::take(&mut self.bucket_bytes[j]);
-            b.transfer(holder, owner, Op::Copy, Tier::ScaleUp, step, bucket, &[producer]);
+            // Parked segments are never empty: copy them straight into the plan.
+            let (segs, deps) = b.lists_mut();
+            let (seg_begin, dep_begin) = (segs.len(), deps.len());
+            segs.extend_from_slice(bucket);
+            deps.push(producer);
+            b.close_transfer(holder, owner, Op::Copy, Tier::ScaleUp, step, seg_begin, dep_begin);
             bucket.clear();
             for (r, load) in [(holder, &mut self.out_load), (owner, &mut self.in_load)] {
                 if load[r as usize] == 0 {
