@@ -251,32 +251,12 @@ pub fn balance_into(traffic: &Traffic, cluster: &Cluster, out: &mut Balanced) {
                     v.clear();
                 }
             }
-            // Callers skip zero lengths: the call is not free (the closure is not inlined).
-            let take = |a: usize, j: usize, c: usize, len: u64, rem: &mut [u64], off: &mut [u64], cap: &mut [u64], pcs: &mut [[Vec<Piece>; 4]], moves: &mut Vec<Move>, bal_in: &mut [u64]| {
-                debug_assert!(len > 0);
-                let k = a * g + j;
-                let block_off = off[k];
-                off[k] += len;
-                rem[k] -= len;
-                cap[c] -= len;
-                let input_off = in_off[k] + block_off;
-                let src_off = if a == c {
-                    input_off
-                } else {
-                    let r = s * g + c;
-                    let o = bal_in[r];
-                    bal_in[r] += len;
-                    moves.push(Move { s: s as u32, a: a as u32, c: c as u32, d: d as u32, j: j as u32, input_off, len, scratch_off: o });
-                    o
-                };
-                let class = usize::from(j == c) + if a == c { 0 } else { 2 };
-                pcs[c][class].push(Piece { a: a as u32, j: j as u32, len, src_off, out_off: out_off[k] + block_off, in_scratch: a != c });
-            };
+            let tile_ctx = TileCtx { s, d, g, in_off, out_off };
             // A: every GPU keeps its same-index block (it lands directly in the peer's Output).
             for a in 0..g {
                 let x = rem[a * g + a].min(cap[a]);
                 if x > 0 {
-                    take(a, a, a, x, rem, off, cap, per_carrier, &mut out.moves, &mut out.balance_in);
+                    take(&tile_ctx, a, a, a, x, rem, off, cap, per_carrier, &mut out.moves, &mut out.balance_in);
                 }
             }
             // Light GPUs (row ≤ target) keep everything: moving their bytes away only adds scale-up traffic.
@@ -286,7 +266,7 @@ pub fn balance_into(traffic: &Traffic, cluster: &Cluster, out: &mut Balanced) {
                     for j in 0..g {
                         let x = rem[a * g + j];
                         if x > 0 {
-                            take(a, j, a, x, rem, off, cap, per_carrier, &mut out.moves, &mut out.balance_in);
+                            take(&tile_ctx, a, j, a, x, rem, off, cap, per_carrier, &mut out.moves, &mut out.balance_in);
                         }
                     }
                 } else {
@@ -306,7 +286,7 @@ pub fn balance_into(traffic: &Traffic, cluster: &Cluster, out: &mut Balanced) {
                     let x = rem[a * g + c].min(cap[c]).min(excess[a]);
                     if x > 0 {
                         excess[a] -= x;
-                        take(a, c, c, x, rem, off, cap, per_carrier, &mut out.moves, &mut out.balance_in);
+                        take(&tile_ctx, a, c, c, x, rem, off, cap, per_carrier, &mut out.moves, &mut out.balance_in);
                     }
                 }
             }
@@ -318,7 +298,7 @@ pub fn balance_into(traffic: &Traffic, cluster: &Cluster, out: &mut Balanced) {
                     }
                     let x = rem[a * g + j].min(cap[a]);
                     if x > 0 {
-                        take(a, j, a, x, rem, off, cap, per_carrier, &mut out.moves, &mut out.balance_in);
+                        take(&tile_ctx, a, j, a, x, rem, off, cap, per_carrier, &mut out.moves, &mut out.balance_in);
                     }
                 }
             }
@@ -331,7 +311,7 @@ pub fn balance_into(traffic: &Traffic, cluster: &Cluster, out: &mut Balanced) {
                             c += 1;
                         }
                         let x = rem[a * g + j].min(cap[c]);
-                        take(a, j, c, x, rem, off, cap, per_carrier, &mut out.moves, &mut out.balance_in);
+                        take(&tile_ctx, a, j, c, x, rem, off, cap, per_carrier, &mut out.moves, &mut out.balance_in);
                     }
                 }
             }
@@ -355,6 +335,41 @@ pub fn balance_into(traffic: &Traffic, cluster: &Cluster, out: &mut Balanced) {
             }
         }
     }
+}
+
+/// Where the blocks of the tile being balanced start (read by `take`).
+struct TileCtx<'a> {
+    s: usize,
+    d: usize,
+    g: usize,
+    in_off: &'a [u64],
+    out_off: &'a [u64],
+}
+
+/// Hand `len` bytes of block a→j (next in its order) to carrier c: a piece of c's stream,
+/// and a balancing move when c is not the sender. Inlined: it runs once per piece.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn take(t: &TileCtx, a: usize, j: usize, c: usize, len: u64, rem: &mut [u64], off: &mut [u64], cap: &mut [u64], pcs: &mut [[Vec<Piece>; 4]], moves: &mut Vec<Move>, bal_in: &mut [u64]) {
+    debug_assert!(len > 0);
+    let g = t.g;
+    let k = a * g + j;
+    let block_off = off[k];
+    off[k] += len;
+    rem[k] -= len;
+    cap[c] -= len;
+    let input_off = t.in_off[k] + block_off;
+    let src_off = if a == c {
+        input_off
+    } else {
+        let r = t.s * g + c;
+        let o = bal_in[r];
+        bal_in[r] += len;
+        moves.push(Move { s: t.s as u32, a: a as u32, c: c as u32, d: t.d as u32, j: j as u32, input_off, len, scratch_off: o });
+        o
+    };
+    let class = usize::from(j == c) + if a == c { 0 } else { 2 };
+    pcs[c][class].push(Piece { a: a as u32, j: j as u32, len, src_off, out_off: t.out_off[k] + block_off, in_scratch: a != c });
 }
 
 /// Stable counting sort of `moves[start..]` by (a, c).
