@@ -12,6 +12,7 @@ use crate::traffic::Traffic;
 use std::cell::Cell;
 
 /// A contiguous part of block (s,a)→(d,j), carried to server d by one carrier GPU of s.
+/// 32 bytes (two per cache line): whether the carrier holds it in its Scratch is `a != carrier`.
 /// Offsets are absolute (precomputed here, where the matrix is read in order, so the
 /// assembler never touches the P×P offset tables at random).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,7 +26,6 @@ pub struct Piece {
     pub src_off: u64,
     /// Offset in the Output of (d,j).
     pub out_off: u64,
-    pub in_scratch: bool,
 }
 
 /// One balancing move: a piece handed from GPU (s,a) to carrier (s,c) over scale-up.
@@ -369,7 +369,7 @@ fn take(t: &TileCtx, a: usize, j: usize, c: usize, len: u64, rem: &mut [u64], of
         o
     };
     let class = usize::from(j == c) + if a == c { 0 } else { 2 };
-    pcs[c][class].push(Piece { a: a as u32, j: j as u32, len, src_off, out_off: t.out_off[k] + block_off, in_scratch: a != c });
+    pcs[c][class].push(Piece { a: a as u32, j: j as u32, len, src_off, out_off: t.out_off[k] + block_off });
 }
 
 /// Stable counting sort of `moves[start..]` by (a, c).

@@ -404,13 +404,14 @@ fn assemble_with(scratch: &mut AssembleScratch, name: &str, traffic: &Traffic, c
                     let mut bytes = 0u64;
                     while x > 0 {
                         let piece = stream[cur.0 as usize];
-                        if own_phase && piece.in_scratch {
+                        let in_scratch = piece.a as usize != c;
+                        if own_phase && in_scratch {
                             break;
                         }
                         let y = (piece.len - cur.1).min(x);
                         let a = piece.a as usize;
                         let j = piece.j as usize;
-                        let src_buf = if piece.in_scratch {
+                        let src_buf = if in_scratch {
                             let dep = bal_id[(s * g + a) * g + c][usize::from(!urgent_tile[tile])];
                             if pdeps.len() == dep_begin || pdeps.last() != Some(&dep) {
                                 pdeps.push(dep);
