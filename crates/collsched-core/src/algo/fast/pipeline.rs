@@ -35,7 +35,7 @@ pub struct Loads {
     pub intra_max: u64,
 }
 
-/// How many pairs ahead the assembler prefetches stream cursors.
+/// How many visits ahead the assembler prefetches the pieces they start at.
 const PREFETCH_PAIRS: usize = 4;
 
 /// Hint the CPU to load `x`'s cache line (no effect on results).
@@ -183,9 +183,8 @@ pub struct AssembleScratch {
     urgent_from: IdLists,
     urgent_into: IdLists,
     intra_load: Vec<u64>,
-    cum: Vec<u64>,
-    given: Vec<u64>,
-    cursor: Vec<(u32, u64)>,
+    visits: Visits,
+    cuts: Vec<Cut>,
     recv_cursor: Vec<u64>,
     sends: RoundLists,
     recvs: RoundLists,
@@ -197,7 +196,7 @@ pub struct AssembleScratch {
 
 impl Footprint for AssembleScratch {
     fn footprint(&self) -> usize {
-        vec_bytes(&self.bal_id) + vec_bytes(&self.given) + vec_bytes(&self.cursor) + vec_bytes(&self.cum) + vec_bytes(&self.urgent_tile)
+        vec_bytes(&self.bal_id) + vec_bytes(&self.cuts) + 16 * self.visits.tile.capacity() + vec_bytes(&self.urgent_tile)
             + vec_bytes(&self.sends.lists.ids) + vec_bytes(&self.recvs.lists.ids) + vec_bytes(&self.urgent_from.ids) + vec_bytes(&self.urgent_into.ids)
             + 8 * (self.bal_out.capacity() + self.bal_in.capacity() + self.intra_load.capacity() + self.recv_cursor.capacity())
     }
@@ -224,9 +223,8 @@ fn assemble_with(scratch: &mut AssembleScratch, name: &str, traffic: &Traffic, c
         urgent_from,
         urgent_into,
         intra_load,
-        cum,
-        given,
-        cursor,
+        visits,
+        cuts,
         recv_cursor,
         sends,
         recvs,
@@ -340,11 +338,11 @@ fn assemble_with(scratch: &mut AssembleScratch, name: &str, traffic: &Traffic, c
     }
     loads.intra_max = intra_load.iter().copied().max().unwrap_or(0);
 
-    // Scale-out rounds with their redistribution.
-    refill(cum, n * n, 0);
-    // given[tile*g+c]: bytes of the tile carrier c has sent so far (= mul_div(cum, t, total)).
-    refill(given, n * n * g, 0);
-    refill(cursor, n * n * g, (0u32, 0u64)); // (piece index in stream, offset inside it)
+    // Scale-out rounds with their redistribution. First, per tile (reading its piece
+    // streams in order), where each visit of each carrier starts and how many bytes it
+    // moves; then the rounds, which read those cuts in visit order. Walking the streams
+    // round by round instead jumps between tiles and waits on memory at every visit.
+    cut_visits(bal, rounds, visits, cuts);
     recv_cursor.clear();
     recv_cursor.extend_from_slice(&bal.balance_in);
     // A NIC's transfers in one round: two per carrier on it, per pair its server is in.
@@ -356,35 +354,28 @@ fn assemble_with(scratch: &mut AssembleScratch, name: &str, traffic: &Traffic, c
     refill(nic_recv_bytes, n * nics, 0);
     touched_nics.clear();
     redistributor.reset(p, g);
+    let mut visit = 0;
     for (k, round) in rounds.iter().enumerate() {
         let step = k as u32 + 1;
         touched_nics.clear();
-        for (pi, &(s, d, r)) in round.pairs.iter().enumerate() {
-            // A later pair's stream cursors are cold (streams are laid out by tile, visited by
-            // round): fetch them while this pair is assembled.
-            if let Some(&(s2, d2, _)) = round.pairs.get(pi + PREFETCH_PAIRS) {
-                let t2 = s2 as usize * n + d2 as usize;
-                for c in 0..g {
-                    let (b0, e0) = bal.stream_range[t2 * g + c];
-                    let at = b0 as usize + cursor[t2 * g + c].0 as usize;
-                    if at < e0 as usize {
-                        prefetch(&bal.pieces[at]);
-                        if at + 1 < e0 as usize {
-                            prefetch(&bal.pieces[at + 1]);
+        for &(s, d, _) in &round.pairs {
+            // The pieces a later visit starts at (the cuts are read in order, so their
+            // addresses are at hand): fetch them while this visit is assembled.
+            if let Some(ahead) = cuts.get((visit + PREFETCH_PAIRS) * g..(visit + PREFETCH_PAIRS + 1) * g) {
+                for cut in ahead {
+                    if cut.bytes > 0 {
+                        prefetch(&bal.pieces[cut.at as usize]);
+                        if let Some(next) = bal.pieces.get(cut.at as usize + 1) {
+                            prefetch(next);
                         }
                     }
                 }
             }
             let (s, d) = (s as usize, d as usize);
             let tile = s * n + d;
-            let total = bal.server[tile];
-            cum[tile] += r;
-            let c1 = cum[tile];
             for c in 0..g {
-                let t = bal.targets[tile * g + c];
-                let hi = if c1 == total { t } else { mul_div(c1, t, total) };
-                let mut x = hi - given[tile * g + c];
-                given[tile * g + c] = hi;
+                let cut = cuts[visit * g + c];
+                let mut x = cut.bytes;
                 if x == 0 {
                     continue;
                 }
@@ -392,8 +383,7 @@ fn assemble_with(scratch: &mut AssembleScratch, name: &str, traffic: &Traffic, c
                 let dst_rank = d * g + c;
                 let snic = s * nics + c % nics;
                 let rnic = d * nics + c % nics;
-                let stream = bal.stream(s, d, c);
-                let cur = &mut cursor[tile * g + c];
+                let cur = &mut (cut.at, cut.off);
                 // Two transfers at most: the carrier's own bytes (free to start at once) and
                 // the balanced-in bytes (after the balancing transfers that bring them). The
                 // stream holds own pieces first, so one pass splits it.
@@ -403,7 +393,7 @@ fn assemble_with(scratch: &mut AssembleScratch, name: &str, traffic: &Traffic, c
                     let (seg_begin, dep_begin) = (psegs.len(), pdeps.len());
                     let mut bytes = 0u64;
                     while x > 0 {
-                        let piece = stream[cur.0 as usize];
+                        let piece = bal.pieces[cur.0 as usize];
                         let in_scratch = piece.a as usize != c;
                         if own_phase && in_scratch {
                             break;
@@ -464,6 +454,7 @@ fn assemble_with(scratch: &mut AssembleScratch, name: &str, traffic: &Traffic, c
                     }
                 }
             }
+            visit += 1;
         }
         let mut round_max = 0;
         for &nic in touched_nics.iter() {
@@ -482,6 +473,93 @@ fn assemble_with(scratch: &mut AssembleScratch, name: &str, traffic: &Traffic, c
         b.need_scratch(r as u32, bytes);
     }
     (b, loads)
+}
+
+/// Visits of tiles (a pair of a round, numbered in round order), grouped by tile.
+#[derive(Default)]
+pub struct Visits {
+    /// Per visit: its tile and the tile bytes it moves.
+    tile: Vec<u32>,
+    bytes: Vec<u64>,
+    /// Visits of tile t: `order[first[t]..first[t + 1]]`.
+    first: Vec<u32>,
+    order: Vec<u32>,
+    fill: Vec<u32>,
+}
+
+/// What one carrier moves in one visit of its tile: `bytes` from piece `at` (an index
+/// into `Balanced::pieces`), `off` bytes into it.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Cut {
+    at: u32,
+    off: u64,
+    bytes: u64,
+}
+
+/// Fill `cuts[visit * g + c]` for every visit (a pair of a round, numbered in round order)
+/// and carrier c. A tile's carriers send, after each visit, their target's share of the
+/// tile bytes sent so far (`mul_div(cum, target, total)`), so every carrier finishes with
+/// the tile's last visit. Tiles are processed one after another, each reading its own
+/// streams front to back.
+fn cut_visits(bal: &Balanced, rounds: &[Round], vs: &mut Visits, cuts: &mut Vec<Cut>) {
+    let (n, g) = (bal.servers, bal.gpus);
+    vs.tile.clear();
+    vs.bytes.clear();
+    for round in rounds {
+        vs.tile.extend(round.pairs.iter().map(|&(s, d, _)| s * n as u32 + d));
+        vs.bytes.extend(round.pairs.iter().map(|&(_, _, r)| r));
+    }
+    let visits = vs.tile.len();
+    // Visits grouped by tile, in round order within a tile (counting sort).
+    refill(&mut vs.first, n * n + 1, 0);
+    for &t in &vs.tile {
+        vs.first[t as usize + 1] += 1;
+    }
+    for t in 0..n * n {
+        vs.first[t + 1] += vs.first[t];
+    }
+    vs.fill.clear();
+    vs.fill.extend_from_slice(&vs.first[..n * n]);
+    refill(&mut vs.order, visits, 0);
+    for (v, &t) in vs.tile.iter().enumerate() {
+        vs.order[vs.fill[t as usize] as usize] = v as u32;
+        vs.fill[t as usize] += 1;
+    }
+    cuts.clear();
+    cuts.resize(visits * g, Cut::default());
+    for tile in 0..n * n {
+        let (vb, ve) = (vs.first[tile] as usize, vs.first[tile + 1] as usize);
+        if vb == ve {
+            continue;
+        }
+        let total = bal.server[tile];
+        for c in 0..g {
+            let t = bal.targets[tile * g + c];
+            let (mut at, _end) = bal.stream_range[tile * g + c];
+            let mut off = 0u64;
+            let mut given = 0u64;
+            let mut cum = 0u64;
+            for &v in &vs.order[vb..ve] {
+                let v = v as usize;
+                cum += vs.bytes[v];
+                let hi = if cum == total { t } else { mul_div(cum, t, total) };
+                let mut x = hi - given;
+                given = hi;
+                cuts[v * g + c] = Cut { at, off, bytes: x };
+                while x > 0 {
+                    debug_assert!(at < _end);
+                    let len = bal.pieces[at as usize].len;
+                    let y = (len - off).min(x);
+                    x -= y;
+                    off += y;
+                    if off == len {
+                        at += 1;
+                        off = 0;
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// The most pairs any server sends or receives in one round (1 for one-to-one rounds).
