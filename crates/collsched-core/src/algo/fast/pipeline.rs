@@ -433,8 +433,11 @@ fn assemble_with(scratch: &mut AssembleScratch, name: &str, traffic: &Traffic, c
                         continue;
                     }
                     if chain_nics {
-                        pdeps.extend_from_slice(sends.last(snic));
-                        pdeps.extend_from_slice(recvs.last(rnic));
+                        // Element pushes: the lists hold one or two ids, where a memcpy call
+                        // costs more than the copy.
+                        for &id in sends.last(snic).iter().chain(recvs.last(rnic)) {
+                            pdeps.push(id);
+                        }
                     }
                     sort_dedup_tail(pdeps, dep_begin);
                     let id = b.close_transfer(src_rank as u32, dst_rank as u32, Op::Copy, Tier::ScaleOut, step, seg_begin, dep_begin);

@@ -63,7 +63,9 @@ impl Redistributor {
             // Parked segments are never empty: copy them straight into the plan.
             let (segs, deps) = b.lists_mut();
             let (seg_begin, dep_begin) = (segs.len(), deps.len());
-            segs.extend_from_slice(bucket);
+            for &seg in bucket.iter() {
+                segs.push(seg); // short lists: cheaper than a memcpy call
+            }
             deps.push(producer);
             b.close_transfer(holder, owner, Op::Copy, Tier::ScaleUp, step, seg_begin, dep_begin);
             bucket.clear();
