@@ -88,6 +88,22 @@ fn push_merged_from(segs: &mut Vec<Segment>, begin: usize, seg: Segment) {
     segs.push(seg);
 }
 
+/// `out` = the sorted union of two ascending lists without repeats (id lists are filled
+/// in id order, so this is what sorting and deduplicating their concatenation gives).
+#[inline]
+fn merge_unique(a: &[u32], b: &[u32], out: &mut Vec<u32>) {
+    let (mut i, mut j) = (0, 0);
+    while i < a.len() && j < b.len() {
+        let x = a[i].min(b[j]);
+        i += usize::from(a[i] == x);
+        j += usize::from(b[j] == x);
+        out.push(x);
+    }
+    for &x in a[i..].iter().chain(&b[j..]) {
+        out.push(x);
+    }
+}
+
 /// Sort `v[begin..]` and drop repeats in it (the lists are a few ids long).
 #[inline]
 fn sort_dedup_tail(v: &mut Vec<u32>, begin: usize) {
@@ -297,12 +313,9 @@ fn assemble_with(scratch: &mut AssembleScratch, name: &str, traffic: &Traffic, c
                 let (src, dst) = (s * g + a, s * g + c);
                 deps.clear();
                 if !urgent {
-                    deps.extend_from_slice(urgent_from.get(src));
-                    deps.extend_from_slice(urgent_into.get(dst));
-                    deps.sort_unstable();
-                    deps.dedup();
+                    merge_unique(urgent_from.get(src), urgent_into.get(dst), deps);
                 }
-                let id = b.transfer(src as u32, dst as u32, Op::Copy, Tier::ScaleUp, 0, &segs, &deps);
+                let id = b.transfer(src as u32, dst as u32, Op::Copy, Tier::ScaleUp, 0, segs, deps);
                 bal_id[src * g + c][usize::from(!urgent)] = id;
                 if urgent {
                     urgent_from.push(src, id);
@@ -325,12 +338,9 @@ fn assemble_with(scratch: &mut AssembleScratch, name: &str, traffic: &Traffic, c
         deps.clear();
         if blk.i != blk.j {
             // Scale-up ports serve the first round's balancing first.
-            deps.extend_from_slice(urgent_from.get(blk.i as usize));
-            deps.extend_from_slice(urgent_into.get(blk.j as usize));
-            deps.sort_unstable();
-            deps.dedup();
+            merge_unique(urgent_from.get(blk.i as usize), urgent_into.get(blk.j as usize), deps);
         }
-        b.transfer(blk.i, blk.j, Op::Copy, cluster.tier(blk.i, blk.j), intra_step, &[seg], &deps);
+        b.transfer(blk.i, blk.j, Op::Copy, cluster.tier(blk.i, blk.j), intra_step, &[seg], deps);
         if blk.i != blk.j {
             intra_load[blk.i as usize] += blk.len;
             intra_load[blk.j as usize] += blk.len;
