@@ -13,7 +13,9 @@ pub struct Redistributor {
     buckets: Vec<Vec<Segment>>,
     /// Bytes parked per owner (summed while parking, not rescanned at emission).
     bucket_bytes: Vec<u64>,
-    /// Whether any bucket holds segments (most scale-out transfers park nothing).
+    /// Bit j set when bucket j holds segments (most scale-out transfers park nothing,
+    /// the others a few owners): emission visits only those, in owner order.
+    nonempty: Vec<u64>,
     any: bool,
     out_load: Vec<u64>,
     in_load: Vec<u64>,
@@ -33,6 +35,7 @@ impl Redistributor {
         self.buckets.truncate(gpus);
         self.buckets.iter_mut().for_each(Vec::clear);
         super::balance::refill(&mut self.bucket_bytes, gpus, 0);
+        super::balance::refill(&mut self.nonempty, gpus.div_ceil(64), 0);
         self.any = false;
         super::balance::refill(&mut self.out_load, ranks, 0);
         super::balance::refill(&mut self.in_load, ranks, 0);
@@ -43,6 +46,7 @@ impl Redistributor {
     #[inline]
     pub fn park(&mut self, owner: usize, scratch_off: u64, out_off: u64, len: u64) {
         self.bucket_bytes[owner] += len;
+        self.nonempty[owner / 64] |= 1 << (owner % 64);
         self.any = true;
         super::pipeline::push_merged(&mut self.buckets[owner], Segment { src_buf: Buf::Scratch, src_off: scratch_off, dst_buf: Buf::Output, dst_off: out_off, len });
     }
@@ -54,27 +58,36 @@ impl Redistributor {
             return;
         }
         self.any = false;
-        for (j, bucket) in self.buckets.iter_mut().enumerate() {
-            if bucket.is_empty() {
-                continue;
+        for w in 0..self.nonempty.len() {
+            let mut bits = std::mem::take(&mut self.nonempty[w]);
+            while bits != 0 {
+                let j = w * 64 + bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                self.emit_bucket(b, j, holder, server_base, producer, step);
             }
-            let owner = server_base + j as u32;
-            let bytes = std::mem::take(&mut self.bucket_bytes[j]);
-            // Parked segments are never empty: copy them straight into the plan.
-            let (segs, deps) = b.lists_mut();
-            let (seg_begin, dep_begin) = (segs.len(), deps.len());
-            for &seg in bucket.iter() {
-                segs.push(seg); // short lists: cheaper than a memcpy call
+        }
+    }
+
+    /// One redistribution transfer: bucket `j`'s segments to owner `server_base + j`.
+    #[inline]
+    fn emit_bucket(&mut self, b: &mut PlanBuilder, j: usize, holder: u32, server_base: u32, producer: u32, step: u32) {
+        let bucket = &mut self.buckets[j];
+        let owner = server_base + j as u32;
+        let bytes = std::mem::take(&mut self.bucket_bytes[j]);
+        // Parked segments are never empty: copy them straight into the plan.
+        let (segs, deps) = b.lists_mut();
+        let (seg_begin, dep_begin) = (segs.len(), deps.len());
+        for &seg in bucket.iter() {
+            segs.push(seg); // short lists: cheaper than a memcpy call
+        }
+        deps.push(producer);
+        b.close_transfer(holder, owner, Op::Copy, Tier::ScaleUp, step, seg_begin, dep_begin);
+        bucket.clear();
+        for (r, load) in [(holder, &mut self.out_load), (owner, &mut self.in_load)] {
+            if load[r as usize] == 0 {
+                self.touched.push(r);
             }
-            deps.push(producer);
-            b.close_transfer(holder, owner, Op::Copy, Tier::ScaleUp, step, seg_begin, dep_begin);
-            bucket.clear();
-            for (r, load) in [(holder, &mut self.out_load), (owner, &mut self.in_load)] {
-                if load[r as usize] == 0 {
-                    self.touched.push(r);
-                }
-                load[r as usize] += bytes;
-            }
+            load[r as usize] += bytes;
         }
     }
 
