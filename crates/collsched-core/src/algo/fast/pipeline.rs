@@ -498,6 +498,8 @@ pub struct Visits {
     first: Vec<u32>,
     order: Vec<u32>,
     fill: Vec<u32>,
+    /// Per carrier of the tile being cut: (next piece, offset in it, bytes sent so far).
+    carriers: Vec<(u32, u64, u64)>,
 }
 
 /// What one carrier moves in one visit of its tile: `bytes` from piece `at` (an index
@@ -546,28 +548,28 @@ fn cut_visits(bal: &Balanced, rounds: &[Round], vs: &mut Visits, cuts: &mut Vec<
             continue;
         }
         let total = bal.server[tile];
-        for c in 0..g {
-            let t = bal.targets[tile * g + c];
-            let (mut at, _end) = bal.stream_range[tile * g + c];
-            let mut off = 0u64;
-            let mut given = 0u64;
-            let mut cum = 0u64;
-            for &v in &vs.order[vb..ve] {
-                let v = v as usize;
-                cum += vs.bytes[v];
+        // Per carrier: next piece, offset in it, bytes sent so far.
+        vs.carriers.clear();
+        vs.carriers.extend((0..g).map(|c| (bal.stream_range[tile * g + c].0, 0u64, 0u64)));
+        let targets = &bal.targets[tile * g..(tile + 1) * g];
+        let mut cum = 0u64;
+        // Visit by visit, so each visit's g cuts are written together.
+        for &v in &vs.order[vb..ve] {
+            let v = v as usize;
+            cum += vs.bytes[v];
+            for (c, (&t, (at, off, given))) in targets.iter().zip(vs.carriers.iter_mut()).enumerate() {
                 let hi = if cum == total { t } else { mul_div(cum, t, total) };
-                let mut x = hi - given;
-                given = hi;
-                cuts[v * g + c] = Cut { at, off, bytes: x };
+                let mut x = hi - *given;
+                *given = hi;
+                cuts[v * g + c] = Cut { at: *at, off: *off, bytes: x };
                 while x > 0 {
-                    debug_assert!(at < _end);
-                    let len = bal.pieces[at as usize].len;
-                    let y = (len - off).min(x);
+                    let len = bal.pieces[*at as usize].len;
+                    let y = (len - *off).min(x);
                     x -= y;
-                    off += y;
-                    if off == len {
-                        at += 1;
-                        off = 0;
+                    *off += y;
+                    if *off == len {
+                        *at += 1;
+                        *off = 0;
                     }
                 }
             }
