@@ -442,14 +442,12 @@ fn assemble_with(scratch: &mut AssembleScratch, name: &str, traffic: &Traffic, c
                         pdeps.truncate(dep_begin);
                         continue;
                     }
-                    if chain_nics {
-                        // Element pushes: the lists hold one or two ids, where a memcpy call
-                        // costs more than the copy.
-                        for &id in sends.last(snic).iter().chain(recvs.last(rnic)) {
-                            pdeps.push(id);
-                        }
-                    }
+                    // Sorted deps: the balancing ones (ids below every scale-out id), then the
+                    // union of the NIC lists (ascending, as filled).
                     sort_dedup_tail(pdeps, dep_begin);
+                    if chain_nics {
+                        merge_unique(sends.last(snic), recvs.last(rnic), pdeps);
+                    }
                     let id = b.close_transfer(src_rank as u32, dst_rank as u32, Op::Copy, Tier::ScaleOut, step, seg_begin, dep_begin);
                     // Its redistribution: step k+2, beside the next round's scale-out.
                     redistributor.emit(&mut b, dst_rank as u32, (d * g) as u32, id, step + 1);
