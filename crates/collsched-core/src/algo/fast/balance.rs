@@ -111,6 +111,7 @@ pub fn carrier_targets(r: u64, s: usize, d: usize, gpus: usize, nics: usize, out
 pub struct BalanceTemps {
     row_acc: Vec<u64>,
     col_acc: Vec<u64>,
+    col_run: Vec<u64>,
     in_off: Vec<u64>,
     out_off: Vec<u64>,
     rem: Vec<u64>,
@@ -193,7 +194,7 @@ pub fn balance_into(traffic: &Traffic, cluster: &Cluster, out: &mut Balanced) {
     refill(&mut tmp.move_count, g * g + 1, 0);
     // Pieces of one tile, per carrier, in four classes (own non-direct, own direct, moved non-direct, moved direct).
     tmp.per_carrier.resize_with(g, Default::default);
-    let BalanceTemps { row_acc, col_acc, in_off, out_off, rem, off, cap, row, excess, move_count, move_tmp, per_carrier } = tmp;
+    let BalanceTemps { row_acc, col_acc, col_run, in_off, out_off, rem, off, cap, row, excess, move_count, move_tmp, per_carrier } = tmp;
     let (row_acc, col_acc, in_off, out_off, rem, off, cap, row, excess) =
         (&mut row_acc[..], &mut col_acc[..], &mut in_off[..], &mut out_off[..], &mut rem[..], &mut off[..], &mut cap[..], &mut row[..], &mut excess[..]);
     let per_carrier = &mut per_carrier[..g];
@@ -202,20 +203,27 @@ pub fn balance_into(traffic: &Traffic, cluster: &Cluster, out: &mut Balanced) {
         let server_moves_start = out.moves.len();
         row_acc.iter_mut().for_each(|x| *x = 0);
         for d in 0..n {
-            for j in 0..g {
-                let mut acc = col_acc[d * g + j];
-                for a in 0..g {
-                    let v = data[(s * g + a) * p + d * g + j];
-                    out_off[a * g + j] = acc;
-                    acc += v;
-                }
-            }
+            // One row-major pass over the tile: torch offsets, what is left of each block,
+            // row sums. `col_run[j]` is the output offset of the next block into (d,j).
+            col_run.clear();
+            col_run.extend_from_slice(&col_acc[d * g..(d + 1) * g]);
+            let mut total = 0u64;
             for a in 0..g {
                 let src = (s * g + a) * p + d * g;
+                let mut r = 0;
                 for j in 0..g {
-                    in_off[a * g + j] = row_acc[a];
-                    row_acc[a] += data[src + j];
+                    let k = a * g + j;
+                    let v = data[src + j];
+                    out_off[k] = col_run[j];
+                    col_run[j] += v;
+                    in_off[k] = row_acc[a];
+                    row_acc[a] += v;
+                    rem[k] = v;
+                    off[k] = 0;
+                    r += v;
                 }
+                row[a] = r;
+                total += r;
             }
             if d == s {
                 for a in 0..g {
@@ -229,19 +237,6 @@ pub fn balance_into(traffic: &Traffic, cluster: &Cluster, out: &mut Balanced) {
                 continue;
             }
             let tile = s * n + d;
-            let mut total = 0u64;
-            for a in 0..g {
-                let src = (s * g + a) * p + d * g;
-                let mut r = 0;
-                for j in 0..g {
-                    let v = data[src + j];
-                    rem[a * g + j] = v;
-                    off[a * g + j] = 0;
-                    r += v;
-                }
-                row[a] = r;
-                total += r;
-            }
             out.server[tile] = total;
             let tgt = &mut out.targets[tile * g..(tile + 1) * g];
             carrier_targets(total, s, d, g, nics, tgt);
