@@ -295,3 +295,35 @@ fn plan_balanced(traffic: &Traffic, cluster: &Cluster, o: &FastOptions, bal: &ba
     b.set_meta("server_max_line_bytes", max_line_sum(&bal.server, n));
     b.finish()
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::algo::plan_all_to_all;
+    use crate::plan::{recycle, verify::verify, Options};
+    use crate::traffic::generators;
+    use crate::Cluster;
+
+    /// Reused working memory and recycled plan arrays must not leak into plans: plan A,
+    /// then a larger and a smaller plan (recycled in between), then A again.
+    #[test]
+    fn reused_memory_does_not_change_plans() {
+        let small = Cluster::parse("h200:3,nics=2").unwrap();
+        let large = Cluster::parse("h200:6").unwrap();
+        let a = generators::zipf(small.num_gpus() as usize, 0.8, 1 << 20, 7).unwrap();
+        let b = generators::zipf(large.num_gpus() as usize, 0.99, 4 << 20, 8).unwrap();
+        let c = generators::uniform(small.num_gpus() as usize, 3 << 20, 9).unwrap();
+        for algo in ["fast", "balanced_direct"] {
+            let first = plan_all_to_all(&a, &small, algo, &Options::new()).unwrap();
+            verify(&first).unwrap();
+            let hash = first.hash();
+            recycle(first);
+            for (t, cl) in [(&b, &large), (&c, &small)] {
+                let p = plan_all_to_all(t, cl, algo, &Options::new()).unwrap();
+                verify(&p).unwrap();
+                recycle(p);
+            }
+            let again = plan_all_to_all(&a, &small, algo, &Options::new()).unwrap();
+            assert_eq!(again.hash(), hash, "{algo}: plan changed after reusing memory");
+        }
+    }
+}

@@ -589,3 +589,34 @@ fn max_pairs_per_server(rounds: &[Round], n: usize) -> usize {
     }
     max
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn sorted_unique(mut v: Vec<u32>) -> Vec<u32> {
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+
+    proptest! {
+        #[test]
+        fn merge_unique_is_the_sorted_union(a in proptest::collection::btree_set(0u32..40, 0..8), b in proptest::collection::btree_set(0u32..40, 0..8), prefix in proptest::collection::vec(0u32..9, 0..3)) {
+            let (a, b): (Vec<u32>, Vec<u32>) = (a.into_iter().collect(), b.into_iter().collect());
+            let mut out = prefix.clone();
+            merge_unique(&a, &b, &mut out);
+            prop_assert_eq!(&out[..prefix.len()], &prefix[..]);
+            prop_assert_eq!(out[prefix.len()..].to_vec(), sorted_unique([a, b].concat()));
+        }
+
+        #[test]
+        fn sort_dedup_tail_leaves_the_head(head in proptest::collection::vec(0u32..50, 0..4), tail in proptest::collection::vec(0u32..50, 0..10)) {
+            let mut v = [head.clone(), tail.clone()].concat();
+            sort_dedup_tail(&mut v, head.len());
+            prop_assert_eq!(&v[..head.len()], &head[..]);
+            prop_assert_eq!(v[head.len()..].to_vec(), sorted_unique(tail));
+        }
+    }
+}
