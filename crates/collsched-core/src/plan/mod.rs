@@ -311,7 +311,7 @@ struct Recycled {
 static RECYCLED: std::sync::Mutex<Recycled> = std::sync::Mutex::new(Recycled { transfers: Vec::new(), segments: Vec::new(), deps: Vec::new() });
 
 /// Pooled arrays above this many bytes are freed instead of kept.
-const RECYCLE_LIMIT_BYTES: usize = 256 << 20;
+const RECYCLE_LIMIT_BYTES: usize = 128 << 20;
 
 /// Hand a plan that is no longer needed back, so the next `PlanBuilder::reserve` of a
 /// similar size reuses its arrays (what dropping the plan would otherwise free).
