@@ -1,6 +1,9 @@
 """Simulated allgather / reduce-scatter / allreduce: ring and single-root tree
 baselines against ForestColl's forest and its optimum, nccl-tests style, plus
-the same ForestColl plan after a round trip through MSCCL XML.
+the same ForestColl plan after a round trip through MSCCL XML: `forest_xml` is
+the XML made for a small symbolic size and run the way the executor runs it
+(passes of 2 MiB per XML chunk, pipelined), `forest_xml1` the XML refined for
+the run size so that one pass moves the plan's own pieces.
 
     .venv/bin/python benchmarks/collectives.py [--topology mi250:2] [--sizes 1MiB,64MiB,1GiB]
 
@@ -31,25 +34,31 @@ def _with_tiers(plan, gps: int):
     return _core.Plan.from_json(json.dumps(d))
 
 
-def _via_xml(kind: str, n: int, per: int, elem: int, cluster, chunks: int):
+def _via_xml(kind: str, n: int, per: int, elem: int, cluster, chunks: int, one_pass: bool = False):
     """The ForestColl plan exported to MSCCL XML for a small symbolic size and read back
     for `per` bytes (the XML is size-independent), or None if `per` does not fit its chunks."""
     import re
 
     from collsched import forest
-    from collsched.export.msccl import from_xml, to_xml
+    from collsched.export.msccl import from_xml, refine_for, to_xml
 
     k = forest.schedule(forest.as_graph(cluster)).k
     unit = k * chunks * 16 * elem
     small = unit * (n if kind == "allreduce" else 1)
+    label = "forest_xml1" if one_pass else "forest_xml"
     try:
-        xml = to_xml(C.plan_collective(kind, n, small, "forest", elem_bytes=elem, topology=cluster, chunks=chunks))
+        symbolic = C.plan_collective(kind, n, small, "forest", elem_bytes=elem, topology=cluster, chunks=chunks)
+        xml = to_xml(symbolic)
+        total = int(re.search(r'nchunksperloop="(\d+)"', xml).group(1))
+        m = per * (n if kind != "allreduce" else 1)
+        m -= m % (total * elem)
+        if one_pass and m:
+            refine = refine_for(total, m)
+            xml = to_xml(symbolic, refine=refine)
+            m -= m % (total * refine * elem)
     except ValueError as e:  # beyond MSCCL's limits (steps per threadblock, XML nodes)
-        print(f"{kind:>15} {'':>10} {'forest_xml':>11}  not exportable: {str(e)[:70]}")
+        print(f"{kind:>15} {'':>10} {label:>11}  not exportable: {str(e)[:70]}")
         return None
-    total = int(re.search(r'nchunksperloop="(\d+)"', xml).group(1))
-    m = per * (n if kind != "allreduce" else 1)
-    m -= m % (total * elem)
     per = m // n if kind != "allreduce" else m
     return from_xml(xml, per, elem, cluster=cluster) if per else None
 
@@ -69,7 +78,7 @@ def main() -> None:
         from collsched import forest
 
         opt = forest.optimal(forest.Graph.from_cluster(cluster))
-        algos = ["ring", "tree", "forest", "forest_xml"]
+        algos = ["ring", "tree", "forest", "forest_xml", "forest_xml1"]
     except (ImportError, AttributeError):
         opt, algos = None, ["ring", "tree"]
     rows = []
@@ -81,8 +90,8 @@ def main() -> None:
             per = m // n if kind != "allreduce" else m
             per -= per % (elem * n * args.chunks)
             for algo in algos:
-                if algo == "forest_xml":
-                    plan = _via_xml(kind, n, per, elem, cluster, args.chunks)
+                if algo.startswith("forest_xml"):
+                    plan = _via_xml(kind, n, per, elem, cluster, args.chunks, one_pass=algo == "forest_xml1")
                     if plan is None:
                         continue
                 else:

@@ -1,5 +1,6 @@
-"""`auto` from Python: the choice is the smallest predicted (or, on close calls,
-simulated) time, recorded in meta; candidates that cannot be close calls are pruned."""
+"""`auto` from Python: the choice is the smallest predicted time, or on close calls the
+smallest integer fluid-model time (default) or simulated time (refine=always), recorded in
+meta; candidates that cannot be close calls are pruned."""
 import numpy as np
 import pytest
 
@@ -65,3 +66,28 @@ def test_refine_always_simulates_close_calls():
         assert p.meta["refined"] == "false"
     with pytest.raises(ValueError, match="refine"):
         plan_all_to_all(m, c, "auto", refine="maybe")
+
+
+@pytest.mark.parametrize("seed", [4, 5, 6])
+def test_default_refines_close_calls_with_the_fluid_model(seed):
+    # 3 servers of 2 GPUs, skewed 8 MiB per GPU: balanced_direct and fast are close calls.
+    c = collsched.Cluster.parse("h200:3,gpus=2")
+    m = traffic.zipf(6, 0.99, 8 << 20, seed=seed)
+    p = plan_all_to_all(m, c, "auto", cache=0)
+    p.verify()
+    explicit = plan_all_to_all(m, c, "auto", cache=0, refine="fluid")  # the default, spelled out
+    assert (explicit.meta, explicit.num_transfers) == (p.meta, p.num_transfers)
+    pred = {a: int(p.meta[f"predicted_{a}_ns"]) for a in CANDIDATES if f"predicted_{a}_ns" in p.meta}
+    fluid = {a: int(p.meta[f"fluid_{a}_ns"]) for a in CANDIDATES if f"fluid_{a}_ns" in p.meta}
+    close = {a for a, v in pred.items() if v * 100 <= min(pred.values()) * 108}
+    if len(close) >= 2:
+        assert p.meta["refined_with"] == "fluid"
+        assert set(fluid) == close
+        best = min(fluid.values())
+        assert p.meta["choice"] == next(a for a in CANDIDATES if fluid.get(a) == best)
+        # The fluid model is the simulator's physics in integers: within 0.5% of it here.
+        for a, ns in fluid.items():
+            s = collsched.sim.simulate(plan_all_to_all(m, c, a), c).time_s * 1e9
+            assert abs(ns / s - 1) < 0.005, (a, ns, s)
+    else:
+        assert p.meta["refined_with"] == "none" and not fluid

@@ -91,7 +91,7 @@ class _TB:
 
 
 class _Exporter:
-    def __init__(self, p: dict, channels: int | None):
+    def __init__(self, p: dict, channels: int | None, refine: int = 1):
         self.p = p
         self.n = p["collective"]["ranks"]
         self.transfers = p["transfers"]
@@ -102,6 +102,7 @@ class _Exporter:
         self.where: list[dict[int, list[tuple[_TB, int]]]] = []
         self.channels = channels
         self.chunk = self._chunk_size()
+        self.refine = refine  # XML chunks per plan chunk unit (see to_xml)
 
     def _chunk_size(self) -> int:
         g = 0
@@ -117,7 +118,7 @@ class _Exporter:
     def _pieces(self, t: dict, tid: int) -> list[tuple]:
         out = []
         for s in self.segments[t["seg_begin"] : t["seg_end"]]:
-            so, do, ln = s["src_off"] // self.chunk, s["dst_off"] // self.chunk, s["len"] // self.chunk
+            so, do, ln = (s[k] // self.chunk * self.refine for k in ("src_off", "dst_off", "len"))
             done = 0
             while done < ln:
                 c = min(R.MAX_COUNT - 1, ln - done)
@@ -254,8 +255,9 @@ class _Exporter:
         for r in range(self.n):
             i, o = _sizes(self.p["collective"], r)
             s = self.p["scratch_bytes"][r]
-            gpu_chunks.append((i // self.chunk, o // self.chunk, s // self.chunk))
-            nchunks = max(nchunks, i // self.chunk, o // self.chunk)
+            ic, oc, sc = (x // self.chunk * self.refine for x in (i, o, s))
+            gpu_chunks.append((ic, oc, sc))
+            nchunks = max(nchunks, ic, oc)
         nchannels = 1 + max((tb.chan for tb in self.tbs.values()), default=0)
         lines = [
             f'<algo name="{name}" proto="{proto}" nchannels="{nchannels}" nchunksperloop="{nchunks}" ngpus="{self.n}" '
@@ -279,12 +281,18 @@ class _Exporter:
         return "\n".join(lines) + "\n"
 
 
-def to_xml(plan, name: str | None = None, channels: int | None = None, proto: str = "Simple") -> str:
+def to_xml(plan, name: str | None = None, channels: int | None = None, proto: str = "Simple", refine: int = 1) -> str:
     """MSCCL XML for an allgather / reduce_scatter / allreduce Plan.
 
     ``channels`` caps how many channels the concurrent pieces of one (src, dst)
     pair are spread over (default 8); a threadblock that would exceed
-    MSCCL's 64 steps spills to the next channel regardless. Raises ValueError
+    MSCCL's 64 steps spills to the next channel regardless.
+    ``refine`` writes every chunk as that many XML chunks (offsets and counts
+    scale, steps split at 71 chunks): the executor loops over the XML in passes
+    of ``rules.loop_bytes(proto)`` per XML chunk (2 MiB for Simple), so for a
+    run where the plan's pieces are larger than that, ``refine_for`` gives the
+    refinement that keeps the whole run in one pass with the plan's own pieces.
+    Raises ValueError
     naming the transfer when the plan cannot be expressed (a segment that is not
     whole chunks is impossible by construction: the chunk is their gcd).
     """
@@ -297,10 +305,21 @@ def to_xml(plan, name: str | None = None, channels: int | None = None, proto: st
     name = name or f"collsched_{p['algorithm']}_{R.COLL_NAME.get(p['collective']['kind'], 'x')}_{p['collective']['ranks']}"
     if not re.fullmatch(r"[A-Za-z0-9_.:+-]{1,%d}" % R.MAX_STR_LEN, name):
         raise ValueError(f"algorithm name {name!r} must be 1-{R.MAX_STR_LEN} characters of letters, digits and _.:+-")
-    ex = _Exporter(p, channels)
+    if not isinstance(refine, int) or refine < 1:
+        raise ValueError(f"refine must be a positive integer, got {refine!r}")
+    ex = _Exporter(p, channels, refine)
     ex.run()
     ex.check_limits()
     return ex.xml(name, proto)
+
+
+def refine_for(xml_chunks: int, run_bytes: int, proto: str = "Simple") -> int:
+    """Smallest ``refine`` with which an XML of ``xml_chunks`` chunks per loop runs
+    ``run_bytes`` (the executor's count x sizeMultiplier, in bytes) in a single pass
+    of the interpreter: run_bytes / (xml_chunks * refine) <= rules.loop_bytes(proto)."""
+    if xml_chunks < 1 or run_bytes < 0:
+        raise ValueError(f"need xml_chunks >= 1 and run_bytes >= 0, got {xml_chunks}, {run_bytes}")
+    return max(1, -(-run_bytes // (xml_chunks * R.loop_bytes(proto))))
 
 
 # ---------------------------------------------------------------------------
@@ -316,15 +335,25 @@ def _int(el, key: str) -> int:
         raise ValueError(f"<{el.tag}> attribute {key}={el.attrib[key]!r} is not an integer") from None
 
 
-def from_xml(xml: str, bytes: int, elem_bytes: int = 1, cluster=None, algorithm: str = "msccl"):
+def from_xml(xml: str, bytes: int, elem_bytes: int = 1, cluster=None, algorithm: str = "msccl",
+             loop_bytes: int | None = None):
     """Read an MSCCL XML back into a Plan for a run of ``bytes`` (the per-rank
     shard for allgather/reduce_scatter, the buffer for allreduce).
 
-    The Plan follows the executor: every matched send/receive pair (or local
-    step) is one transfer, which depends on the previous step of both
-    threadblocks involved and on the steps named by ``depid``/``deps`` (and the
-    ``nop`` steps before it). ``cluster`` (a Cluster or spec) gives the tiers.
-    Supports the step types the exporter writes: s, r, rrc, cpy, re, nop.
+    The Plan follows the executor (msccl_kernel.cu ``mscclRunInterpreter``): the
+    run is split into L = ceil(chunk / loop_bytes) iterations of the XML, each
+    moving the next ``loop_bytes`` of every XML chunk (``loop_bytes`` defaults to
+    the executor's chunkSize for the file's protocol, 2 MiB for Simple:
+    ``rules.loop_bytes``; 0 = the whole run in one pass). In every iteration
+    every matched send/receive pair (or local step) is one transfer, which
+    depends on the previous step of both threadblocks involved (the last step
+    of the previous iteration for a threadblock's first step) and on the steps
+    named by ``depid``/``deps`` (and the ``nop`` steps before it) in the same
+    iteration, as the kernel's (iteration, step) flags order them. A step of
+    ``cnt`` chunks moves ``cnt`` slices (one per chunk) when L > 1, as the
+    executor's maxAllowedCount = 1 makes it. ``cluster`` (a Cluster or spec)
+    gives the tiers. Supports the step types the exporter writes: s, r, rrc,
+    cpy, re, nop.
     """
     from collsched import _core
 
@@ -344,6 +373,13 @@ def from_xml(xml: str, bytes: int, elem_bytes: int = 1, cluster=None, algorithm:
     chunk = total // nchunks
     if kind != "all_gather" and chunk % elem_bytes:
         raise ValueError(f"chunk of {chunk} bytes is not a multiple of elem_bytes={elem_bytes}")
+    if loop_bytes is None:
+        loop_bytes = R.loop_bytes(root.attrib.get("proto", "Simple"))
+    if loop_bytes < 0 or loop_bytes % elem_bytes:
+        raise ValueError(f"loop_bytes={loop_bytes} must be 0 (one pass) or a positive multiple of elem_bytes={elem_bytes}")
+    loops = -(-chunk // loop_bytes) if loop_bytes and chunk else 1
+    # maxAllowedCount (msccl_setup.cc): how many chunks one primitive call may span.
+    max_count = min(R.MAX_COUNT - 1, max(1, loop_bytes // chunk)) if loop_bytes and chunk else R.MAX_COUNT - 1
 
     # Flatten: real steps as nodes with their pending cross-tb deps.
     tbs: dict[tuple[int, int], dict] = {}
@@ -355,6 +391,7 @@ def from_xml(xml: str, bytes: int, elem_bytes: int = 1, cluster=None, algorithm:
             tbs[(r, _int(tb, "id"))] = {"send": _int(tb, "send"), "recv": _int(tb, "recv"), "chan": _int(tb, "chan"), "steps": tb.findall("step")}
     node_of: dict[tuple[int, int, int], int] = {}  # (rank, tb, s) -> node
     nodes: list[dict] = []
+    last_of_tb: dict[tuple[int, int], int] = {}
     for (r, b), tb in sorted(tbs.items()):
         pending: list[tuple[int, int, int]] = []
         prev = None
@@ -376,6 +413,8 @@ def from_xml(xml: str, bytes: int, elem_bytes: int = 1, cluster=None, algorithm:
             prev = len(nodes)
             node_of[(r, b, s)] = prev
             nodes.append(node)
+        if prev is not None:
+            last_of_tb[(r, b)] = prev
     # Match sends with receives per (src, dst, channel) connection, in order.
     sends, recvs = defaultdict(list), defaultdict(list)
     for i, nd in enumerate(nodes):
@@ -401,20 +440,42 @@ def from_xml(xml: str, bytes: int, elem_bytes: int = 1, cluster=None, algorithm:
     for k, it in enumerate(items):
         for x in it[0]:
             transfer_of[x] = k
-    preds: list[set[int]] = []
+    # One pass of the XML: same-iteration predecessors, and the items whose last step in a
+    # threadblock precedes this item's first step there in the next iteration.
+    same: list[set[int]] = []
+    carried: list[set[int]] = []
     for it in items:
-        ps = set()
+        ps, cs = set(), set()
         for x in it[0]:
             nd = nodes[x]
             if nd["prev"] is not None:
                 ps.add(transfer_of[nd["prev"]])
+            else:
+                cs.add(transfer_of[last_of_tb[(nd["rank"], nd["tb"])]])
             for r, b, s in nd["waits"]:
                 target = node_of.get((r, b, s))
                 if target is None:
                     raise ValueError(f"gpu {r}: a step depends on tb {b} step {s}, which is not a data step")
                 ps.add(transfer_of[target])
-        preds.append(ps)
-    order, level = _topo(preds, items, nodes)
+        same.append(ps)
+        carried.append(cs)
+    K = len(items)
+    preds: list[set[int]] = []
+    for l in range(loops):
+        for k in range(K):
+            ps = {l * K + p for p in same[k]}
+            if l:
+                ps |= {(l - 1) * K + p for p in carried[k]}
+            preds.append(ps)
+    def key(t):
+        nd = nodes[items[t % K][0][0]]
+        return (t // K, nd["rank"], nd["tb"], nd["s"], t)
+
+    def where(t):
+        nd = nodes[items[t % K][0][0]]
+        return f"gpu {nd['rank']} tb {nd['tb']} step {nd['s']}"
+
+    order, level = _topo(preds, key, where)
     new_id = {old: i for i, old in enumerate(order)}
     gps = n
     if cluster is not None:
@@ -423,11 +484,23 @@ def from_xml(xml: str, bytes: int, elem_bytes: int = 1, cluster=None, algorithm:
         gps = cluster.gpus_per_server
     transfers, segments, deps = [], [], []
     for old in order:
-        _, src, dst, op, (sb, so, db, do, c) = items[old]
+        l = old // K
+        _, src, dst, op, (sb, so, db, do, c) = items[old % K]
+        nelem = min(loop_bytes, chunk - l * loop_bytes) if loops > 1 else chunk
         tier = "local" if src == dst else ("scale_up" if src // gps == dst // gps else "scale_out")
         d = sorted(new_id[x] for x in preds[old])
-        transfers.append({"src": src, "dst": dst, "op": op, "tier": tier, "step": level[old], "seg_begin": len(segments), "seg_end": len(segments) + 1, "dep_begin": len(deps), "dep_end": len(deps) + len(d)})
-        segments.append({"src_buf": _LETTER_BUF[sb], "src_off": so * chunk, "dst_buf": _LETTER_BUF[db], "dst_off": do * chunk, "len": c * chunk})
+        segs = []
+        for j in range(0, c, max_count):
+            m = min(max_count, c - j)  # one primitive call: m whole chunks (L = 1) or m = 1 slice
+            seg = {"src_buf": _LETTER_BUF[sb], "src_off": (so + j) * chunk + l * loop_bytes,
+                   "dst_buf": _LETTER_BUF[db], "dst_off": (do + j) * chunk + l * loop_bytes, "len": m * nelem}
+            prev = segs[-1] if segs else None
+            if prev and prev["src_off"] + prev["len"] == seg["src_off"] and prev["dst_off"] + prev["len"] == seg["dst_off"]:
+                prev["len"] += seg["len"]
+            else:
+                segs.append(seg)
+        transfers.append({"src": src, "dst": dst, "op": op, "tier": tier, "step": level[old], "seg_begin": len(segments), "seg_end": len(segments) + len(segs), "dep_begin": len(deps), "dep_end": len(deps) + len(d)})
+        segments.extend(segs)
         deps.extend(d)
     if kind == "all_gather":
         collective = {"kind": kind, "ranks": n, "shard_bytes": bytes}
@@ -438,13 +511,14 @@ def from_xml(xml: str, bytes: int, elem_bytes: int = 1, cluster=None, algorithm:
     plan = {
         "algorithm": algorithm, "collective": collective, "gpus_per_server": gps, "scratch_bytes": scratch,
         "transfers": transfers, "segments": segments, "deps": deps, "input_hash": 0,
-        "meta": {"source": "msccl_xml", "name": root.attrib.get("name", ""), "chunk_bytes": str(chunk)},
+        "meta": {"source": "msccl_xml", "name": root.attrib.get("name", ""), "chunk_bytes": str(chunk),
+                 "loops": str(loops), "loop_bytes": str(loop_bytes)},
     }
     return _core.Plan.from_json(json.dumps(plan))
 
 
-def _topo(preds: list[set[int]], items: list, nodes: list[dict]) -> tuple[list[int], list[int]]:
-    """Deterministic topological order (ties by the first node's (rank, tb, s)) and longest-path levels."""
+def _topo(preds: list[set[int]], key, where) -> tuple[list[int], list[int]]:
+    """Deterministic topological order (ties by `key`) and longest-path levels."""
     import heapq
 
     succ = [[] for _ in preds]
@@ -452,10 +526,6 @@ def _topo(preds: list[set[int]], items: list, nodes: list[dict]) -> tuple[list[i
     for k, ps in enumerate(preds):
         for p in ps:
             succ[p].append(k)
-
-    def key(k):
-        nd = nodes[items[k][0][0]]
-        return (nd["rank"], nd["tb"], nd["s"], k)
 
     heap = [key(k) for k in range(len(preds)) if indeg[k] == 0]
     heapq.heapify(heap)
@@ -470,6 +540,5 @@ def _topo(preds: list[set[int]], items: list, nodes: list[dict]) -> tuple[list[i
                 heapq.heappush(heap, key(s))
     if len(order) != len(preds):
         stuck = [k for k in range(len(preds)) if indeg[k] > 0][:3]
-        where = ", ".join(f"gpu {nodes[items[k][0][0]]['rank']} tb {nodes[items[k][0][0]]['tb']} step {nodes[items[k][0][0]]['s']}" for k in stuck)
-        raise ValueError(f"the XML's steps wait on each other in a cycle (deadlock), e.g. at {where}")
+        raise ValueError(f"the XML's steps wait on each other in a cycle (deadlock), e.g. at {', '.join(where(k) for k in stuck)}")
     return order, level

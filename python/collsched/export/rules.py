@@ -46,3 +46,24 @@ STEP_ATTRS = ("s", "type", "srcbuf", "srcoff", "dstbuf", "dstoff", "cnt", "depid
 
 # collsched collective name -> MSCCL `coll` spelling.
 COLL_NAME = {"all_gather": "allgather", "reduce_scatter": "reducescatter", "all_reduce": "allreduce"}
+
+# The interpreter's loop (msccl_kernel.cu `mscclRunInterpreter`, msccl_setup.cc `mscclSetupCount`):
+# each pass over the XML moves at most `chunkSize` bytes of every XML chunk, chunkSize =
+# buffSizes[proto] / NCCL_STEPS * chunkSteps (chunkSteps = MSCCL_CHUNKSTEPS = NCCL_STEPS/2 for
+# Simple, 1 otherwise), of which LL carries half as data and LL128 15/16. Defaults of NCCL's
+# init.cc: NCCL_BUFFSIZE 4 MiB (Simple), LL 8 lines x 512 threads x 8 steps x 16 B,
+# LL128 120 elems x 640 threads x 8 steps x 8 B. NCCL_STEPS = 8.
+NCCL_STEPS = 8
+DEFAULT_BUFFSIZE = {"Simple": 1 << 22, "LL": 8 * 512 * NCCL_STEPS * 16, "LL128": 120 * 640 * NCCL_STEPS * 8}
+
+
+def loop_bytes(proto: str, buffsize: int | None = None) -> int:
+    """Bytes of each XML chunk one interpreter iteration moves (the executor's chunkSize)."""
+    if proto not in PROTOCOLS:
+        raise ValueError(f"proto must be one of {', '.join(PROTOCOLS)}, got {proto!r}")
+    step = (buffsize if buffsize is not None else DEFAULT_BUFFSIZE[proto]) // NCCL_STEPS
+    if proto == "Simple":
+        return step * (NCCL_STEPS // 2)  # 2 MiB by default
+    if proto == "LL":
+        return step // 2  # half of every 16-byte line is flags: 32 KiB
+    return step // 16 * 15  # LL128: 15 of 16 words carry data: 576,000 B

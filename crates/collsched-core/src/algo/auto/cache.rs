@@ -13,17 +13,22 @@ pub enum How {
     ModelRefineOff,
     /// Close calls, but simulating them was estimated to cost more than the budget.
     ModelOverBudget { estimate_ns: u64 },
+    /// Close calls, but the fluid model ran over its counted-work budget on one of them.
+    FluidOverBudget { budget_ns: u64 },
     /// The close calls were simulated; the smallest simulated time won.
     Simulated,
+    /// The close calls were evaluated with the integer fluid model; the smallest time won.
+    Fluid,
 }
 
 /// What auto decided for one input: the winner's index in the candidate list,
 /// each candidate's predicted time (None = the candidate does not support the input)
-/// and simulated time (None = not simulated).
+/// and refined time (None = not refined).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Decision {
     pub winner: usize,
     pub predicted_ns: Vec<Option<u64>>,
+    /// Refined time of each close call (fluid model or simulator, per `how`; None = not refined).
     pub simulated_ns: Vec<Option<u64>>,
     /// Lower bound of each candidate pruned without prediction (None = not pruned).
     pub pruned_ns: Vec<Option<u64>>,

@@ -14,6 +14,7 @@
 //! NIC uplink and its receiver's NIC downlink; scale-up uses the two switch ports
 //! (switch) or the directed GPU-to-GPU links of its route (mesh, ring, cube-mesh);
 //! a local copy uses its GPU's copy engine.
+use super::fluid;
 use crate::plan::Plan;
 use crate::topology::{Cluster, ScaleUp, Tier};
 use std::collections::HashMap;
@@ -153,17 +154,69 @@ pub fn predict_finish_ns(plan: &Plan, cluster: &Cluster) -> Vec<u64> {
     }
 }
 
+/// Completion time (ns) of `plan` under the integer fluid model (`fluid::run_plan`):
+/// max-min sharing across every link, dependencies released as they complete — the
+/// simulator's physics in integers. None if it would take more than `budget` work units
+/// (see `fluid::run_plan`); also returns the work it took.
+pub fn fluid_predict_ns(plan: &Plan, cluster: &Cluster, budget: u64) -> Option<(u64, u64)> {
+    let run = fluid_run(plan, cluster, budget)?;
+    Some((run.finish.iter().copied().max().unwrap_or(0), run.work))
+}
+
+/// Finish time of every transfer under the integer fluid model (no budget).
+pub fn fluid_finish_ns(plan: &Plan, cluster: &Cluster) -> Vec<u64> {
+    fluid_run(plan, cluster, u64::MAX).map(|r| r.finish).unwrap_or_default()
+}
+
+fn fluid_run(plan: &Plan, cluster: &Cluster, budget: u64) -> Option<fluid::FluidRun> {
+    let model = Model::new(plan, cluster);
+    let m = plan.transfers.len();
+    let (mut alpha, mut bytes, mut transfer) = (Vec::with_capacity(m), Vec::with_capacity(m), Vec::with_capacity(m));
+    let (mut dep_off, mut deps) = (Vec::with_capacity(m + 1), Vec::with_capacity(plan.deps.len()));
+    let (mut flow_off, mut link_off, mut links) = (Vec::with_capacity(m + 1), Vec::with_capacity(m + 1), Vec::with_capacity(model.slot_link.len()));
+    dep_off.push(0u32);
+    flow_off.push(0u32);
+    link_off.push(0u32);
+    let mut flow = |id: usize, slots: std::ops::Range<usize>, bytes: &mut Vec<u64>, links: &mut Vec<u32>, link_off: &mut Vec<u32>| {
+        transfer.push(id as u32);
+        bytes.push(slots.clone().map(|k| model.slot_bytes[k]).max().unwrap_or(0));
+        links.extend(slots.filter(|&k| model.slot_bytes[k] > 0).map(|k| model.slot_link[k]));
+        link_off.push(links.len() as u32);
+    };
+    for (id, t) in plan.transfers.iter().enumerate() {
+        alpha.push(cluster.alpha_ns(t.tier));
+        deps.extend(plan.deps_of(t).iter().copied().filter(|&d| (d as usize) < id));
+        dep_off.push(deps.len() as u32);
+        let (lo, hi) = (model.slot_begin[id], model.slot_begin[id + 1]);
+        if model.half[id] {
+            // An antipodal ring transfer: half its bytes each way (`links_of` lists the
+            // forward walk, then the backward walk of the same length), two flows.
+            let mid = lo + (hi - lo) / 2;
+            flow(id, lo..mid, &mut bytes, &mut links, &mut link_off);
+            flow(id, mid..hi, &mut bytes, &mut links, &mut link_off);
+        } else {
+            flow(id, lo..hi, &mut bytes, &mut links, &mut link_off);
+        }
+        flow_off.push(bytes.len() as u32);
+    }
+    fluid::run_plan(&fluid::PlanFlows { alpha: &alpha, dep_off: &dep_off, deps: &deps, flow_off: &flow_off, transfer: &transfer, bytes: &bytes, link_off: &link_off, links: &links, bw: &model.link_bw }, budget)
+}
+
 
 struct Model<'a> {
     plan: &'a Plan,
     cluster: &'a Cluster,
     level: Vec<u32>,
+    /// Per transfer: an antipodal ring transfer, half its bytes each way.
+    half: Vec<bool>,
     /// Transfer id → its slots (`slot_begin[id]..slot_begin[id + 1]`): one per link it uses.
     slot_begin: Vec<usize>,
     /// Per slot: dense link id, link bandwidth, bytes the transfer puts on the link, and
     /// the bytes of lower levels on the same link.
     slot_link: Vec<u32>,
     slot_bw: Vec<u64>,
+    /// Per dense link: its bandwidth.
+    link_bw: Vec<u64>,
     slot_bytes: Vec<u64>,
     slot_below: Vec<u64>,
     /// Per slot: the transfer it belongs to.
@@ -201,12 +254,14 @@ impl<'a> Model<'a> {
         let mut slot_begin = Vec::with_capacity(m + 1);
         let mut keys: Vec<(u64, u64)> = Vec::with_capacity(2 * m);
         let mut slot_bytes: Vec<u64> = Vec::with_capacity(2 * m);
+        let mut half = vec![false; m];
         for (id, t) in plan.transfers.iter().enumerate() {
             level[id] = plan.deps_of(t).iter().filter(|&&d| (d as usize) < id).map(|&d| level[d as usize] + 1).max().unwrap_or(0);
             let bytes = plan.transfer_bytes(t);
             slot_begin.push(keys.len());
             let first = keys.len();
             links_of(cluster, t.src, t.dst, t.tier, &mut keys);
+            half[id] = keys[first..].iter().any(|k| k.0 & HALF != 0);
             for k in &mut keys[first..] {
                 let (l, b) = split(k.0, bytes);
                 k.0 = l;
@@ -255,10 +310,14 @@ impl<'a> Model<'a> {
                 }
             }
         }
+        let mut link_bw = vec![0u64; links];
+        for (k, &l) in keys.iter().zip(&slot_link) {
+            link_bw[l as usize] = k.1;
+        }
         let slot_bw = keys.iter().map(|k| k.1).collect();
         let mut by_level: Vec<u32> = (0..m as u32).collect();
         by_level.sort_by_key(|&i| level[i as usize]);
-        Model { plan, cluster, level, slot_begin, slot_link, slot_bw, slot_bytes, slot_below, slot_owner, links, by_level }
+        Model { plan, cluster, level, half, slot_begin, slot_link, link_bw, slot_bw, slot_bytes, slot_below, slot_owner, links, by_level }
     }
 
     /// Finish times, level by level.
@@ -274,6 +333,7 @@ impl<'a> Model<'a> {
         let mut start: Vec<usize> = Vec::new();
         let mut touched: Vec<u32> = Vec::new();
         let mut seen = vec![false; self.links];
+        let mut local_of = vec![0u32; self.links];
         // Per slot: processor-sharing bytes (Σ_j min(b_j, b) over the level) and the link's
         // work-conserving completion over the level.
         let mut shared = vec![0u64; slots];
@@ -303,24 +363,14 @@ impl<'a> Model<'a> {
                     }
                 }
             }
-            // Bucket this level's slots by link (compact link ids for the touched links).
+            // Bucket this level's slots by link (compact ids: the link's rank among the
+            // touched links, so buckets come in link order).
             touched.sort_unstable();
-            let mut compact = std::collections::BTreeMap::new();
-            let use_compact = touched.len() * 8 < self.links;
-            if use_compact {
-                for (i, &l) in touched.iter().enumerate() {
-                    compact.insert(l, i);
-                }
+            for (i, &l) in touched.iter().enumerate() {
+                local_of[l as usize] = i as u32;
             }
-            let key = |&k: &u32| {
-                let l = self.slot_link[k as usize];
-                if use_compact {
-                    compact[&l]
-                } else {
-                    l as usize
-                }
-            };
-            let buckets = if use_compact { touched.len() } else { self.links };
+            let key = |&k: &u32| local_of[self.slot_link[k as usize] as usize] as usize;
+            let buckets = touched.len();
             bucket_sort(&level_slots, buckets, key, &mut grouped, &mut start);
             for &l in &touched {
                 seen[l as usize] = false;
@@ -518,6 +568,35 @@ pub fn nic_lower_bound_ns(plan: &Plan, cluster: &Cluster) -> u64 {
         }
     }
     nic_bound(cluster, &up, &down)
+}
+
+/// A lower bound on `predict_ns(plan, cluster)` along dependency chains, in
+/// O(transfers + deps): the model releases a transfer alpha after its dependencies finish
+/// and finishes it no earlier than its release plus its bytes over each link it uses
+/// (both the processor-sharing and the drain terms include its own bytes), so
+/// `cp(t) = max(cp(deps)) + alpha + bytes / (fastest link of its tier)` never exceeds
+/// the model's finish (ring transfers may split over two directions: half the bytes).
+/// Catches plans that serialize many small rounds (spreadout), which the NIC bound misses.
+pub fn critical_path_lower_bound_ns(plan: &Plan, cluster: &Cluster) -> u64 {
+    let fastest = |tier: Tier| match tier {
+        Tier::Local => cluster.local_copy_bw,
+        Tier::ScaleOut => cluster.nic_bw,
+        Tier::ScaleUp => match cluster.scaleup {
+            ScaleUp::Switch { port_bw } => port_bw,
+            ScaleUp::FullMesh { link_bw } | ScaleUp::Ring { link_bw } | ScaleUp::HybridCubeMesh { link_bw } => link_bw,
+        },
+    };
+    let ring = matches!(cluster.scaleup, ScaleUp::Ring { .. });
+    let mut cp = vec![0u64; plan.transfers.len()];
+    let mut most = 0;
+    for (id, t) in plan.transfers.iter().enumerate() {
+        let ready = plan.deps_of(t).iter().filter(|&&d| (d as usize) < id).map(|&d| cp[d as usize]).max().unwrap_or(0);
+        let bytes = plan.transfer_bytes(t);
+        let bytes = if ring && t.tier == Tier::ScaleUp { bytes.div_ceil(2) } else { bytes };
+        cp[id] = ready.saturating_add(cluster.alpha_ns(t.tier)).saturating_add(drain_ns(bytes, fastest(t.tier)));
+        most = most.max(cp[id]);
+    }
+    most
 }
 
 /// How an algorithm routes scale-out bytes, for `matrix_nic_lower_bound_ns`.

@@ -1,20 +1,22 @@
 //! `auto`, the runtime's default: plan every candidate, predict each plan's time with
-//! the integer cost model (`cost::predict_ns`) and keep the fastest. Ties go to the
-//! earlier candidate in `CANDIDATES`. A candidate that answers `Error::Unsupported`
+//! the integer closed-form cost model (`cost::predict_ns`) and keep the fastest. Ties go to
+//! the earlier candidate in `CANDIDATES`. A candidate that answers `Error::Unsupported`
 //! is skipped. Decisions are cached (bounded LRU keyed by matrix, cluster, options).
 //!
-//! Close calls are refined with the simulator: the candidates predicted within
-//! `REFINE_MARGIN_PERCENT` of the best prediction are simulated and the smallest simulated
-//! time (integer ns) wins, when the estimated simulation cost fits the budget (see `refine`).
+//! Close calls — candidates predicted within `REFINE_MARGIN_PERCENT` of the best — are
+//! re-evaluated with the integer fluid model (`cost::fluid_predict_ns`: the simulator's
+//! max-min physics in integers) when its counted work fits `FLUID_BUDGET_NS`, and the
+//! smallest fluid time wins. No floating point enters the default decision.
 //!
 //! Options: `candidates` (comma-separated subset of `CANDIDATES`, in any order; the
 //! fixed order still breaks ties), `cache` (1 = use the decision cache, the default; 0 = not),
 //! `threads` (0 = automatic: one per core up to one per candidate, with ≥ 4 cores and ≤ 256 GPUs),
-//! `refine` (`never`, the default, keeps every decision integer-only; `budget`: simulate close
-//! calls when affordable; `always`). The simulator is single-threaded and uses only correctly
-//! rounded IEEE-754 operations, so opted-in refinement is still reproducible across machines.
+//! `refine` (`fluid`, the default; `never`: the closed form alone; `budget`: simulate close
+//! calls when affordable; `always`: simulate them). The simulator is single-threaded and uses
+//! only correctly rounded IEEE-754 operations, so opted-in simulation is still reproducible.
 pub mod cache;
 pub mod cost;
+pub mod fluid;
 
 use crate::algo;
 use crate::error::{Error, Result};
@@ -66,9 +68,10 @@ fn selected(opts: &Options) -> Result<Vec<bool>> {
     Ok(mask)
 }
 
-/// When to refine close calls with the simulator.
+/// How to refine close calls: the integer fluid model (default), the simulator, or not.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Refine {
+    Fluid,
     Budget,
     Always,
     Never,
@@ -86,10 +89,22 @@ pub const REFINE_BUDGET_PERCENT: u64 = 5;
 /// `tests/auto_sim.rs` (`simcost`, best of 3): median 0.8 µs, p90 1.9 µs, max 5.3 µs per
 /// transfer over the 240 cases' candidate plans; 2 µs covers 90% of them.
 pub const SIM_NS_PER_TRANSFER: u64 = 2_000;
+/// Wall time per work unit of the integer fluid model (`fluid::run_plan` counts flow-link
+/// incidences of rate computations, flows scanned, and fixed charges per transfer and per
+/// rate computation): measured 9–17 ns on this 2-core container over the close calls of
+/// the 240 cases of `tests/auto_sim.rs` (`auto_diag.rs`, `fluid_cost`), 13–31 ns per
+/// candidate on 32–64 GPUs (`auto.rs`, `candidate_cost`); 20 ns covers most.
+pub const FLUID_NS_PER_WORK: u64 = 20;
+/// The fluid refinement of the close calls may cost this much (ns, as counted work), or
+/// `REFINE_BUDGET_PERCENT` of the predicted time when that is larger; past it, the
+/// closed-form model decides alone. 4 ms ≈ 200 000 units: close calls of up to ~32 GPUs
+/// fit; 64 GPUs with balanced_direct and fast both close (~500 000 units) do not.
+pub const FLUID_BUDGET_NS: u64 = 4_000_000;
 
-/// Plan with the candidate of smallest predicted time, refined with the simulator on close
-/// calls; meta records `choice`, `reason`, `predicted_<candidate>_ns` for each candidate
-/// that could plan the input and `simulated_<candidate>_ns` for each one simulated.
+/// Plan with the candidate of smallest predicted time, refined on close calls; meta records
+/// `choice`, `reason`, `refined`, `refined_with`, `predicted_<candidate>_ns` for each
+/// predicted candidate, `pruned_<candidate>_bound_ns` for each pruned one and
+/// `fluid_<candidate>_ns` / `simulated_<candidate>_ns` for each refined one.
 pub fn plan(traffic: &Traffic, cluster: &Cluster, opts: &Options) -> Result<Plan> {
     for k in opts.keys() {
         if !["candidates", "cache", "threads", "refine"].contains(&k.as_str()) {
@@ -108,12 +123,13 @@ pub fn plan(traffic: &Traffic, cluster: &Cluster, opts: &Options) -> Result<Plan
         t => return invalid!("auto: option 'threads' must be at most 64, got {t}"),
     };
     let refine = match opts.get("refine").map(String::as_str) {
-        // Default off: the simulator's times are IEEE-754 floats, and planning decisions
-        // stay integer-only unless the caller opts in (budget/always).
+        // Default: the integer fluid model, so decisions stay integer-only. The simulator's
+        // times are IEEE-754 floats: opt-in only (budget/always).
+        None | Some("fluid") => Refine::Fluid,
         Some("budget") => Refine::Budget,
         Some("always") => Refine::Always,
-        None | Some("never") => Refine::Never,
-        Some(v) => return invalid!("auto: option 'refine' must be budget, always or never, got '{v}'"),
+        Some("never") => Refine::Never,
+        Some(v) => return invalid!("auto: option 'refine' must be fluid, budget, always or never, got '{v}'"),
     };
     let context = format!("{}|{:?}|{:?}", cluster.spec(), mask, refine);
     if use_cache {
@@ -133,26 +149,69 @@ pub fn plan(traffic: &Traffic, cluster: &Cluster, opts: &Options) -> Result<Plan
     let close: Vec<usize> = (0..CANDIDATES.len())
         .filter(|&i| predicted[i].is_some_and(|p| p as u128 * 100 <= best_pred as u128 * (100 + REFINE_MARGIN_PERCENT) as u128))
         .collect();
-    let sim_transfers: u64 = close.iter().map(|&i| plans[i].as_ref().map_or(0, |p| p.transfers.len() as u64)).sum();
-    let estimate_ns = sim_transfers.saturating_mul(SIM_NS_PER_TRANSFER);
-    let affordable = estimate_ns as u128 * 100 <= best_pred as u128 * REFINE_BUDGET_PERCENT as u128;
+    let close_transfers: u64 = close.iter().map(|&i| plans[i].as_ref().map_or(0, |p| p.transfers.len() as u64)).sum();
+    let budget_ns = best_pred as u128 * REFINE_BUDGET_PERCENT as u128 / 100;
     let mut simulated = vec![None; CANDIDATES.len()];
     let mut how = How::Model;
     if close.len() > 1 {
         how = match refine {
             Refine::Never => How::ModelRefineOff,
-            Refine::Budget if !affordable => How::ModelOverBudget { estimate_ns },
-            _ => How::Simulated,
+            Refine::Fluid => How::Fluid,
+            Refine::Budget => {
+                let estimate_ns = close_transfers.saturating_mul(SIM_NS_PER_TRANSFER);
+                if estimate_ns as u128 <= budget_ns {
+                    How::Simulated
+                } else {
+                    How::ModelOverBudget { estimate_ns }
+                }
+            }
+            Refine::Always => How::Simulated,
         };
     }
     let mut winner = by_model;
+    if how == How::Fluid {
+        // Counted work, not clocks: the same input refines (or not) on every machine.
+        let budget_ns = budget_ns.max(FLUID_BUDGET_NS as u128).min(u64::MAX as u128) as u64;
+        let units = budget_ns / FLUID_NS_PER_WORK;
+        // Skip hopeless runs up front: the work grows with transfers × concurrent flows,
+        // measured 0.9–1.6 work units per transfer and rank for every candidate but fanout
+        // (whose single scale-out round costs ~10), so estimate ranks + TRANSFER_WORK per
+        // transfer. Only a shortcut: the hard cap below decides.
+        let estimate = close_transfers.saturating_mul(traffic.n() as u64 + fluid::TRANSFER_WORK);
+        if estimate > units {
+            how = How::FluidOverBudget { budget_ns };
+        } else {
+            // Refined iff every close call completes and their counted work adds up to at
+            // most the budget: a rule on counts only, so threads (each run capped at what
+            // is left, or at the whole budget when concurrent) cannot change the decision.
+            let runs: Vec<&Plan> = close.iter().filter_map(|&i| plans[i].as_ref()).collect();
+            let results = fluid_all(&runs, cluster, units, threads);
+            let total = results.iter().try_fold(0u64, |acc, r| r.map(|(_, w)| acc.saturating_add(w)));
+            match total {
+                Some(w) if w <= units => {
+                    let mut k = 0;
+                    for &i in &close {
+                        if plans[i].is_some() {
+                            simulated[i] = results[k].map(|r| r.0);
+                            k += 1;
+                        }
+                    }
+                }
+                _ => how = How::FluidOverBudget { budget_ns },
+            }
+        }
+        if how == How::Fluid {
+            winner = argmin(&simulated).unwrap_or(by_model);
+        } else {
+            simulated = vec![None; CANDIDATES.len()];
+        }
+    }
     if how == How::Simulated {
         let sim = SimOptions::default();
         for &i in &close {
             let Some(p) = plans[i].as_ref() else { continue };
-            let t = simulate(p, cluster, &sim)?.time_s;
             // Integer ns: the comparison below is exact and deterministic.
-            simulated[i] = Some((t * 1e9).round() as u64);
+            simulated[i] = Some((simulate(p, cluster, &sim)?.time_s * 1e9).round() as u64);
         }
         winner = argmin(&simulated).unwrap_or(by_model);
     }
@@ -234,7 +293,15 @@ fn evaluate_pruned(chosen: &[usize], traffic: &Traffic, cluster: &Cluster, threa
                 Err(e) => return Err(e),
             }
         }
-        let ns = cost::predict_ns(plans[i].as_ref().expect("planned"), cluster);
+        let plan = plans[i].as_ref().expect("planned");
+        // A second bound from the plan, O(transfers): dependency chains (spreadout's
+        // rounds). Also ≤ the prediction, so the same pruning argument holds.
+        let chain = cost::critical_path_lower_bound_ns(plan, cluster);
+        if best.is_some_and(|best| chain as u128 * 100 > best as u128 * (100 + REFINE_MARGIN_PERCENT) as u128) {
+            pruned[i] = Some(b.max(chain));
+            continue;
+        }
+        let ns = cost::predict_ns(plan, cluster);
         predicted[i] = Some(ns);
         best = Some(best.map_or(ns, |b| b.min(ns)));
     }
@@ -256,6 +323,36 @@ fn default_threads(ranks: usize) -> usize {
         return 1;
     }
     cores.min(CANDIDATES.len())
+}
+
+/// The fluid model of each plan, capped at `units` of counted work in all: sequentially
+/// each run is capped at what the earlier ones left (and the rest are skipped once one
+/// stops); on threads each is capped at `units`. The caller accepts the results only if all
+/// completed within `units` together, so both ways give the same decision.
+fn fluid_all(runs: &[&Plan], cluster: &Cluster, units: u64, threads: usize) -> Vec<Option<(u64, u64)>> {
+    if threads <= 1 || runs.len() <= 1 {
+        let mut left = units;
+        let mut out = Vec::with_capacity(runs.len());
+        for p in runs {
+            let r = if out.last().is_some_and(|r: &Option<(u64, u64)>| r.is_none()) { None } else { cost::fluid_predict_ns(p, cluster, left) };
+            if let Some((_, w)) = r {
+                left = left.saturating_sub(w);
+            }
+            out.push(r);
+        }
+        return out;
+    }
+    let mut out = vec![None; runs.len()];
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = runs.iter().map(|p| scope.spawn(move || cost::fluid_predict_ns(p, cluster, units))).collect();
+        for (slot, h) in out.iter_mut().zip(handles) {
+            match h.join() {
+                Ok(r) => *slot = r,
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        }
+    });
+    out
 }
 
 /// Plan each chosen candidate, on up to `threads` scoped threads. Each result depends
@@ -299,15 +396,16 @@ fn finish(mut plan: Plan, d: &cache::Decision) -> Plan {
     };
     let reason = match (d.how, runner_up(&d.predicted_ns)) {
         (_, None) => format!("only supported candidate (predicted {best} ns)"),
-        (How::Simulated, _) => {
+        (How::Simulated | How::Fluid, _) => {
+            let what = if d.how == How::Fluid { "fluid-model" } else { "simulated" };
             let sim = d.simulated_ns[d.winner].unwrap_or(0);
             let simulated = d.simulated_ns.iter().filter(|s| s.is_some()).count();
             match runner_up(&d.simulated_ns) {
                 Some((ns, i)) => format!(
-                    "smallest simulated time {sim} ns of {simulated} close calls (predicted within {REFINE_MARGIN_PERCENT}%); next {} at {ns} ns",
+                    "smallest {what} time {sim} ns of {simulated} close calls (predicted within {REFINE_MARGIN_PERCENT}%); next {} at {ns} ns",
                     CANDIDATES[i]
                 ),
-                None => format!("simulated {sim} ns"),
+                None => format!("{what} time {sim} ns"),
             }
         }
         (how, Some((ns, i))) => {
@@ -317,7 +415,10 @@ fn finish(mut plan: Plan, d: &cache::Decision) -> Plan {
                 How::ModelOverBudget { estimate_ns } => {
                     format!("refinement skipped: estimated simulation {estimate_ns} ns over {REFINE_BUDGET_PERCENT}% of the predicted time")
                 }
-                How::Simulated => unreachable!(),
+                How::FluidOverBudget { budget_ns } => {
+                    format!("fluid refinement skipped: over its budget of {budget_ns} ns of counted work")
+                }
+                How::Simulated | How::Fluid => unreachable!(),
             };
             format!("smallest predicted time {best} ns; next {} at {ns} ns; {why}", CANDIDATES[i])
         }
@@ -330,7 +431,14 @@ fn finish(mut plan: Plan, d: &cache::Decision) -> Plan {
     plan.algorithm = "auto".into();
     plan.meta.insert("choice".into(), choice.into());
     plan.meta.insert("reason".into(), reason);
-    plan.meta.insert("refined".into(), (d.how == How::Simulated).to_string());
+    let refined = matches!(d.how, How::Simulated | How::Fluid);
+    plan.meta.insert("refined".into(), refined.to_string());
+    let with = match d.how {
+        How::Fluid => "fluid",
+        How::Simulated => "simulator",
+        _ => "none",
+    };
+    plan.meta.insert("refined_with".into(), with.into());
     for (i, p) in d.predicted_ns.iter().enumerate() {
         if let Some(ns) = p {
             plan.meta.insert(format!("predicted_{}_ns", CANDIDATES[i]), ns.to_string());
@@ -341,9 +449,10 @@ fn finish(mut plan: Plan, d: &cache::Decision) -> Plan {
             plan.meta.insert(format!("pruned_{}_bound_ns", CANDIDATES[i]), ns.to_string());
         }
     }
+    let key = if d.how == How::Fluid { "fluid" } else { "simulated" };
     for (i, p) in d.simulated_ns.iter().enumerate() {
         if let Some(ns) = p {
-            plan.meta.insert(format!("simulated_{}_ns", CANDIDATES[i]), ns.to_string());
+            plan.meta.insert(format!("{key}_{}_ns", CANDIDATES[i]), ns.to_string());
         }
     }
     plan
