@@ -14,7 +14,7 @@ fn fold(h: &mut u64, v: u64) {
 }
 
 fn main() {
-    for spec in ["h200:2", "h200:4,nics=2", "h200:8", "h200:5,nics=4", "h200:40", "mi300x:3"] {
+    for spec in ["h200:2", "h200:4,nics=2", "h200:8", "h200:5,nics=4", "h200:40", "mi300x:3", "h200:16,nics=2", "h200:64"] {
         let c = match Cluster::parse(spec) {
             Ok(c) => c,
             Err(e) => {
@@ -23,8 +23,8 @@ fn main() {
             }
         };
         let p = c.num_gpus() as usize;
-        for seed in 0..3u64 {
-            let t = if seed == 2 { generators::uniform(p, 1 << 20, seed).unwrap() } else { generators::zipf(p, 0.8, 50 << 20, seed).unwrap() };
+        for seed in 0..4u64 {
+            let t = if seed == 3 { generators::zipf(p, 0.99, 1 << 20, seed).unwrap() } else if seed == 2 { generators::uniform(p, 1 << 20, seed).unwrap() } else { generators::zipf(p, 0.8, 50 << 20, seed).unwrap() };
             for algo in ["fast", "balanced_direct", "fanout"] {
                 let mut opts = Options::new();
                 if seed == 1 && algo == "fast" {
@@ -60,7 +60,7 @@ fn main() {
                     }
                 }
                 let meta: Vec<String> = plan.meta.iter().map(|(k, v)| format!("{k}={v}")).collect();
-                println!("{spec} seed{seed} {algo}: {:016x} transfers {} segments {} {}", h, plan.transfers.len(), plan.segments.len(), meta.join(","));
+                println!("{spec} seed{seed} {algo}: {:016x} exact {:016x} transfers {} segments {} {}", h, plan.hash(), plan.transfers.len(), plan.segments.len(), meta.join(","));
             }
         }
     }

@@ -12,19 +12,20 @@ pub fn plan(traffic: &Traffic, cluster: &Cluster, opts: &Options) -> Result<Plan
     if let Some(k) = opts.keys().next() {
         return crate::invalid!("unknown option '{k}' for balanced_direct (it takes none)");
     }
-    let bal = balance::balance(traffic, cluster);
-    let n = cluster.servers as usize;
-    let mut pairs = Vec::new();
-    for s in 0..n {
-        for d in 0..n {
-            let r = bal.server[s * n + d];
-            if r > 0 {
-                pairs.push((s as u32, d as u32, r));
+    Ok(balance::with_balanced(traffic, cluster, |bal| {
+        let n = cluster.servers as usize;
+        let mut pairs = Vec::new();
+        for s in 0..n {
+            for d in 0..n {
+                let r = bal.server[s * n + d];
+                if r > 0 {
+                    pairs.push((s as u32, d as u32, r));
+                }
             }
         }
-    }
-    let rounds = if pairs.is_empty() { vec![] } else { vec![pipeline::Round { pairs }] };
-    let (mut b, loads) = pipeline::assemble("balanced_direct", traffic, cluster, &bal, &rounds, false);
-    b.set_meta("predicted_time_ns", predict_ns(cluster, &loads));
-    Ok(b.finish())
+        let rounds = if pairs.is_empty() { vec![] } else { vec![pipeline::Round { pairs }] };
+        let (mut b, loads) = pipeline::assemble("balanced_direct", traffic, cluster, bal, &rounds, false);
+        b.set_meta("predicted_time_ns", predict_ns(cluster, &loads));
+        b.finish()
+    }))
 }

@@ -6,10 +6,13 @@
 //!
 //! Every carried piece is a contiguous part of one original block i→j, so it is
 //! one Segment wherever it travels.
+use super::scratch::{vec_bytes, with_reused, Footprint};
 use crate::topology::Cluster;
 use crate::traffic::Traffic;
+use std::cell::Cell;
 
 /// A contiguous part of block (s,a)→(d,j), carried to server d by one carrier GPU of s.
+/// 32 bytes (two per cache line): whether the carrier holds it in its Scratch is `a != carrier`.
 /// Offsets are absolute (precomputed here, where the matrix is read in order, so the
 /// assembler never touches the P×P offset tables at random).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -23,7 +26,6 @@ pub struct Piece {
     pub src_off: u64,
     /// Offset in the Output of (d,j).
     pub out_off: u64,
-    pub in_scratch: bool,
 }
 
 /// One balancing move: a piece handed from GPU (s,a) to carrier (s,c) over scale-up.
@@ -52,6 +54,7 @@ pub struct IntraBlock {
 }
 
 /// The balanced form of a matrix: per (s, d, carrier) targets and piece streams.
+#[derive(Default)]
 pub struct Balanced {
     pub servers: usize,
     pub gpus: usize,
@@ -68,6 +71,7 @@ pub struct Balanced {
     pub balance_in: Vec<u64>,
     /// Same-server blocks, row-major.
     pub intra: Vec<IntraBlock>,
+    temps: BalanceTemps,
 }
 
 impl Balanced {
@@ -102,59 +106,124 @@ pub fn carrier_targets(r: u64, s: usize, d: usize, gpus: usize, nics: usize, out
     }
 }
 
+/// Temporaries of `balance_into`, kept with the result so a reused `Balanced` allocates nothing.
+#[derive(Default)]
+pub struct BalanceTemps {
+    row_acc: Vec<u64>,
+    col_acc: Vec<u64>,
+    col_run: Vec<u64>,
+    in_off: Vec<u64>,
+    out_off: Vec<u64>,
+    rem: Vec<u64>,
+    off: Vec<u64>,
+    cap: Vec<u64>,
+    row: Vec<u64>,
+    excess: Vec<u64>,
+    move_count: Vec<usize>,
+    move_tmp: Vec<Move>,
+    per_carrier: Vec<[Vec<Piece>; 4]>,
+}
+
+/// Clear `v` and fill it with `len` copies of `x`, keeping its allocation.
+#[inline]
+pub(crate) fn refill<T: Clone>(v: &mut Vec<T>, len: usize, x: T) {
+    v.clear();
+    v.resize(len, x);
+}
+
 /// Balance every cross-server tile of `traffic` on `cluster`.
 pub fn balance(traffic: &Traffic, cluster: &Cluster) -> Balanced {
+    let mut out = Balanced::default();
+    balance_into(traffic, cluster, &mut out);
+    out
+}
+
+impl Footprint for Balanced {
+    fn footprint(&self) -> usize {
+        let t = &self.temps;
+        vec_bytes(&self.targets) + vec_bytes(&self.server) + vec_bytes(&self.pieces) + vec_bytes(&self.stream_range) + vec_bytes(&self.moves)
+            + vec_bytes(&self.balance_in) + vec_bytes(&self.intra) + vec_bytes(&t.col_acc) + vec_bytes(&t.move_tmp)
+            + t.per_carrier.iter().flatten().map(vec_bytes).sum::<usize>()
+    }
+}
+
+thread_local! {
+    static REUSED: Cell<Option<Box<Balanced>>> = const { Cell::new(None) };
+}
+
+/// Balance `traffic` into this thread's reused `Balanced` and run `f` on it.
+pub fn with_balanced<R>(traffic: &Traffic, cluster: &Cluster, f: impl FnOnce(&Balanced) -> R) -> R {
+    with_reused(&REUSED, |bal| {
+        balance_into(traffic, cluster, bal);
+        f(bal)
+    })
+}
+
+/// `balance`, reusing `out`'s allocations (planning in a loop touches no fresh memory).
+pub fn balance_into(traffic: &Traffic, cluster: &Cluster, out: &mut Balanced) {
     let n = cluster.servers as usize;
     let g = cluster.gpus_per_server as usize;
     let nics = cluster.nics_per_server as usize;
     let p = n * g;
-    let mut out = Balanced {
-        servers: n,
-        gpus: g,
-        targets: vec![0; n * n * g],
-        server: vec![0; n * n],
-        pieces: Vec::with_capacity(n * n * g * g + n * n * g),
-        stream_range: vec![(0, 0); n * n * g],
-        // Every cross-server block is cut into at most a few moves; reserving avoids regrowth.
-        moves: Vec::with_capacity(n * n * g * g / 2 + n * g),
-        balance_in: vec![0; p],
-        intra: Vec::with_capacity(n * g * g),
-    };
+    out.servers = n;
+    out.gpus = g;
+    refill(&mut out.targets, n * n * g, 0);
+    refill(&mut out.server, n * n, 0);
+    out.pieces.clear();
+    // Upper bounds (each block is cut at most a few times): reserving avoids regrowth.
+    out.pieces.reserve(n * n * g * g + n * n * g);
+    refill(&mut out.stream_range, n * n * g, (0, 0));
+    out.moves.clear();
+    out.moves.reserve(n * n * g * g / 2 + n * g);
+    refill(&mut out.balance_in, p, 0);
+    out.intra.clear();
+    out.intra.reserve(n * g * g);
+    let tmp = &mut out.temps;
     // Torch offsets computed in matrix order: `row_acc[a]` is the input offset of the next
     // block of row (s,a); `col_acc[col]` sums the column over the servers already done.
-    let mut row_acc = vec![0u64; g];
-    let mut col_acc = vec![0u64; p];
-    let mut in_off = vec![0u64; g * g]; // per tile: input offset of block a→j
-    let mut out_off = vec![0u64; g * g]; // per tile: output offset of block a→j
-    // Per-tile scratch state, reused.
-    let mut rem = vec![0u64; g * g]; // rem[a*g+j]: bytes of block a→j not yet placed
-    let mut off = vec![0u64; g * g]; // consumed prefix of block a→j
-    let mut cap = vec![0u64; g]; // carrier capacity left
-    let mut row = vec![0u64; g];
-    let mut excess = vec![0u64; g];
+    refill(&mut tmp.row_acc, g, 0);
+    refill(&mut tmp.col_acc, p, 0);
+    refill(&mut tmp.in_off, g * g, 0); // per tile: input offset of block a→j
+    refill(&mut tmp.out_off, g * g, 0); // per tile: output offset of block a→j
+    // Per-tile state, reused.
+    refill(&mut tmp.rem, g * g, 0); // rem[a*g+j]: bytes of block a→j not yet placed
+    refill(&mut tmp.off, g * g, 0); // consumed prefix of block a→j
+    refill(&mut tmp.cap, g, 0); // carrier capacity left
+    refill(&mut tmp.row, g, 0);
+    refill(&mut tmp.excess, g, 0);
+    refill(&mut tmp.move_count, g * g + 1, 0);
     // Pieces of one tile, per carrier, in four classes (own non-direct, own direct, moved non-direct, moved direct).
-    let mut move_count = vec![0usize; g * g + 1];
-    let mut move_tmp: Vec<Move> = Vec::new();
-    let mut per_carrier: Vec<[Vec<Piece>; 4]> = (0..g).map(|_| Default::default()).collect();
+    tmp.per_carrier.resize_with(g, Default::default);
+    let BalanceTemps { row_acc, col_acc, col_run, in_off, out_off, rem, off, cap, row, excess, move_count, move_tmp, per_carrier } = tmp;
+    let (row_acc, col_acc, in_off, out_off, rem, off, cap, row, excess) =
+        (&mut row_acc[..], &mut col_acc[..], &mut in_off[..], &mut out_off[..], &mut rem[..], &mut off[..], &mut cap[..], &mut row[..], &mut excess[..]);
+    let per_carrier = &mut per_carrier[..g];
     let data = traffic.data();
     for s in 0..n {
         let server_moves_start = out.moves.len();
         row_acc.iter_mut().for_each(|x| *x = 0);
         for d in 0..n {
-            for j in 0..g {
-                let mut acc = col_acc[d * g + j];
-                for a in 0..g {
-                    let v = data[(s * g + a) * p + d * g + j];
-                    out_off[a * g + j] = acc;
-                    acc += v;
-                }
-            }
+            // One row-major pass over the tile: torch offsets, what is left of each block,
+            // row sums. `col_run[j]` is the output offset of the next block into (d,j).
+            col_run.clear();
+            col_run.extend_from_slice(&col_acc[d * g..(d + 1) * g]);
+            let mut total = 0u64;
             for a in 0..g {
                 let src = (s * g + a) * p + d * g;
+                let mut r = 0;
                 for j in 0..g {
-                    in_off[a * g + j] = row_acc[a];
-                    row_acc[a] += data[src + j];
+                    let k = a * g + j;
+                    let v = data[src + j];
+                    out_off[k] = col_run[j];
+                    col_run[j] += v;
+                    in_off[k] = row_acc[a];
+                    row_acc[a] += v;
+                    rem[k] = v;
+                    off[k] = 0;
+                    r += v;
                 }
+                row[a] = r;
+                total += r;
             }
             if d == s {
                 for a in 0..g {
@@ -168,19 +237,6 @@ pub fn balance(traffic: &Traffic, cluster: &Cluster) -> Balanced {
                 continue;
             }
             let tile = s * n + d;
-            let mut total = 0u64;
-            for a in 0..g {
-                let src = (s * g + a) * p + d * g;
-                let mut r = 0;
-                for j in 0..g {
-                    let v = data[src + j];
-                    rem[a * g + j] = v;
-                    off[a * g + j] = 0;
-                    r += v;
-                }
-                row[a] = r;
-                total += r;
-            }
             out.server[tile] = total;
             let tgt = &mut out.targets[tile * g..(tile + 1) * g];
             carrier_targets(total, s, d, g, nics, tgt);
@@ -190,32 +246,12 @@ pub fn balance(traffic: &Traffic, cluster: &Cluster) -> Balanced {
                     v.clear();
                 }
             }
-            // Callers skip zero lengths: the call is not free (the closure is not inlined).
-            let take = |a: usize, j: usize, c: usize, len: u64, rem: &mut [u64], off: &mut [u64], cap: &mut [u64], pcs: &mut Vec<[Vec<Piece>; 4]>, moves: &mut Vec<Move>, bal_in: &mut [u64]| {
-                debug_assert!(len > 0);
-                let k = a * g + j;
-                let block_off = off[k];
-                off[k] += len;
-                rem[k] -= len;
-                cap[c] -= len;
-                let input_off = in_off[k] + block_off;
-                let src_off = if a == c {
-                    input_off
-                } else {
-                    let r = s * g + c;
-                    let o = bal_in[r];
-                    bal_in[r] += len;
-                    moves.push(Move { s: s as u32, a: a as u32, c: c as u32, d: d as u32, j: j as u32, input_off, len, scratch_off: o });
-                    o
-                };
-                let class = usize::from(j == c) + if a == c { 0 } else { 2 };
-                pcs[c][class].push(Piece { a: a as u32, j: j as u32, len, src_off, out_off: out_off[k] + block_off, in_scratch: a != c });
-            };
+            let tile_ctx = TileCtx { s, d, g, in_off, out_off };
             // A: every GPU keeps its same-index block (it lands directly in the peer's Output).
             for a in 0..g {
                 let x = rem[a * g + a].min(cap[a]);
                 if x > 0 {
-                    take(a, a, a, x, &mut rem, &mut off, &mut cap, &mut per_carrier, &mut out.moves, &mut out.balance_in);
+                    take(&tile_ctx, a, a, a, x, rem, off, cap, per_carrier, &mut out.moves, &mut out.balance_in);
                 }
             }
             // Light GPUs (row ≤ target) keep everything: moving their bytes away only adds scale-up traffic.
@@ -225,7 +261,7 @@ pub fn balance(traffic: &Traffic, cluster: &Cluster) -> Balanced {
                     for j in 0..g {
                         let x = rem[a * g + j];
                         if x > 0 {
-                            take(a, j, a, x, &mut rem, &mut off, &mut cap, &mut per_carrier, &mut out.moves, &mut out.balance_in);
+                            take(&tile_ctx, a, j, a, x, rem, off, cap, per_carrier, &mut out.moves, &mut out.balance_in);
                         }
                     }
                 } else {
@@ -245,7 +281,7 @@ pub fn balance(traffic: &Traffic, cluster: &Cluster) -> Balanced {
                     let x = rem[a * g + c].min(cap[c]).min(excess[a]);
                     if x > 0 {
                         excess[a] -= x;
-                        take(a, c, c, x, &mut rem, &mut off, &mut cap, &mut per_carrier, &mut out.moves, &mut out.balance_in);
+                        take(&tile_ctx, a, c, c, x, rem, off, cap, per_carrier, &mut out.moves, &mut out.balance_in);
                     }
                 }
             }
@@ -257,7 +293,7 @@ pub fn balance(traffic: &Traffic, cluster: &Cluster) -> Balanced {
                     }
                     let x = rem[a * g + j].min(cap[a]);
                     if x > 0 {
-                        take(a, j, a, x, &mut rem, &mut off, &mut cap, &mut per_carrier, &mut out.moves, &mut out.balance_in);
+                        take(&tile_ctx, a, j, a, x, rem, off, cap, per_carrier, &mut out.moves, &mut out.balance_in);
                     }
                 }
             }
@@ -270,7 +306,7 @@ pub fn balance(traffic: &Traffic, cluster: &Cluster) -> Balanced {
                             c += 1;
                         }
                         let x = rem[a * g + j].min(cap[c]);
-                        take(a, j, c, x, &mut rem, &mut off, &mut cap, &mut per_carrier, &mut out.moves, &mut out.balance_in);
+                        take(&tile_ctx, a, j, c, x, rem, off, cap, per_carrier, &mut out.moves, &mut out.balance_in);
                     }
                 }
             }
@@ -287,14 +323,48 @@ pub fn balance(traffic: &Traffic, cluster: &Cluster) -> Balanced {
         }
         // Group this server's moves by (a, c) so each (a, c) pair is one balancing transfer
         // (counting sort: stable, no comparisons).
-        group_moves(&mut out.moves, server_moves_start, g, &mut move_count, &mut move_tmp);
+        group_moves(&mut out.moves, server_moves_start, g, move_count, move_tmp);
         for a in 0..g {
             for col in 0..p {
                 col_acc[col] += data[(s * g + a) * p + col];
             }
         }
     }
-    out
+}
+
+/// Where the blocks of the tile being balanced start (read by `take`).
+struct TileCtx<'a> {
+    s: usize,
+    d: usize,
+    g: usize,
+    in_off: &'a [u64],
+    out_off: &'a [u64],
+}
+
+/// Hand `len` bytes of block a→j (next in its order) to carrier c: a piece of c's stream,
+/// and a balancing move when c is not the sender. Inlined: it runs once per piece.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn take(t: &TileCtx, a: usize, j: usize, c: usize, len: u64, rem: &mut [u64], off: &mut [u64], cap: &mut [u64], pcs: &mut [[Vec<Piece>; 4]], moves: &mut Vec<Move>, bal_in: &mut [u64]) {
+    debug_assert!(len > 0);
+    let g = t.g;
+    let k = a * g + j;
+    let block_off = off[k];
+    off[k] += len;
+    rem[k] -= len;
+    cap[c] -= len;
+    let input_off = t.in_off[k] + block_off;
+    let src_off = if a == c {
+        input_off
+    } else {
+        let r = t.s * g + c;
+        let o = bal_in[r];
+        bal_in[r] += len;
+        moves.push(Move { s: t.s as u32, a: a as u32, c: c as u32, d: t.d as u32, j: j as u32, input_off, len, scratch_off: o });
+        o
+    };
+    let class = usize::from(j == c) + if a == c { 0 } else { 2 };
+    pcs[c][class].push(Piece { a: a as u32, j: j as u32, len, src_off, out_off: t.out_off[k] + block_off });
 }
 
 /// Stable counting sort of `moves[start..]` by (a, c).

@@ -19,19 +19,62 @@ pub struct Stage {
 }
 
 /// Hopcroft–Karp on the bipartite graph {(r, c) : m[r][c] ≥ θ > 0}, with state kept
-/// between calls so a new threshold starts from the last matching.
+/// between calls so a new threshold starts from the last matching. The graph is kept as
+/// one bit per entry (`adj`), built once per threshold: the searches then visit edges in
+/// column order by walking set bits instead of comparing every entry of a row.
 pub struct Matcher {
     n: usize,
+    /// 64-bit words per row of `adj`.
+    words: usize,
     pub mate_row: Vec<u32>,
     mate_col: Vec<u32>,
     dist: Vec<u32>,
     queue: Vec<u32>,
     next: Vec<u32>,
+    /// Bit c%64 of word r·words + c/64 is set when m[r][c] ≥ θ (bits past n stay clear).
+    adj: Vec<u64>,
 }
 
 impl Matcher {
     pub fn new(n: usize) -> Matcher {
-        Matcher { n, mate_row: vec![NONE; n], mate_col: vec![NONE; n], dist: vec![0; n], queue: Vec::with_capacity(n), next: vec![0; n] }
+        let words = n.div_ceil(64);
+        Matcher { n, words, mate_row: vec![NONE; n], mate_col: vec![NONE; n], dist: vec![0; n], queue: Vec::with_capacity(n), next: vec![0; n], adj: vec![0; n * words] }
+    }
+
+    /// Rebuild `adj` for `m` at threshold `theta`.
+    fn build_graph(&mut self, m: &[u64], theta: u64) {
+        let (n, words) = (self.n, self.words);
+        for r in 0..n {
+            for (w, chunk) in m[r * n..(r + 1) * n].chunks(64).enumerate() {
+                let mut bits = 0u64;
+                for (i, &v) in chunk.iter().enumerate() {
+                    bits |= u64::from(v >= theta) << i;
+                }
+                self.adj[r * words + w] = bits;
+            }
+        }
+    }
+
+    /// First column ≥ `from` with an edge from row `r`.
+    #[inline]
+    fn next_edge(&self, r: usize, from: usize) -> Option<usize> {
+        let words = self.words;
+        let row = &self.adj[r * words..(r + 1) * words];
+        let mut w = from / 64;
+        if w >= words {
+            return None;
+        }
+        let mut bits = row[w] & (u64::MAX << (from % 64));
+        loop {
+            if bits != 0 {
+                return Some(w * 64 + bits.trailing_zeros() as usize);
+            }
+            w += 1;
+            if w == words {
+                return None;
+            }
+            bits = row[w];
+        }
     }
 
     /// Drop matched edges that fall below `theta`.
@@ -46,8 +89,10 @@ impl Matcher {
         }
     }
 
-    fn bfs(&mut self, m: &[u64], theta: u64) -> bool {
-        let n = self.n;
+    /// Layer the rows by alternating paths from the free rows (over `adj`); true if a
+    /// free column is reachable.
+    fn bfs(&mut self) -> bool {
+        let (n, words) = (self.n, self.words);
         self.queue.clear();
         for r in 0..n {
             if self.mate_row[r] == NONE {
@@ -62,33 +107,34 @@ impl Matcher {
         while head < self.queue.len() {
             let r = self.queue[head] as usize;
             head += 1;
-            let row = &m[r * n..(r + 1) * n];
-            for (c, &v) in row.iter().enumerate() {
-                if v < theta {
-                    continue;
-                }
-                let r2 = self.mate_col[c];
-                if r2 == NONE {
-                    found = true;
-                } else if self.dist[r2 as usize] == NONE {
-                    self.dist[r2 as usize] = self.dist[r] + 1;
-                    self.queue.push(r2);
+            for w in 0..words {
+                let mut bits = self.adj[r * words + w];
+                while bits != 0 {
+                    let c = w * 64 + bits.trailing_zeros() as usize;
+                    bits &= bits - 1;
+                    let r2 = self.mate_col[c];
+                    if r2 == NONE {
+                        found = true;
+                    } else if self.dist[r2 as usize] == NONE {
+                        self.dist[r2 as usize] = self.dist[r] + 1;
+                        self.queue.push(r2);
+                    }
                 }
             }
         }
         found
     }
 
-    fn dfs(&mut self, m: &[u64], theta: u64, r: usize) -> bool {
+    fn dfs(&mut self, r: usize) -> bool {
         let n = self.n;
         while (self.next[r] as usize) < n {
-            let c = self.next[r] as usize;
-            self.next[r] += 1;
-            if m[r * n + c] < theta {
-                continue;
-            }
+            let Some(c) = self.next_edge(r, self.next[r] as usize) else {
+                self.next[r] = n as u32;
+                break;
+            };
+            self.next[r] = c as u32 + 1;
             let r2 = self.mate_col[c];
-            if r2 == NONE || (self.dist[r2 as usize] == self.dist[r] + 1 && self.dfs(m, theta, r2 as usize)) {
+            if r2 == NONE || (self.dist[r2 as usize] == self.dist[r] + 1 && self.dfs(r2 as usize)) {
                 self.mate_row[r] = c as u32;
                 self.mate_col[c] = r as u32;
                 return true;
@@ -104,10 +150,14 @@ impl Matcher {
         self.prune(m, theta);
         let n = self.n;
         let mut size = self.mate_row.iter().filter(|&&c| c != NONE).count();
-        while size < n && self.bfs(m, theta) {
+        if size == n {
+            return true;
+        }
+        self.build_graph(m, theta);
+        while size < n && self.bfs() {
             self.next.iter_mut().for_each(|x| *x = 0);
             for r in 0..n {
-                if self.mate_row[r] == NONE && self.dfs(m, theta, r) {
+                if self.mate_row[r] == NONE && self.dfs(r) {
                     size += 1;
                 }
             }
@@ -123,7 +173,8 @@ impl Matcher {
     /// it and `theta` is infeasible too. 0 if there is none.
     fn next_threshold(&mut self, m: &[u64], theta: u64, col_seen: &mut [bool]) -> u64 {
         let n = self.n;
-        self.bfs(m, theta);
+        // `perfect` failed on this m and θ, so `adj` still holds their graph.
+        self.bfs();
         col_seen.iter_mut().for_each(|x| *x = false);
         for r in 0..n {
             if self.dist[r] != NONE {

@@ -19,6 +19,7 @@ pub mod birkhoff;
 pub mod bound;
 pub mod pipeline;
 pub mod redistribute;
+pub mod scratch;
 pub mod server_matrix;
 
 pub use bound::worst_case_ratio;
@@ -264,7 +265,10 @@ pub fn predict_ns(cluster: &Cluster, loads: &Loads) -> u64 {
 
 pub fn plan(traffic: &Traffic, cluster: &Cluster, opts: &Options) -> Result<Plan> {
     let o = FastOptions::parse(opts, cluster, "fast", &[])?;
-    let bal = balance::balance(traffic, cluster);
+    Ok(balance::with_balanced(traffic, cluster, |bal| plan_balanced(traffic, cluster, &o, bal)))
+}
+
+fn plan_balanced(traffic: &Traffic, cluster: &Cluster, o: &FastOptions, bal: &balance::Balanced) -> Plan {
     let n = cluster.servers as usize;
     let quantum_floor = o.min_stage_bytes.saturating_mul(cluster.nics_per_server as u64);
     let dec = plan_stages(&bal.server, n, quantum_floor, o.exact);
@@ -280,7 +284,7 @@ pub fn plan(traffic: &Traffic, cluster: &Cluster, opts: &Options) -> Result<Plan
             pairs: st.perm.iter().enumerate().filter(|&(s, _)| st.real[s] > 0).map(|(s, &d)| (s as u32, d, st.real[s])).collect(),
         })
         .collect();
-    let (mut b, loads) = pipeline::assemble("fast", traffic, cluster, &bal, &rounds, true);
+    let (mut b, loads) = pipeline::assemble("fast", traffic, cluster, bal, &rounds, true);
     b.set_meta("stages", birkhoff_stages);
     b.set_meta("scaleout_rounds", rounds.len());
     b.set_meta("decomposition_stages", decomposed);
@@ -289,5 +293,37 @@ pub fn plan(traffic: &Traffic, cluster: &Cluster, opts: &Options) -> Result<Plan
     b.set_meta("min_stage_bytes", o.min_stage_bytes);
     b.set_meta("order", if o.ascending { "asc" } else { "desc" });
     b.set_meta("server_max_line_bytes", max_line_sum(&bal.server, n));
-    Ok(b.finish())
+    b.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::algo::plan_all_to_all;
+    use crate::plan::{recycle, verify::verify, Options};
+    use crate::traffic::generators;
+    use crate::Cluster;
+
+    /// Reused working memory and recycled plan arrays must not leak into plans: plan A,
+    /// then a larger and a smaller plan (recycled in between), then A again.
+    #[test]
+    fn reused_memory_does_not_change_plans() {
+        let small = Cluster::parse("h200:3,nics=2").unwrap();
+        let large = Cluster::parse("h200:6").unwrap();
+        let a = generators::zipf(small.num_gpus() as usize, 0.8, 1 << 20, 7).unwrap();
+        let b = generators::zipf(large.num_gpus() as usize, 0.99, 4 << 20, 8).unwrap();
+        let c = generators::uniform(small.num_gpus() as usize, 3 << 20, 9).unwrap();
+        for algo in ["fast", "balanced_direct"] {
+            let first = plan_all_to_all(&a, &small, algo, &Options::new()).unwrap();
+            verify(&first).unwrap();
+            let hash = first.hash();
+            recycle(first);
+            for (t, cl) in [(&b, &large), (&c, &small)] {
+                let p = plan_all_to_all(t, cl, algo, &Options::new()).unwrap();
+                verify(&p).unwrap();
+                recycle(p);
+            }
+            let again = plan_all_to_all(&a, &small, algo, &Options::new()).unwrap();
+            assert_eq!(again.hash(), hash, "{algo}: plan changed after reusing memory");
+        }
+    }
 }

@@ -9,7 +9,10 @@
 //! every NIC one-to-one in an asynchronous execution too, without making a
 //! server wait for rounds in which it has nothing (phantom) to move.
 use super::balance::Balanced;
+use super::balance::refill;
 use super::redistribute::Redistributor;
+use super::scratch::{vec_bytes, with_reused, Footprint};
+use std::cell::Cell;
 use crate::plan::{Buf, Collective, Op, PlanBuilder, Segment};
 use crate::topology::{Cluster, Tier};
 use crate::traffic::Traffic;
@@ -32,7 +35,7 @@ pub struct Loads {
     pub intra_max: u64,
 }
 
-/// How many pairs ahead the assembler prefetches stream cursors.
+/// How many visits ahead the assembler prefetches the pieces they start at.
 const PREFETCH_PAIRS: usize = 4;
 
 /// Hint the CPU to load `x`'s cache line (no effect on results).
@@ -72,8 +75,56 @@ pub(crate) fn push_merged(segs: &mut Vec<Segment>, seg: Segment) {
     segs.push(seg);
 }
 
+/// `push_merged` for a transfer whose segments start at `begin` of `segs`.
+#[inline]
+fn push_merged_from(segs: &mut Vec<Segment>, begin: usize, seg: Segment) {
+    if segs.len() > begin {
+        let last = segs.last_mut().unwrap();
+        if last.src_buf == seg.src_buf && last.dst_buf == seg.dst_buf && last.src_off + last.len == seg.src_off && last.dst_off + last.len == seg.dst_off {
+            last.len += seg.len;
+            return;
+        }
+    }
+    segs.push(seg);
+}
+
+/// `out` = the sorted union of two ascending lists without repeats (id lists are filled
+/// in id order, so this is what sorting and deduplicating their concatenation gives).
+#[inline]
+fn merge_unique(a: &[u32], b: &[u32], out: &mut Vec<u32>) {
+    let (mut i, mut j) = (0, 0);
+    while i < a.len() && j < b.len() {
+        let x = a[i].min(b[j]);
+        i += usize::from(a[i] == x);
+        j += usize::from(b[j] == x);
+        out.push(x);
+    }
+    for &x in a[i..].iter().chain(&b[j..]) {
+        out.push(x);
+    }
+}
+
+/// Sort `v[begin..]` and drop repeats in it (the lists are a few ids long).
+#[inline]
+fn sort_dedup_tail(v: &mut Vec<u32>, begin: usize) {
+    let tail = &mut v[begin..];
+    if tail.len() < 2 {
+        return;
+    }
+    tail.sort_unstable();
+    let mut w = 1;
+    for r in 1..tail.len() {
+        if tail[r] != tail[w - 1] {
+            tail[w] = tail[r];
+            w += 1;
+        }
+    }
+    v.truncate(begin + w);
+}
+
 /// Short id lists, one per key, with a fixed capacity each, in one flat array: no
 /// allocation per key or per round.
+#[derive(Default)]
 struct IdLists {
     cap: usize,
     len: Vec<u32>,
@@ -81,8 +132,14 @@ struct IdLists {
 }
 
 impl IdLists {
-    fn new(keys: usize, cap: usize) -> IdLists {
-        IdLists { cap, len: vec![0; keys], ids: vec![0; keys * cap] }
+    /// Empty lists for `keys` keys of at most `cap` ids each, reusing the allocation.
+    fn reset(&mut self, keys: usize, cap: usize) {
+        self.cap = cap;
+        refill(&mut self.len, keys, 0);
+        // Slots are written before they are read (`len` guards them): no need to clear.
+        if self.ids.len() < keys * cap {
+            self.ids.resize(keys * cap, 0);
+        }
     }
     #[inline]
     fn push(&mut self, k: usize, id: u32) {
@@ -100,14 +157,16 @@ impl IdLists {
 /// Per NIC, the ids of its transfers in the last round it was active in (`last`) and in
 /// the round being assembled (`cur`): two lists per key whose roles flip, so closing a
 /// round copies nothing.
+#[derive(Default)]
 struct RoundLists {
     lists: IdLists,
     cur_side: Vec<u8>,
 }
 
 impl RoundLists {
-    fn new(keys: usize, cap: usize) -> RoundLists {
-        RoundLists { lists: IdLists::new(2 * keys, cap), cur_side: vec![0; keys] }
+    fn reset(&mut self, keys: usize, cap: usize) {
+        self.lists.reset(2 * keys, cap);
+        refill(&mut self.cur_side, keys, 0);
     }
     #[inline]
     fn last(&self, k: usize) -> &[u32] {
@@ -128,9 +187,68 @@ impl RoundLists {
     }
 }
 
+/// The assembler's working arrays, reused across calls (see `scratch`).
+#[derive(Default)]
+pub struct AssembleScratch {
+    urgent_tile: Vec<bool>,
+    bal_id: Vec<[u32; 2]>,
+    bal_out: Vec<u64>,
+    bal_in: Vec<u64>,
+    segs: Vec<Segment>,
+    deps: Vec<u32>,
+    urgent_from: IdLists,
+    urgent_into: IdLists,
+    intra_load: Vec<u64>,
+    visits: Visits,
+    cuts: Vec<Cut>,
+    recv_cursor: Vec<u64>,
+    sends: RoundLists,
+    recvs: RoundLists,
+    nic_send_bytes: Vec<u64>,
+    nic_recv_bytes: Vec<u64>,
+    touched_nics: Vec<usize>,
+    redistributor: Redistributor,
+}
+
+impl Footprint for AssembleScratch {
+    fn footprint(&self) -> usize {
+        vec_bytes(&self.bal_id) + vec_bytes(&self.cuts) + 16 * self.visits.tile.capacity() + vec_bytes(&self.urgent_tile)
+            + vec_bytes(&self.sends.lists.ids) + vec_bytes(&self.recvs.lists.ids) + vec_bytes(&self.urgent_from.ids) + vec_bytes(&self.urgent_into.ids)
+            + 8 * (self.bal_out.capacity() + self.bal_in.capacity() + self.intra_load.capacity() + self.recv_cursor.capacity())
+    }
+}
+
+thread_local! {
+    static SCRATCH: Cell<Option<Box<AssembleScratch>>> = const { Cell::new(None) };
+}
+
 /// Assemble the plan. `chain_nics` orders successive rounds per NIC (FAST); without it all
 /// rounds may overlap (balanced_direct has a single round anyway).
 pub fn assemble(name: &str, traffic: &Traffic, cluster: &Cluster, bal: &Balanced, rounds: &[Round], chain_nics: bool) -> (PlanBuilder, Loads) {
+    with_reused(&SCRATCH, |scratch| assemble_with(scratch, name, traffic, cluster, bal, rounds, chain_nics))
+}
+
+fn assemble_with(scratch: &mut AssembleScratch, name: &str, traffic: &Traffic, cluster: &Cluster, bal: &Balanced, rounds: &[Round], chain_nics: bool) -> (PlanBuilder, Loads) {
+    let AssembleScratch {
+        urgent_tile,
+        bal_id,
+        bal_out,
+        bal_in,
+        segs,
+        deps,
+        urgent_from,
+        urgent_into,
+        intra_load,
+        visits,
+        cuts,
+        recv_cursor,
+        sends,
+        recvs,
+        nic_send_bytes,
+        nic_recv_bytes,
+        touched_nics,
+        redistributor,
+    } = scratch;
     let n = bal.servers;
     let g = bal.gpus;
     let p = n * g;
@@ -152,22 +270,22 @@ pub fn assemble(name: &str, traffic: &Traffic, cluster: &Cluster, bal: &Balanced
     // Step 0: balancing, Input → carrier's Scratch. Per (server, a, c) up to two transfers:
     // the moves of tiles the first round needs ("urgent"), then the rest, which waits for
     // all of a's urgent transfers so a's scale-up port serves the first round first.
-    let mut urgent_tile = vec![false; n * n];
+    refill(urgent_tile, n * n, false);
     if let Some(first) = rounds.first() {
         for &(s, d, _) in &first.pairs {
             urgent_tile[s as usize * n + d as usize] = true;
         }
     }
-    let mut bal_id = vec![[u32::MAX; 2]; n * g * g]; // [urgent, rest]
-    let mut bal_out = vec![0u64; p];
-    let mut bal_in = vec![0u64; p];
-    let mut segs: Vec<Segment> = Vec::new();
+    refill(bal_id, n * g * g, [u32::MAX; 2]); // [urgent, rest]
+    refill(bal_out, p, 0);
+    refill(bal_in, p, 0);
+    segs.clear();
     // Urgent balancing transfers sent by / received by each rank: later scale-up work on
     // that rank's port (the rest of balancing, the intra-server part) waits for them.
     // At most one urgent transfer per (a, c), so g per rank and direction.
-    let mut urgent_from = IdLists::new(p, g);
-    let mut urgent_into = IdLists::new(p, g);
-    let mut deps: Vec<u32> = Vec::new();
+    urgent_from.reset(p, g);
+    urgent_into.reset(p, g);
+    deps.clear();
     let mut server_begin = 0;
     while server_begin < bal.moves.len() {
         let s = bal.moves[server_begin].s as usize;
@@ -183,7 +301,7 @@ pub fn assemble(name: &str, traffic: &Traffic, cluster: &Cluster, bal: &Balanced
                 while k < server_end && bal.moves[k].a as usize == a && bal.moves[k].c as usize == c {
                     let m = &bal.moves[k];
                     if urgent_tile[s * n + m.d as usize] == urgent {
-                        push_merged(&mut segs, Segment { src_buf: Buf::Input, src_off: m.input_off, dst_buf: Buf::Scratch, dst_off: m.scratch_off, len: m.len });
+                        push_merged(segs, Segment { src_buf: Buf::Input, src_off: m.input_off, dst_buf: Buf::Scratch, dst_off: m.scratch_off, len: m.len });
                         bal_out[s * g + a] += m.len;
                         bal_in[s * g + c] += m.len;
                     }
@@ -195,12 +313,9 @@ pub fn assemble(name: &str, traffic: &Traffic, cluster: &Cluster, bal: &Balanced
                 let (src, dst) = (s * g + a, s * g + c);
                 deps.clear();
                 if !urgent {
-                    deps.extend_from_slice(urgent_from.get(src));
-                    deps.extend_from_slice(urgent_into.get(dst));
-                    deps.sort_unstable();
-                    deps.dedup();
+                    merge_unique(urgent_from.get(src), urgent_into.get(dst), deps);
                 }
-                let id = b.transfer(src as u32, dst as u32, Op::Copy, Tier::ScaleUp, 0, &segs, &deps);
+                let id = b.transfer(src as u32, dst as u32, Op::Copy, Tier::ScaleUp, 0, segs, deps);
                 bal_id[src * g + c][usize::from(!urgent)] = id;
                 if urgent {
                     urgent_from.push(src, id);
@@ -217,18 +332,15 @@ pub fn assemble(name: &str, traffic: &Traffic, cluster: &Cluster, bal: &Balanced
 
     // Intra-server part: beside the first scale-out round (step 1), or step 0 if there is none.
     let intra_step = u32::from(!rounds.is_empty() || !bal.moves.is_empty());
-    let mut intra_load = vec![0u64; p];
+    refill(intra_load, p, 0);
     for blk in &bal.intra {
         let seg = Segment { src_buf: Buf::Input, src_off: blk.input_off, dst_buf: Buf::Output, dst_off: blk.out_off, len: blk.len };
         deps.clear();
         if blk.i != blk.j {
             // Scale-up ports serve the first round's balancing first.
-            deps.extend_from_slice(urgent_from.get(blk.i as usize));
-            deps.extend_from_slice(urgent_into.get(blk.j as usize));
-            deps.sort_unstable();
-            deps.dedup();
+            merge_unique(urgent_from.get(blk.i as usize), urgent_into.get(blk.j as usize), deps);
         }
-        b.transfer(blk.i, blk.j, Op::Copy, cluster.tier(blk.i, blk.j), intra_step, &[seg], &deps);
+        b.transfer(blk.i, blk.j, Op::Copy, cluster.tier(blk.i, blk.j), intra_step, &[seg], deps);
         if blk.i != blk.j {
             intra_load[blk.i as usize] += blk.len;
             intra_load[blk.j as usize] += blk.len;
@@ -236,50 +348,44 @@ pub fn assemble(name: &str, traffic: &Traffic, cluster: &Cluster, bal: &Balanced
     }
     loads.intra_max = intra_load.iter().copied().max().unwrap_or(0);
 
-    // Scale-out rounds with their redistribution.
-    let mut cum = vec![0u64; n * n];
-    // given[tile*g+c]: bytes of the tile carrier c has sent so far (= mul_div(cum, t, total)).
-    let mut given = vec![0u64; n * n * g];
-    let mut cursor = vec![(0u32, 0u64); n * n * g]; // (piece index in stream, offset inside it)
-    let mut recv_cursor: Vec<u64> = bal.balance_in.clone();
+    // Scale-out rounds with their redistribution. First, per tile (reading its piece
+    // streams in order), where each visit of each carrier starts and how many bytes it
+    // moves; then the rounds, which read those cuts in visit order. Walking the streams
+    // round by round instead jumps between tiles and waits on memory at every visit.
+    cut_visits(bal, rounds, visits, cuts);
+    recv_cursor.clear();
+    recv_cursor.extend_from_slice(&bal.balance_in);
     // A NIC's transfers in one round: two per carrier on it, per pair its server is in.
     let pairs_per_server = if chain_nics { max_pairs_per_server(rounds, n) } else { 0 };
     let nic_cap = 2 * g.div_ceil(nics) * pairs_per_server;
-    let mut sends = RoundLists::new(n * nics, nic_cap);
-    let mut recvs = RoundLists::new(n * nics, nic_cap);
-    let mut nic_send_bytes = vec![0u64; n * nics];
-    let mut nic_recv_bytes = vec![0u64; n * nics];
-    let mut touched_nics: Vec<usize> = Vec::new();
-    let mut redistributor = Redistributor::new(p, g);
+    sends.reset(n * nics, nic_cap);
+    recvs.reset(n * nics, nic_cap);
+    refill(nic_send_bytes, n * nics, 0);
+    refill(nic_recv_bytes, n * nics, 0);
+    touched_nics.clear();
+    redistributor.reset(p, g);
+    let mut visit = 0;
     for (k, round) in rounds.iter().enumerate() {
         let step = k as u32 + 1;
         touched_nics.clear();
-        for (pi, &(s, d, r)) in round.pairs.iter().enumerate() {
-            // A later pair's stream cursors are cold (streams are laid out by tile, visited by
-            // round): fetch them while this pair is assembled.
-            if let Some(&(s2, d2, _)) = round.pairs.get(pi + PREFETCH_PAIRS) {
-                let t2 = s2 as usize * n + d2 as usize;
-                for c in 0..g {
-                    let (b0, e0) = bal.stream_range[t2 * g + c];
-                    let at = b0 as usize + cursor[t2 * g + c].0 as usize;
-                    if at < e0 as usize {
-                        prefetch(&bal.pieces[at]);
-                        if at + 1 < e0 as usize {
-                            prefetch(&bal.pieces[at + 1]);
+        for &(s, d, _) in &round.pairs {
+            // The pieces a later visit starts at (the cuts are read in order, so their
+            // addresses are at hand): fetch them while this visit is assembled.
+            if let Some(ahead) = cuts.get((visit + PREFETCH_PAIRS) * g..(visit + PREFETCH_PAIRS + 1) * g) {
+                for cut in ahead {
+                    if cut.bytes > 0 {
+                        prefetch(&bal.pieces[cut.at as usize]);
+                        if let Some(next) = bal.pieces.get(cut.at as usize + 1) {
+                            prefetch(next);
                         }
                     }
                 }
             }
             let (s, d) = (s as usize, d as usize);
             let tile = s * n + d;
-            let total = bal.server[tile];
-            cum[tile] += r;
-            let c1 = cum[tile];
             for c in 0..g {
-                let t = bal.targets[tile * g + c];
-                let hi = if c1 == total { t } else { mul_div(c1, t, total) };
-                let mut x = hi - given[tile * g + c];
-                given[tile * g + c] = hi;
+                let cut = cuts[visit * g + c];
+                let mut x = cut.bytes;
                 if x == 0 {
                     continue;
                 }
@@ -287,26 +393,28 @@ pub fn assemble(name: &str, traffic: &Traffic, cluster: &Cluster, bal: &Balanced
                 let dst_rank = d * g + c;
                 let snic = s * nics + c % nics;
                 let rnic = d * nics + c % nics;
-                let stream = bal.stream(s, d, c);
-                let cur = &mut cursor[tile * g + c];
+                let cur = &mut (cut.at, cut.off);
                 // Two transfers at most: the carrier's own bytes (free to start at once) and
                 // the balanced-in bytes (after the balancing transfers that bring them). The
                 // stream holds own pieces first, so one pass splits it.
                 for own_phase in [true, false] {
-                    segs.clear();
-                    deps.clear();
+                    // Segments and deps go straight into the plan's arrays.
+                    let (psegs, pdeps) = b.lists_mut();
+                    let (seg_begin, dep_begin) = (psegs.len(), pdeps.len());
+                    let mut bytes = 0u64;
                     while x > 0 {
-                        let piece = stream[cur.0 as usize];
-                        if own_phase && piece.in_scratch {
+                        let piece = bal.pieces[cur.0 as usize];
+                        let in_scratch = piece.a as usize != c;
+                        if own_phase && in_scratch {
                             break;
                         }
                         let y = (piece.len - cur.1).min(x);
                         let a = piece.a as usize;
                         let j = piece.j as usize;
-                        let src_buf = if piece.in_scratch {
+                        let src_buf = if in_scratch {
                             let dep = bal_id[(s * g + a) * g + c][usize::from(!urgent_tile[tile])];
-                            if deps.last() != Some(&dep) {
-                                deps.push(dep);
+                            if pdeps.len() == dep_begin || pdeps.last() != Some(&dep) {
+                                pdeps.push(dep);
                             }
                             Buf::Scratch
                         } else {
@@ -315,13 +423,14 @@ pub fn assemble(name: &str, traffic: &Traffic, cluster: &Cluster, bal: &Balanced
                         let src_off = piece.src_off + cur.1;
                         let out_off = piece.out_off + cur.1;
                         if j == c {
-                            push_merged(&mut segs, Segment { src_buf, src_off, dst_buf: Buf::Output, dst_off: out_off, len: y });
+                            push_merged_from(psegs, seg_begin, Segment { src_buf, src_off, dst_buf: Buf::Output, dst_off: out_off, len: y });
                         } else {
                             let at = recv_cursor[dst_rank];
                             recv_cursor[dst_rank] += y;
-                            push_merged(&mut segs, Segment { src_buf, src_off, dst_buf: Buf::Scratch, dst_off: at, len: y });
+                            push_merged_from(psegs, seg_begin, Segment { src_buf, src_off, dst_buf: Buf::Scratch, dst_off: at, len: y });
                             redistributor.park(j, at, out_off, y);
                         }
+                        bytes += y;
                         x -= y;
                         cur.1 += y;
                         if cur.1 == piece.len {
@@ -329,17 +438,17 @@ pub fn assemble(name: &str, traffic: &Traffic, cluster: &Cluster, bal: &Balanced
                             cur.1 = 0;
                         }
                     }
-                    if segs.is_empty() {
+                    if psegs.len() == seg_begin {
+                        pdeps.truncate(dep_begin);
                         continue;
                     }
+                    // Sorted deps: the balancing ones (ids below every scale-out id), then the
+                    // union of the NIC lists (ascending, as filled).
+                    sort_dedup_tail(pdeps, dep_begin);
                     if chain_nics {
-                        deps.extend_from_slice(sends.last(snic));
-                        deps.extend_from_slice(recvs.last(rnic));
+                        merge_unique(sends.last(snic), recvs.last(rnic), pdeps);
                     }
-                    deps.sort_unstable();
-                    deps.dedup();
-                    let bytes: u64 = segs.iter().map(|s| s.len).sum();
-                    let id = b.transfer(src_rank as u32, dst_rank as u32, Op::Copy, Tier::ScaleOut, step, &segs, &deps);
+                    let id = b.close_transfer(src_rank as u32, dst_rank as u32, Op::Copy, Tier::ScaleOut, step, seg_begin, dep_begin);
                     // Its redistribution: step k+2, beside the next round's scale-out.
                     redistributor.emit(&mut b, dst_rank as u32, (d * g) as u32, id, step + 1);
                     if nic_send_bytes[snic] == 0 && nic_recv_bytes[snic] == 0 {
@@ -356,9 +465,10 @@ pub fn assemble(name: &str, traffic: &Traffic, cluster: &Cluster, bal: &Balanced
                     }
                 }
             }
+            visit += 1;
         }
         let mut round_max = 0;
-        for &nic in &touched_nics {
+        for &nic in touched_nics.iter() {
             round_max = round_max.max(nic_send_bytes[nic]).max(nic_recv_bytes[nic]);
             nic_send_bytes[nic] = 0;
             nic_recv_bytes[nic] = 0;
@@ -376,6 +486,95 @@ pub fn assemble(name: &str, traffic: &Traffic, cluster: &Cluster, bal: &Balanced
     (b, loads)
 }
 
+/// Visits of tiles (a pair of a round, numbered in round order), grouped by tile.
+#[derive(Default)]
+pub struct Visits {
+    /// Per visit: its tile and the tile bytes it moves.
+    tile: Vec<u32>,
+    bytes: Vec<u64>,
+    /// Visits of tile t: `order[first[t]..first[t + 1]]`.
+    first: Vec<u32>,
+    order: Vec<u32>,
+    fill: Vec<u32>,
+    /// Per carrier of the tile being cut: (next piece, offset in it, bytes sent so far).
+    carriers: Vec<(u32, u64, u64)>,
+}
+
+/// What one carrier moves in one visit of its tile: `bytes` from piece `at` (an index
+/// into `Balanced::pieces`), `off` bytes into it.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Cut {
+    at: u32,
+    off: u64,
+    bytes: u64,
+}
+
+/// Fill `cuts[visit * g + c]` for every visit (a pair of a round, numbered in round order)
+/// and carrier c. A tile's carriers send, after each visit, their target's share of the
+/// tile bytes sent so far (`mul_div(cum, target, total)`), so every carrier finishes with
+/// the tile's last visit. Tiles are processed one after another, each reading its own
+/// streams front to back.
+fn cut_visits(bal: &Balanced, rounds: &[Round], vs: &mut Visits, cuts: &mut Vec<Cut>) {
+    let (n, g) = (bal.servers, bal.gpus);
+    vs.tile.clear();
+    vs.bytes.clear();
+    for round in rounds {
+        vs.tile.extend(round.pairs.iter().map(|&(s, d, _)| s * n as u32 + d));
+        vs.bytes.extend(round.pairs.iter().map(|&(_, _, r)| r));
+    }
+    let visits = vs.tile.len();
+    // Visits grouped by tile, in round order within a tile (counting sort).
+    refill(&mut vs.first, n * n + 1, 0);
+    for &t in &vs.tile {
+        vs.first[t as usize + 1] += 1;
+    }
+    for t in 0..n * n {
+        vs.first[t + 1] += vs.first[t];
+    }
+    vs.fill.clear();
+    vs.fill.extend_from_slice(&vs.first[..n * n]);
+    refill(&mut vs.order, visits, 0);
+    for (v, &t) in vs.tile.iter().enumerate() {
+        vs.order[vs.fill[t as usize] as usize] = v as u32;
+        vs.fill[t as usize] += 1;
+    }
+    cuts.clear();
+    cuts.resize(visits * g, Cut::default());
+    for tile in 0..n * n {
+        let (vb, ve) = (vs.first[tile] as usize, vs.first[tile + 1] as usize);
+        if vb == ve {
+            continue;
+        }
+        let total = bal.server[tile];
+        // Per carrier: next piece, offset in it, bytes sent so far.
+        vs.carriers.clear();
+        vs.carriers.extend((0..g).map(|c| (bal.stream_range[tile * g + c].0, 0u64, 0u64)));
+        let targets = &bal.targets[tile * g..(tile + 1) * g];
+        let mut cum = 0u64;
+        // Visit by visit, so each visit's g cuts are written together.
+        for &v in &vs.order[vb..ve] {
+            let v = v as usize;
+            cum += vs.bytes[v];
+            for (c, (&t, (at, off, given))) in targets.iter().zip(vs.carriers.iter_mut()).enumerate() {
+                let hi = if cum == total { t } else { mul_div(cum, t, total) };
+                let mut x = hi - *given;
+                *given = hi;
+                cuts[v * g + c] = Cut { at: *at, off: *off, bytes: x };
+                while x > 0 {
+                    let len = bal.pieces[*at as usize].len;
+                    let y = (len - *off).min(x);
+                    x -= y;
+                    *off += y;
+                    if *off == len {
+                        *at += 1;
+                        *off = 0;
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// The most pairs any server sends or receives in one round (1 for one-to-one rounds).
 fn max_pairs_per_server(rounds: &[Round], n: usize) -> usize {
     let mut count = vec![0usize; 2 * n];
@@ -389,4 +588,35 @@ fn max_pairs_per_server(rounds: &[Round], n: usize) -> usize {
         }
     }
     max
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn sorted_unique(mut v: Vec<u32>) -> Vec<u32> {
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+
+    proptest! {
+        #[test]
+        fn merge_unique_is_the_sorted_union(a in proptest::collection::btree_set(0u32..40, 0..8), b in proptest::collection::btree_set(0u32..40, 0..8), prefix in proptest::collection::vec(0u32..9, 0..3)) {
+            let (a, b): (Vec<u32>, Vec<u32>) = (a.into_iter().collect(), b.into_iter().collect());
+            let mut out = prefix.clone();
+            merge_unique(&a, &b, &mut out);
+            prop_assert_eq!(&out[..prefix.len()], &prefix[..]);
+            prop_assert_eq!(out[prefix.len()..].to_vec(), sorted_unique([a, b].concat()));
+        }
+
+        #[test]
+        fn sort_dedup_tail_leaves_the_head(head in proptest::collection::vec(0u32..50, 0..4), tail in proptest::collection::vec(0u32..50, 0..10)) {
+            let mut v = [head.clone(), tail.clone()].concat();
+            sort_dedup_tail(&mut v, head.len());
+            prop_assert_eq!(&v[..head.len()], &head[..]);
+            prop_assert_eq!(v[head.len()..].to_vec(), sorted_unique(tail));
+        }
+    }
 }

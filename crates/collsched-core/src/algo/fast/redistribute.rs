@@ -7,12 +7,15 @@ use crate::topology::Tier;
 
 /// Groups the pieces one scale-out transfer parked, by owner, and emits the
 /// redistribution transfers; keeps per-round loads for the predictor.
+#[derive(Default)]
 pub struct Redistributor {
     /// Per local owner index: Scratch → Output segments waiting to be emitted.
     buckets: Vec<Vec<Segment>>,
     /// Bytes parked per owner (summed while parking, not rescanned at emission).
     bucket_bytes: Vec<u64>,
-    /// Whether any bucket holds segments (most scale-out transfers park nothing).
+    /// Bit j set when bucket j holds segments (most scale-out transfers park nothing,
+    /// the others a few owners): emission visits only those, in owner order.
+    nonempty: Vec<u64>,
     any: bool,
     out_load: Vec<u64>,
     in_load: Vec<u64>,
@@ -21,13 +24,29 @@ pub struct Redistributor {
 
 impl Redistributor {
     pub fn new(ranks: usize, gpus: usize) -> Redistributor {
-        Redistributor { buckets: vec![Vec::new(); gpus], bucket_bytes: vec![0; gpus], any: false, out_load: vec![0; ranks], in_load: vec![0; ranks], touched: Vec::new() }
+        let mut r = Redistributor::default();
+        r.reset(ranks, gpus);
+        r
+    }
+
+    /// Empty state for `ranks` ranks of `gpus` per server, reusing the allocations.
+    pub fn reset(&mut self, ranks: usize, gpus: usize) {
+        self.buckets.resize_with(gpus, Vec::new);
+        self.buckets.truncate(gpus);
+        self.buckets.iter_mut().for_each(Vec::clear);
+        super::balance::refill(&mut self.bucket_bytes, gpus, 0);
+        super::balance::refill(&mut self.nonempty, gpus.div_ceil(64), 0);
+        self.any = false;
+        super::balance::refill(&mut self.out_load, ranks, 0);
+        super::balance::refill(&mut self.in_load, ranks, 0);
+        self.touched.clear();
     }
 
     /// Park `len` bytes at `holder`'s Scratch `scratch_off`, owned by local GPU `owner` (Output `out_off`).
     #[inline]
     pub fn park(&mut self, owner: usize, scratch_off: u64, out_off: u64, len: u64) {
         self.bucket_bytes[owner] += len;
+        self.nonempty[owner / 64] |= 1 << (owner % 64);
         self.any = true;
         super::pipeline::push_merged(&mut self.buckets[owner], Segment { src_buf: Buf::Scratch, src_off: scratch_off, dst_buf: Buf::Output, dst_off: out_off, len });
     }
@@ -39,20 +58,36 @@ impl Redistributor {
             return;
         }
         self.any = false;
-        for (j, bucket) in self.buckets.iter_mut().enumerate() {
-            if bucket.is_empty() {
-                continue;
+        for w in 0..self.nonempty.len() {
+            let mut bits = std::mem::take(&mut self.nonempty[w]);
+            while bits != 0 {
+                let j = w * 64 + bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                self.emit_bucket(b, j, holder, server_base, producer, step);
             }
-            let owner = server_base + j as u32;
-            let bytes = std::mem::take(&mut self.bucket_bytes[j]);
-            b.transfer(holder, owner, Op::Copy, Tier::ScaleUp, step, bucket, &[producer]);
-            bucket.clear();
-            for (r, load) in [(holder, &mut self.out_load), (owner, &mut self.in_load)] {
-                if load[r as usize] == 0 {
-                    self.touched.push(r);
-                }
-                load[r as usize] += bytes;
+        }
+    }
+
+    /// One redistribution transfer: bucket `j`'s segments to owner `server_base + j`.
+    #[inline]
+    fn emit_bucket(&mut self, b: &mut PlanBuilder, j: usize, holder: u32, server_base: u32, producer: u32, step: u32) {
+        let bucket = &mut self.buckets[j];
+        let owner = server_base + j as u32;
+        let bytes = std::mem::take(&mut self.bucket_bytes[j]);
+        // Parked segments are never empty: copy them straight into the plan.
+        let (segs, deps) = b.lists_mut();
+        let (seg_begin, dep_begin) = (segs.len(), deps.len());
+        for &seg in bucket.iter() {
+            segs.push(seg); // short lists: cheaper than a memcpy call
+        }
+        deps.push(producer);
+        b.close_transfer(holder, owner, Op::Copy, Tier::ScaleUp, step, seg_begin, dep_begin);
+        bucket.clear();
+        for (r, load) in [(holder, &mut self.out_load), (owner, &mut self.in_load)] {
+            if load[r as usize] == 0 {
+                self.touched.push(r);
             }
+            load[r as usize] += bytes;
         }
     }
 
