@@ -220,6 +220,7 @@ pub fn plan(traffic: &Traffic, cluster: &Cluster, opts: &Options) -> Result<Plan
         winner = argmin(&simulated).unwrap_or(by_model);
     }
     let plan = plans[winner].take().expect("winner planned");
+    plans.into_iter().flatten().for_each(crate::plan::recycle);
     let d = cache::Decision { winner, predicted_ns: predicted, simulated_ns: simulated, pruned_ns: pruned, how };
     let plan = finish(plan, &d);
     if use_cache {
@@ -315,10 +316,13 @@ fn evaluate_pruned(chosen: &[usize], traffic: &Traffic, cluster: &Cluster, threa
         predicted[i] = Some(ns);
         best = Some(best.map_or(ns, |b| b.min(ns)));
     }
-    // Pruned plans are dropped; only predicted ones can win.
+    // Pruned plans are dropped (their arrays recycled for the next plan); only
+    // predicted ones can win.
     for i in 0..k {
         if predicted[i].is_none() {
-            plans[i] = None;
+            if let Some(p) = plans[i].take() {
+                crate::plan::recycle(p);
+            }
         }
     }
     Ok((plans, predicted, pruned))
