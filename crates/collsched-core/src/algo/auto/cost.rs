@@ -337,23 +337,23 @@ struct Model<'a> {
     /// Transfer ids ordered by level (stable); level `lv` is `by_level[level_start[lv]..level_start[lv + 1]]`.
     by_level: Vec<u32>,
     level_start: Vec<usize>,
-    /// Per slot: the bytes of lower levels on the same link.
-    slot_below: Vec<u64>,
     /// Slots carrying bytes, grouped by (link, level): link-major, levels ascending, each
-    /// group sorted by bytes. Group `k` is `group_slots[group_start[k]..group_start[k + 1]]`;
-    /// link `l`'s groups are `link_groups[l]..link_groups[l + 1]`.
+    /// group sorted by bytes. Group `k` is `group_slots[group_start[k]..group_start[k + 1]]`,
+    /// with its slots' transfers and bytes alongside (`group_owner`, `group_bytes`: read
+    /// in order, not through the slot); link `l`'s groups are `link_groups[l]..link_groups[l + 1]`.
     group_slots: Vec<u32>,
+    group_owner: Vec<u32>,
+    group_bytes: Vec<u64>,
     group_start: Vec<usize>,
     link_groups: Vec<usize>,
     /// Groups of each level: `level_group[level_group_start[lv]..level_group_start[lv + 1]]`.
     level_group: Vec<u32>,
     level_group_start: Vec<usize>,
-    /// Per group: total bytes. Per slot: its group, and its processor-sharing bytes
-    /// (Σ_j min(b_j, b) over its group: with equal shares a transfer of b bytes finishes
-    /// once that much went through the link).
+    /// Per group: total bytes and its link.
     group_total: Vec<u64>,
-    slot_group: Vec<u32>,
-    shared: Vec<u64>,
+    group_link: Vec<u32>,
+    /// Per slot, what the finish of its transfer needs, in one place.
+    terms: Vec<SlotTerms>,
     /// Per dense link: its bandwidth, as a divider.
     drain: Vec<Drain>,
 }
@@ -367,12 +367,28 @@ impl Drop for Model<'_> {
         give(std::mem::take(&mut self.by_level));
         give(std::mem::take(&mut self.group_slots));
         give(std::mem::take(&mut self.level_group));
-        give(std::mem::take(&mut self.slot_group));
-        give(std::mem::take(&mut self.slot_below));
+        give(std::mem::take(&mut self.group_owner));
+        give(std::mem::take(&mut self.group_bytes));
         give(std::mem::take(&mut self.group_total));
-        give(std::mem::take(&mut self.shared));
+        give(std::mem::take(&mut self.group_link));
+        give(std::mem::take(&mut self.terms));
     }
 }
+
+/// What one slot contributes to its transfer's finish.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct SlotTerms {
+    /// Processor-sharing bytes: Σ_j min(b_j, b) over its group (with equal shares a
+    /// transfer of b bytes finishes once that much went through the link).
+    shared: u64,
+    /// Bytes of lower levels on the same link.
+    below: u64,
+    link: u32,
+    /// Its (link, level) group; `NO_GROUP` for a slot without bytes.
+    group: u32,
+}
+
+const NO_GROUP: u32 = u32::MAX;
 
 /// Stable counting sort of `0..keys.len()` restricted to `items` by `keys`: the bucket
 /// bounds (`buckets + 1` entries) and the sorted items.
@@ -410,7 +426,7 @@ impl<'a> Model<'a> {
         let links = routes.link_bw.len();
         let (slots, slot_level) = (routes.slot_link.len(), |k: u32| level[routes.slot_owner[k as usize] as usize]);
         // Lower-level bytes per slot, in one pass over the transfers in level order.
-        let mut slot_below = filled(slots, 0u64);
+        let mut terms = filled(slots, SlotTerms { group: NO_GROUP, ..SlotTerms::default() });
         let (mut cur, mut below, mut acc) = (filled(links, u32::MAX), filled(links, 0u64), filled(links, 0u64));
         for &id in &by_level {
             let id = id as usize;
@@ -421,7 +437,8 @@ impl<'a> Model<'a> {
                     below[l] = below[l].saturating_add(acc[l]);
                     acc[l] = 0;
                 }
-                slot_below[k] = below[l];
+                terms[k].below = below[l];
+                terms[k].link = l as u32;
                 acc[l] = acc[l].saturating_add(routes.slot_bytes[k]);
             }
         }
@@ -451,8 +468,8 @@ impl<'a> Model<'a> {
         group_start.push(group_slots.len());
         give(link_start);
         let mut group_total = filled(groups, 0u64);
-        let mut slot_group = filled(slots, 0u32);
-        let mut shared = filled(slots, 0u64);
+        let mut group_link = filled(groups, 0u32);
+        let (mut group_owner, mut group_bytes) = (empty(group_slots.len()), empty(group_slots.len()));
         for gi in 0..groups {
             let group = &mut group_slots[group_start[gi]..group_start[gi + 1]];
             // Ties in bytes give equal sharing terms, so an unstable sort is exact.
@@ -461,16 +478,20 @@ impl<'a> Model<'a> {
             let mut before = 0u64;
             for (i, &k) in group.iter().enumerate() {
                 let b = routes.slot_bytes[k as usize];
-                shared[k as usize] = before.saturating_add(b.saturating_mul(n - i as u64));
-                slot_group[k as usize] = gi as u32;
+                let t = &mut terms[k as usize];
+                t.shared = before.saturating_add(b.saturating_mul(n - i as u64));
+                t.group = gi as u32;
+                group_owner.push(routes.slot_owner[k as usize]);
+                group_bytes.push(b);
                 before = before.saturating_add(b);
             }
             group_total[gi] = before;
+            group_link[gi] = routes.slot_link[group[0] as usize];
         }
         let (level_group_start, level_group) = counting_sort(0..groups as u32, levels, |gi| group_level[gi as usize] as usize);
         give(group_level);
         give(level);
-        Model { plan, cluster, by_level, level_start, slot_below, group_slots, group_start, link_groups, level_group, level_group_start, group_total, slot_group, shared, drain: routes.drains(), routes }
+        Model { plan, cluster, by_level, level_start, group_slots, group_owner, group_bytes, group_start, link_groups, level_group, level_group_start, group_total, group_link, terms, drain: routes.drains(), routes }
     }
 
     /// Finish and release times, level by level. `extra[slot]`: bytes of later levels
@@ -492,16 +513,16 @@ impl<'a> Model<'a> {
             }
             for &gi in &self.level_group[self.level_group_start[lv]..self.level_group_start[lv + 1]] {
                 let gi = gi as usize;
-                let group = &self.group_slots[self.group_start[gi]..self.group_start[gi + 1]];
-                let bw = self.drain[r.slot_link[group[0] as usize] as usize];
-                let rel = |k: u32| release[r.slot_owner[k as usize] as usize];
+                let (g0, g1) = (self.group_start[gi], self.group_start[gi + 1]);
+                let (owners, bytes) = (&self.group_owner[g0..g1], &self.group_bytes[g0..g1]);
+                let bw = self.drain[self.group_link[gi] as usize];
                 // max_j (release_j + bytes released at or after release_j / bw).
-                let r0 = rel(group[0]);
-                drained[gi] = if group.iter().all(|&k| rel(k) == r0) {
+                let r0 = release[owners[0] as usize];
+                drained[gi] = if owners.iter().all(|&o| release[o as usize] == r0) {
                     r0.saturating_add(bw.ns(self.group_total[gi]))
                 } else {
                     by_release.clear();
-                    by_release.extend(group.iter().map(|&k| (rel(k), r.slot_bytes[k as usize])));
+                    by_release.extend(owners.iter().zip(bytes).map(|(&o, &b)| (release[o as usize], b)));
                     // Latest release first; ties in any order give the same maximum.
                     by_release.sort_unstable_by(|a, b| b.0.cmp(&a.0));
                     let (mut acc, mut done) = (0u64, 0u64);
@@ -517,16 +538,17 @@ impl<'a> Model<'a> {
                 let alpha = self.cluster.alpha_ns(plan.transfers[id].tier);
                 let mut f = release[id];
                 for slot in r.slot_begin[id]..r.slot_begin[id + 1] {
-                    if r.slot_bytes[slot] == 0 {
-                        continue;
+                    let t = self.terms[slot];
+                    if t.group == NO_GROUP {
+                        continue; // no bytes on this link
                     }
-                    let bw = self.drain[r.slot_link[slot] as usize];
+                    let bw = self.drain[t.link as usize];
                     let more = extra.map_or(0, |e| e[slot]);
-                    let mine = self.shared[slot].saturating_add(more);
-                    let drained = drained[self.slot_group[slot] as usize];
+                    let mine = t.shared.saturating_add(more);
+                    let drained = drained[t.group as usize];
                     let own_level = drained.saturating_add(bw.ns(more)).min(release[id].saturating_add(bw.ns(mine)));
                     // Bytes of lower levels on the same link go first (released earlier).
-                    let behind = alpha.saturating_add(bw.ns(self.slot_below[slot].saturating_add(mine)));
+                    let behind = alpha.saturating_add(bw.ns(t.below.saturating_add(mine)));
                     f = f.max(own_level).max(behind);
                 }
                 finish[id] = f;
@@ -546,8 +568,7 @@ impl<'a> Model<'a> {
     /// balanced-in bytes, pipelined stages) slow each other down; the first pass only
     /// made later levels wait. None if no link carries several levels.
     fn interference(&self, finish: &[u64], release: &[u64]) -> Option<Vec<u64>> {
-        let r = &self.routes;
-        let owner = |k: u32| r.slot_owner[k as usize] as usize;
+        let slots = self.terms.len();
         let mut extra: Option<Vec<u64>> = None;
         // Later levels' (release, bytes), sorted by release, and the prefix sums of bytes.
         let (mut later, mut merged, mut level): (Vec<(u64, u64)>, Vec<(u64, u64)>, Vec<(u64, u64)>) = (Vec::new(), Vec::new(), Vec::new());
@@ -559,7 +580,7 @@ impl<'a> Model<'a> {
             }
             later.clear();
             for gi in (g0..g1).rev() {
-                let group = &self.group_slots[self.group_start[gi]..self.group_start[gi + 1]];
+                let (s0, s1) = (self.group_start[gi], self.group_start[gi + 1]);
                 if !later.is_empty() {
                     prefix.clear();
                     prefix.push(0);
@@ -569,22 +590,22 @@ impl<'a> Model<'a> {
                         prefix.push(acc);
                     }
                     let first = later[0].0;
-                    for &a in group {
-                        let fa = finish[owner(a)];
+                    for i in s0..s1 {
+                        let fa = finish[self.group_owner[i] as usize];
                         if fa <= first {
                             continue; // every later transfer is released after a finishes
                         }
                         let p = later.partition_point(|x| x.0 < fa);
-                        let add = prefix[p].min((p as u64).saturating_mul(r.slot_bytes[a as usize]));
+                        let add = prefix[p].min((p as u64).saturating_mul(self.group_bytes[i]));
                         if add > 0 {
-                            extra.get_or_insert_with(|| filled(r.slot_link.len(), 0u64))[a as usize] = add;
+                            extra.get_or_insert_with(|| filled(slots, 0u64))[self.group_slots[i] as usize] = add;
                         }
                     }
                 }
                 if gi > g0 {
                     // Merge this level into the later ones for the levels below it.
                     level.clear();
-                    level.extend(group.iter().map(|&k| (release[owner(k)], r.slot_bytes[k as usize])));
+                    level.extend((s0..s1).map(|i| (release[self.group_owner[i] as usize], self.group_bytes[i])));
                     level.sort_unstable();
                     merged.clear();
                     let (mut i, mut j) = (0, 0);

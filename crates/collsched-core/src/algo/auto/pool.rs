@@ -30,6 +30,7 @@ pooled!(u64, POOL_U64);
 pooled!(u32, POOL_U32);
 pooled!(usize, POOL_USIZE);
 pooled!(bool, POOL_BOOL);
+pooled!(super::cost::SlotTerms, POOL_TERMS);
 
 /// An empty buffer with room for `cap` elements.
 pub fn empty<T: Pooled>(cap: usize) -> Vec<T> {
