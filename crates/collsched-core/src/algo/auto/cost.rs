@@ -585,6 +585,14 @@ impl<'a> Model<'a> {
     /// balanced-in bytes, pipelined stages) slow each other down; the first pass only
     /// made later levels wait. None if no link carries several levels.
     fn interference(&self, finish: &[u64], release: &[u64]) -> Option<Vec<u64>> {
+        // Merging costs O(slots · levels), the tree O(slots · log slots) with larger
+        // constants: FAST's pipelines put dozens of small levels on a link, and the
+        // tree wins once the link also carries many slots (measured at 64 and 320 GPUs).
+        self.interference_by(finish, release, |levels, slots| levels <= 4 || slots <= MERGE_MAX_SLOTS)
+    }
+
+    /// `interference`, merging on the links where `merge(levels, slots)` says so.
+    fn interference_by(&self, finish: &[u64], release: &[u64], merge: impl Fn(usize, usize) -> bool) -> Option<Vec<u64>> {
         let slots = self.terms.len();
         let mut extra: Option<Vec<u64>> = None;
         let mut scratch = Interference::default();
@@ -596,10 +604,7 @@ impl<'a> Model<'a> {
             let mut add = |i: usize, bytes: u64| {
                 extra.get_or_insert_with(|| filled(slots, 0u64))[self.group_slots[i] as usize] = bytes;
             };
-            // Merging costs O(slots · levels), the tree O(slots · log slots) with larger
-            // constants: FAST's pipelines put dozens of small levels on a link, and the
-            // tree wins once the link also carries many slots (measured at 64 and 320 GPUs).
-            if g1 - g0 <= 4 || self.group_start[g1] - self.group_start[g0] <= MERGE_MAX_SLOTS {
+            if merge(g1 - g0, self.group_start[g1] - self.group_start[g0]) {
                 self.interference_merged(g0, g1, finish, release, &mut scratch, &mut add);
             } else {
                 self.interference_tree(g0, g1, finish, release, &mut scratch, &mut add);
@@ -733,6 +738,27 @@ mod tests {
         let ns = predict_ns(&p, &c);
         assert!(ns >= 80_000 + 6_000, "{ns}");
         assert!(ns < 80_000 + 6_000 + 20_000, "{ns}");
+    }
+
+    /// Both ways of computing the interference give the same bytes on every slot.
+    #[test]
+    fn interference_merge_and_tree_agree() {
+        let mut checked = 0;
+        for (spec, seed) in [("h200:4", 1u64), ("h200:3,gpus=4,nics=2", 2), ("mi250:2", 3), ("v100:2", 4), ("mi300x:3", 5)] {
+            let c = Cluster::parse(spec).unwrap();
+            let n = c.num_gpus() as usize;
+            let t = generators::zipf(n, 0.9, 1 << 20, seed).unwrap();
+            for alg in ["fast", "balanced_direct", "sabre_light", "sabre_skewed", "hierarchical"] {
+                let Ok(p) = crate::algo::plan_all_to_all(&t, &c, alg, &Options::new()) else { continue };
+                let model = Model::new(&p, &c);
+                let (finish, release) = model.run(None);
+                let merged = model.interference_by(&finish, &release, |_, _| true);
+                let tree = model.interference_by(&finish, &release, |_, _| false);
+                assert_eq!(merged, tree, "{spec} {alg}");
+                checked += merged.is_some() as usize;
+            }
+        }
+        assert!(checked >= 5, "interference found on {checked} plans");
     }
 
     #[test]
