@@ -441,7 +441,7 @@ impl<'a> Model<'a> {
         }
         let (level_start, by_level) = counting_sort(0..m as u32, levels, |id| level[id as usize] as usize);
         let links = routes.link_bw.len();
-        let (slots, slot_level) = (routes.slot_link.len(), |k: u32| level[routes.slot_owner[k as usize] as usize]);
+        let slots = routes.slot_link.len();
         // Lower-level bytes per slot, in one pass over the transfers in level order.
         let mut terms = filled(slots, SlotTerms { group: NO_GROUP, ..SlotTerms::default() });
         let (mut cur, mut below, mut acc) = (filled(links, u32::MAX), filled(links, 0u64), filled(links, 0u64));
@@ -459,12 +459,34 @@ impl<'a> Model<'a> {
                 acc[l] = acc[l].saturating_add(routes.slot_bytes[k]);
             }
         }
-        // Slots with bytes, by link (stable over level order: levels ascend within a link).
-        let in_level_order = by_level.iter().flat_map(|&id| (routes.slot_begin[id as usize]..routes.slot_begin[id as usize + 1]) .map(|k| k as u32)).filter(|&k| routes.slot_bytes[k as usize] > 0);
-        let (link_start, mut group_slots) = counting_sort(in_level_order, links, |k| routes.slot_link[k as usize] as usize);
         give(cur);
         give(below);
         give(acc);
+        // Slots with bytes as (bytes, slot, transfer), by link: a counting sort, filled in
+        // level order so levels ascend within a link.
+        let mut link_start: Vec<usize> = filled(links + 1, 0);
+        for k in 0..slots {
+            if routes.slot_bytes[k] > 0 {
+                link_start[routes.slot_link[k] as usize + 1] += 1;
+            }
+        }
+        for l in 0..links {
+            link_start[l + 1] += link_start[l];
+        }
+        let mut fill: Vec<usize> = empty(links);
+        fill.extend_from_slice(&link_start[..links]);
+        let mut items: Vec<(u64, u32, u32)> = vec![(0, 0, 0); link_start[links]];
+        for &id in &by_level {
+            for k in routes.slot_begin[id as usize]..routes.slot_begin[id as usize + 1] {
+                let bytes = routes.slot_bytes[k];
+                if bytes > 0 {
+                    let l = routes.slot_link[k] as usize;
+                    items[fill[l]] = (bytes, k as u32, id);
+                    fill[l] += 1;
+                }
+            }
+        }
+        give(fill);
         let mut group_start: Vec<usize> = empty(links + 1);
         let mut group_level: Vec<u32> = empty(links + 1);
         let mut link_groups: Vec<usize> = empty(links + 1);
@@ -472,38 +494,38 @@ impl<'a> Model<'a> {
             link_groups.push(group_start.len());
             let mut i = link_start[l];
             while i < link_start[l + 1] {
-                let lv = slot_level(group_slots[i]);
+                let lv = level[items[i].2 as usize];
                 group_start.push(i);
                 group_level.push(lv);
-                while i < link_start[l + 1] && slot_level(group_slots[i]) == lv {
+                while i < link_start[l + 1] && level[items[i].2 as usize] == lv {
                     i += 1;
                 }
             }
         }
         link_groups.push(group_start.len());
         let groups = group_level.len();
-        group_start.push(group_slots.len());
+        group_start.push(items.len());
         give(link_start);
         let mut group_total = filled(groups, 0u64);
         let mut group_link = filled(groups, 0u32);
-        let (mut group_owner, mut group_bytes) = (empty(group_slots.len()), empty(group_slots.len()));
+        let (mut group_slots, mut group_owner, mut group_bytes) = (empty(items.len()), empty(items.len()), empty(items.len()));
         for gi in 0..groups {
-            let group = &mut group_slots[group_start[gi]..group_start[gi + 1]];
+            let group = &mut items[group_start[gi]..group_start[gi + 1]];
             // Ties in bytes give equal sharing terms, so an unstable sort is exact.
-            group.sort_unstable_by_key(|&k| routes.slot_bytes[k as usize]);
+            group.sort_unstable_by_key(|x| x.0);
             let n = group.len() as u64;
             let mut before = 0u64;
-            for (i, &k) in group.iter().enumerate() {
-                let b = routes.slot_bytes[k as usize];
+            for (i, &(b, k, owner)) in group.iter().enumerate() {
                 let t = &mut terms[k as usize];
                 t.shared = before.saturating_add(b.saturating_mul(n - i as u64));
                 t.group = gi as u32;
-                group_owner.push(routes.slot_owner[k as usize]);
+                group_slots.push(k);
+                group_owner.push(owner);
                 group_bytes.push(b);
                 before = before.saturating_add(b);
             }
             group_total[gi] = before;
-            group_link[gi] = routes.slot_link[group[0] as usize];
+            group_link[gi] = routes.slot_link[group[0].1 as usize];
         }
         let (level_group_start, level_group) = counting_sort(0..groups as u32, levels, |gi| group_level[gi as usize] as usize);
         give(group_level);
