@@ -200,6 +200,35 @@ pub fn predict_ns(plan: &Plan, cluster: &Cluster) -> u64 {
     most
 }
 
+/// `predict_ns`, or stop early: `Err(bound)` when the model's first pass already
+/// predicts `bound > give_up_above`. The first pass (before the later levels' interference
+/// is added) is a lower bound on the prediction: the second pass only adds bytes, and every
+/// term is non-decreasing in bytes and in release times (a work-conserving link never
+/// drains sooner when work arrives later), so no transfer finishes earlier.
+pub fn predict_or_bound_ns(plan: &Plan, cluster: &Cluster, give_up_above: u64) -> std::result::Result<u64, u64> {
+    let model = Model::new(plan, cluster);
+    let (finish, release) = model.run(None);
+    let first = finish.iter().copied().max().unwrap_or(0);
+    if first > give_up_above {
+        give(finish);
+        give(release);
+        return Err(first);
+    }
+    let extra = model.interference(&finish, &release);
+    give(release);
+    let Some(extra) = extra else {
+        give(finish);
+        return Ok(first);
+    };
+    give(finish);
+    let (finish, release) = model.run(Some(&extra));
+    let most = finish.iter().copied().max().unwrap_or(0);
+    give(finish);
+    give(release);
+    give(extra);
+    Ok(most)
+}
+
 /// Predicted finish time of every transfer, integer nanoseconds.
 pub fn predict_finish_ns(plan: &Plan, cluster: &Cluster) -> Vec<u64> {
     let model = Model::new(plan, cluster);
@@ -781,6 +810,34 @@ mod tests {
             }
         }
         assert!(checked >= 5, "interference found on {checked} plans");
+    }
+
+    /// The first pass bounds the prediction from below, so stopping there prunes safely.
+    #[test]
+    fn first_pass_bounds_the_prediction() {
+        let mut stopped = 0;
+        for (spec, seed) in [("h200:4", 1u64), ("h200:3,gpus=4,nics=2", 2), ("mi250:2", 3), ("v100:2", 4), ("mi300x:3", 5), ("perlmutter:3", 6)] {
+            let c = Cluster::parse(spec).unwrap();
+            let n = c.num_gpus() as usize;
+            for t in [generators::zipf(n, 0.9, 1 << 20, seed).unwrap(), generators::uniform(n, 1 << 16, seed).unwrap()] {
+                for alg in crate::algo::auto::CANDIDATES {
+                    let Ok(p) = crate::algo::plan_all_to_all(&t, &c, alg, &Options::new()) else { continue };
+                    let ns = predict_ns(&p, &c);
+                    assert_eq!(predict_or_bound_ns(&p, &c, u64::MAX), Ok(ns), "{spec} {alg}");
+                    match predict_or_bound_ns(&p, &c, 0) {
+                        Ok(x) => assert_eq!(x, ns),
+                        Err(first) => {
+                            assert!(first > 0 && first <= ns, "{spec} {alg}: first pass {first} > prediction {ns}");
+                            stopped += 1;
+                        }
+                    }
+                    if ns > 0 {
+                        assert_eq!(predict_or_bound_ns(&p, &c, ns), Ok(ns), "{spec} {alg}: stopped at its own prediction");
+                    }
+                }
+            }
+        }
+        assert!(stopped > 20, "{stopped}");
     }
 
     #[test]

@@ -312,7 +312,16 @@ fn evaluate_pruned(chosen: &[usize], traffic: &Traffic, cluster: &Cluster, threa
             pruned[i] = Some(b.max(chain));
             continue;
         }
-        let ns = cost::predict_ns(plan, cluster);
+        // The model's first pass is a third bound (≤ the prediction): past the margin, the
+        // second pass is skipped. b·100 > best·(100+m) ⇔ b > ⌊best·(100+m)/100⌋ for integers.
+        let give_up_above = best.map_or(u64::MAX, |best| (best as u128 * (100 + REFINE_MARGIN_PERCENT) as u128 / 100).min(u64::MAX as u128) as u64);
+        let ns = match cost::predict_or_bound_ns(plan, cluster, give_up_above) {
+            Ok(ns) => ns,
+            Err(first) => {
+                pruned[i] = Some(b.max(chain).max(first));
+                continue;
+            }
+        };
         predicted[i] = Some(ns);
         best = Some(best.map_or(ns, |b| b.min(ns)));
     }
