@@ -1,6 +1,7 @@
 //! Plan `auto` repeatedly on one Zipf(0.8) matrix, for profiling its overhead:
-//! `cargo run --release --example auto_profile -- 8 20 [MiB sent per GPU] [predict]`.
-//! With `predict`, time the closed-form model alone on each candidate's plan instead.
+//! `cargo run --release --example auto_profile -- 8 20 [MiB sent per GPU] [predict|hit]`.
+//! With `predict`, time the closed-form model alone on each candidate's plan instead;
+//! with `hit`, a decision-cache hit next to hashing the matrix and cloning the plan.
 use collsched_core::algo::auto::{cost, CANDIDATES};
 use collsched_core::algo::plan_all_to_all;
 use collsched_core::plan::Options;
@@ -19,6 +20,7 @@ fn main() {
     let reps: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(10);
     let mib: u64 = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(50);
     let predict_only = args.get(4).is_some_and(|s| s == "predict");
+    let hit = args.get(4).is_some_and(|s| s == "hit");
     let c = Cluster::parse(&format!("h200:{servers}")).unwrap();
     let t = generators::zipf(c.num_gpus() as usize, 0.8, (mib << 20) / c.num_gpus() as u64, 1).unwrap();
     if predict_only {
@@ -34,6 +36,16 @@ fn main() {
             let best = *times.iter().min().unwrap();
             println!("predict {name}: {} transfers, median {:?}, min {best:?}", p.transfers.len(), median(times));
         }
+        return;
+    }
+    if hit {
+        // A cache hit against what it has to do anyway: hash the matrix, clone the plan.
+        let p = plan_all_to_all(&t, &c, "auto", &Options::new()).unwrap();
+        let time = |f: &dyn Fn()| median((0..reps).map(|_| { let t0 = Instant::now(); f(); t0.elapsed() }).collect());
+        let hash = time(&|| { std::hint::black_box(t.hash()); });
+        let clone = time(&|| { std::hint::black_box(p.clone()); });
+        let cached = time(&|| { std::hint::black_box(plan_all_to_all(&t, &c, "auto", &Options::new()).unwrap()); });
+        println!("{servers} servers: cache hit {cached:?}; matrix hash {hash:?}, plan clone {clone:?} ({} transfers)", p.transfers.len());
         return;
     }
     let mut opts = Options::new();
