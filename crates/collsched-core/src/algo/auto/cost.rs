@@ -194,6 +194,9 @@ impl Drain {
 
 /// Predicted completion time of `plan` on `cluster`, integer nanoseconds.
 pub fn predict_ns(plan: &Plan, cluster: &Cluster) -> u64 {
+    if let Some(ns) = single_level_ns(plan, cluster) {
+        return ns;
+    }
     let finish = predict_finish_ns(plan, cluster);
     let most = finish.iter().copied().max().unwrap_or(0);
     give(finish);
@@ -206,6 +209,9 @@ pub fn predict_ns(plan: &Plan, cluster: &Cluster) -> u64 {
 /// term is non-decreasing in bytes and in release times (a work-conserving link never
 /// drains sooner when work arrives later), so no transfer finishes earlier.
 pub fn predict_or_bound_ns(plan: &Plan, cluster: &Cluster, give_up_above: u64) -> std::result::Result<u64, u64> {
+    if let Some(ns) = single_level_ns(plan, cluster) {
+        return if ns > give_up_above { Err(ns) } else { Ok(ns) };
+    }
     let model = Model::new(plan, cluster);
     let (finish, release) = model.run(None);
     let first = finish.iter().copied().max().unwrap_or(0);
@@ -227,6 +233,49 @@ pub fn predict_or_bound_ns(plan: &Plan, cluster: &Cluster, give_up_above: u64) -
     give(release);
     give(extra);
     Ok(most)
+}
+
+/// `predict_ns` of a plan without dependencies (fanout's single round), in one pass with
+/// no sorting; None if any transfer depends on an earlier one. Every transfer is then
+/// released at its tier's alpha and there are no lower levels and no interference, so
+/// the model's finish of a transfer is `max(alpha, alpha + shared / bw)` over its links
+/// (the level's drain term can only lower it), and the largest processor-sharing total on
+/// a link is the link's whole load: the prediction is the latest of every transfer's alpha
+/// and, per link, its alpha plus its load over its bandwidth.
+fn single_level_ns(plan: &Plan, cluster: &Cluster) -> Option<u64> {
+    let has_deps = plan.transfers.iter().enumerate().any(|(id, t)| plan.deps_of(t).iter().any(|&d| (d as usize) < id));
+    if has_deps {
+        return None;
+    }
+    let mut dense = DenseLinks::new(cluster);
+    let mut link_bw: Vec<u64> = empty(0);
+    let mut load: Vec<u64> = empty(0);
+    let mut link_alpha: Vec<u64> = empty(0);
+    let mut latest = 0u64;
+    for t in &plan.transfers {
+        let alpha = cluster.alpha_ns(t.tier);
+        latest = latest.max(alpha);
+        let bytes = plan.transfer_bytes(t);
+        if bytes == 0 {
+            continue;
+        }
+        route(cluster, t.src, t.dst, t.tier, |kind, server, a, b, bw, half| {
+            let l = dense.get(kind, server, a, b, bw, &mut link_bw) as usize;
+            if l == load.len() {
+                load.push(0);
+                link_alpha.push(alpha);
+            }
+            load[l] = load[l].saturating_add(if half { bytes.div_ceil(2) } else { bytes });
+        });
+    }
+    for l in 0..load.len() {
+        latest = latest.max(link_alpha[l].saturating_add(drain_ns(load[l], link_bw[l])));
+    }
+    give(dense.id);
+    give(link_bw);
+    give(load);
+    give(link_alpha);
+    Some(latest)
 }
 
 /// Predicted finish time of every transfer, integer nanoseconds.
@@ -810,6 +859,32 @@ mod tests {
             }
         }
         assert!(checked >= 5, "interference found on {checked} plans");
+    }
+
+    /// The one-pass prediction of dependency-free plans equals the full model's.
+    #[test]
+    fn single_level_shortcut_matches_the_model() {
+        let mut used = 0;
+        for (spec, seed) in [("h200:4", 1u64), ("h200:3,gpus=4,nics=2", 2), ("mi250:2", 3), ("v100:2", 4), ("mi300x:3", 5), ("perlmutter:1", 6)] {
+            let c = Cluster::parse(spec).unwrap();
+            let n = c.num_gpus() as usize;
+            let mut sparse = generators::uniform(n, 1 << 16, seed).unwrap();
+            for i in 0..n {
+                sparse.set(i, (i * 7 + 3) % n, 0);
+            }
+            for t in [generators::zipf(n, 0.9, 1 << 20, seed).unwrap(), sparse] {
+                for alg in crate::algo::auto::CANDIDATES {
+                    let Ok(p) = crate::algo::plan_all_to_all(&t, &c, alg, &Options::new()) else { continue };
+                    let full = predict_finish_ns(&p, &c).into_iter().max().unwrap_or(0);
+                    if let Some(ns) = single_level_ns(&p, &c) {
+                        assert_eq!(ns, full, "{spec} {alg}");
+                        used += 1;
+                    }
+                    assert_eq!(predict_ns(&p, &c), full, "{spec} {alg}");
+                }
+            }
+        }
+        assert!(used >= 12, "{used}");
     }
 
     /// The first pass bounds the prediction from below, so stopping there prunes safely.
