@@ -207,32 +207,64 @@ pub struct Bottleneck {
     matcher: Matcher,
     theta: u64,
     col_seen: Vec<bool>,
+    /// Row and column maxima of the matrix `next` last saw, kept up to date by
+    /// `subtract` (which changes one entry per line): recomputing them from scratch
+    /// was an O(N²) pass per stage. Valid only while `maxima_valid`.
+    row_max: Vec<u64>,
     col_max: Vec<u64>,
+    maxima_valid: bool,
 }
 
 impl Bottleneck {
     pub fn new(n: usize) -> Bottleneck {
-        Bottleneck { matcher: Matcher::new(n), theta: u64::MAX, col_seen: vec![false; n], col_max: vec![0; n] }
+        Bottleneck { matcher: Matcher::new(n), theta: u64::MAX, col_seen: vec![false; n], row_max: vec![0; n], col_max: vec![0; n], maxima_valid: false }
     }
 
-    /// The bottleneck perfect matching of `m` (all line sums equal and positive): the
-    /// permutation (row → column) and its smallest entry.
-    pub fn next(&mut self, m: &[u64], n: usize) -> (Vec<u32>, u64) {
-        // Upper bound: every row and column needs an entry ≥ θ.
-        // Row and column maxima in one row-major pass (a column walk misses the cache at large N).
-        let mut hi = u64::MAX;
+    /// Row and column maxima of `m` in one row-major pass (a column walk misses the cache at large N).
+    fn compute_maxima(&mut self, m: &[u64], n: usize) {
         self.col_max.iter_mut().for_each(|x| *x = 0);
-        for row in m[..n * n].chunks_exact(n.max(1)) {
+        for (row, rm) in m[..n * n].chunks_exact(n.max(1)).zip(self.row_max.iter_mut()) {
             let mut row_max = 0;
             for (cm, &v) in self.col_max.iter_mut().zip(row) {
                 row_max = row_max.max(v);
                 *cm = (*cm).max(v);
             }
-            hi = hi.min(row_max);
+            *rm = row_max;
         }
-        for &cm in &self.col_max {
-            hi = hi.min(cm);
+        self.maxima_valid = true;
+    }
+
+    /// Subtract `b` from `m` on the permutation `perm` (a stage `next` returned for this
+    /// `m`), updating the line maxima: a line's maximum can only change when its one
+    /// lowered entry was that maximum, and only that line is rescanned.
+    pub fn subtract(&mut self, m: &mut [u64], n: usize, perm: &[u32], b: u64) {
+        // A permutation lowers exactly one entry of each row and of each column, so a
+        // line can be rescanned as soon as its entry is lowered.
+        let valid = self.maxima_valid && b > 0;
+        for (r, &c) in perm.iter().enumerate() {
+            let c = c as usize;
+            let old = m[r * n + c];
+            m[r * n + c] = old - b;
+            if valid {
+                if old == self.row_max[r] {
+                    self.row_max[r] = m[r * n..(r + 1) * n].iter().copied().max().unwrap_or(0);
+                }
+                if old == self.col_max[c] {
+                    self.col_max[c] = (0..n).map(|i| m[i * n + c]).max().unwrap_or(0);
+                }
+            }
         }
+    }
+
+    /// The bottleneck perfect matching of `m` (all line sums equal and positive): the
+    /// permutation (row → column) and its smallest entry. `m` may change between calls
+    /// only through `subtract`.
+    pub fn next(&mut self, m: &[u64], n: usize) -> (Vec<u32>, u64) {
+        // Upper bound: every row and column needs an entry ≥ θ.
+        if !self.maxima_valid {
+            self.compute_maxima(m, n);
+        }
+        let hi = self.row_max.iter().chain(&self.col_max).copied().min().unwrap_or(u64::MAX);
         let mut theta = self.theta.min(hi);
         loop {
             if theta == 0 {
@@ -270,9 +302,7 @@ pub fn decompose(m: &mut [u64], n: usize, mut line: u64, stop_below: u64, max_st
         if b == 0 || b < stop_below {
             break;
         }
-        for (r, &c) in perm.iter().enumerate() {
-            m[r * n + c as usize] -= b;
-        }
+        bottleneck.subtract(m, n, &perm, b);
         line -= b;
         out.push(Stage { perm, weight: b });
     }
@@ -312,6 +342,28 @@ mod tests {
             best = best.max((0..n).map(|r| full[r * n + p[r]]).min().unwrap());
         }
         assert_eq!(stages[0].weight, best);
+    }
+
+    proptest::proptest! {
+        /// The maxima `subtract` keeps up to date equal a fresh scan after every stage.
+        #[test]
+        fn subtract_keeps_line_maxima_exact(n in 1usize..9, vals in proptest::collection::vec(0u64..6, 64)) {
+            let mut m: Vec<u64> = (0..n * n).map(|k| vals[k % vals.len()] * (k as u64 % 3)).collect();
+            let line = embed_doubly_stochastic(&mut m, n);
+            let mut left = line;
+            let mut bn = Bottleneck::new(n);
+            while left > 0 {
+                let (perm, b) = bn.next(&m, n);
+                proptest::prop_assert!(b > 0);
+                bn.subtract(&mut m, n, &perm, b);
+                left -= b;
+                let mut fresh = Bottleneck::new(n);
+                fresh.compute_maxima(&m, n);
+                proptest::prop_assert_eq!(&bn.row_max, &fresh.row_max);
+                proptest::prop_assert_eq!(&bn.col_max, &fresh.col_max);
+            }
+            proptest::prop_assert!(m.iter().all(|&v| v == 0));
+        }
     }
 
     fn permutations(n: usize) -> Vec<Vec<usize>> {
