@@ -33,12 +33,17 @@ pub struct Matcher {
     next: Vec<u32>,
     /// Bit c%64 of word r·words + c/64 is set when m[r][c] ≥ θ (bits past n stay clear).
     adj: Vec<u64>,
+    /// The θ `adj` was built for (0: not built). Entries only decrease between calls
+    /// (`lower`), so at an unchanged θ the graph is patched instead of rebuilt.
+    adj_theta: u64,
+    /// Columns the BFS has reached, one bit each.
+    col_reached: Vec<u64>,
 }
 
 impl Matcher {
     pub fn new(n: usize) -> Matcher {
         let words = n.div_ceil(64);
-        Matcher { n, words, mate_row: vec![NONE; n], mate_col: vec![NONE; n], dist: vec![0; n], queue: Vec::with_capacity(n), next: vec![0; n], adj: vec![0; n * words] }
+        Matcher { n, words, mate_row: vec![NONE; n], mate_col: vec![NONE; n], dist: vec![0; n], queue: Vec::with_capacity(n), next: vec![0; n], adj: vec![0; n * words], adj_theta: 0, col_reached: vec![0; words] }
     }
 
     /// Rebuild `adj` for `m` at threshold `theta`.
@@ -52,6 +57,16 @@ impl Matcher {
                 }
                 self.adj[r * words + w] = bits;
             }
+        }
+        self.adj_theta = theta;
+    }
+
+    /// Entry (r, c) of the matrix was lowered to `value`: drop its edge if it fell below
+    /// the θ of `adj`.
+    #[inline]
+    fn lower(&mut self, r: usize, c: usize, value: u64) {
+        if value < self.adj_theta {
+            self.adj[r * self.words + c / 64] &= !(1u64 << (c % 64));
         }
     }
 
@@ -102,20 +117,25 @@ impl Matcher {
                 self.dist[r] = NONE;
             }
         }
+        // A matched row is reached only through its mate column, so "row not yet layered"
+        // is "column not yet reached": each column is looked at once, the first time an
+        // edge reaches it (same layers and queue order as checking every edge).
+        self.col_reached.iter_mut().for_each(|x| *x = 0);
         let mut found = false;
         let mut head = 0;
         while head < self.queue.len() {
             let r = self.queue[head] as usize;
             head += 1;
             for w in 0..words {
-                let mut bits = self.adj[r * words + w];
+                let mut bits = self.adj[r * words + w] & !self.col_reached[w];
+                self.col_reached[w] |= bits;
                 while bits != 0 {
                     let c = w * 64 + bits.trailing_zeros() as usize;
                     bits &= bits - 1;
                     let r2 = self.mate_col[c];
                     if r2 == NONE {
                         found = true;
-                    } else if self.dist[r2 as usize] == NONE {
+                    } else {
                         self.dist[r2 as usize] = self.dist[r] + 1;
                         self.queue.push(r2);
                     }
@@ -153,7 +173,9 @@ impl Matcher {
         if size == n {
             return true;
         }
-        self.build_graph(m, theta);
+        if self.adj_theta != theta {
+            self.build_graph(m, theta);
+        }
         while size < n && self.bfs() {
             self.next.iter_mut().for_each(|x| *x = 0);
             for r in 0..n {
@@ -253,6 +275,7 @@ impl Bottleneck {
                     self.col_max[c] = (0..n).map(|i| m[i * n + c]).max().unwrap_or(0);
                 }
             }
+            self.matcher.lower(r, c, old - b);
         }
     }
 
@@ -363,6 +386,25 @@ mod tests {
                 proptest::prop_assert_eq!(&bn.col_max, &fresh.col_max);
             }
             proptest::prop_assert!(m.iter().all(|&v| v == 0));
+        }
+
+        /// Every stage (graph patched between stages, not rebuilt) is a bottleneck
+        /// matching of what remains: its weight is the max-min over all permutations.
+        #[test]
+        fn every_stage_is_a_bottleneck_matching(n in 1usize..6, vals in proptest::collection::vec(0u64..9, 36)) {
+            let mut m: Vec<u64> = (0..n * n).map(|k| vals[k]).collect();
+            let line = embed_doubly_stochastic(&mut m, n);
+            let mut left = line;
+            let mut bn = Bottleneck::new(n);
+            let perms = permutations(n);
+            while left > 0 {
+                let best = perms.iter().map(|p| (0..n).map(|r| m[r * n + p[r]]).min().unwrap()).max().unwrap();
+                let (perm, b) = bn.next(&m, n);
+                proptest::prop_assert_eq!(b, best);
+                proptest::prop_assert_eq!(b, matching_min(&m, n, &perm));
+                bn.subtract(&mut m, n, &perm, b);
+                left -= b;
+            }
         }
     }
 
