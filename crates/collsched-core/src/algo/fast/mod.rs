@@ -26,7 +26,7 @@ pub use bound::worst_case_ratio;
 
 use crate::error::Result;
 use crate::invalid;
-use crate::plan::{option_u64, Options, Plan};
+use crate::plan::{option_u64, Collective, Options, Plan};
 use crate::topology::Cluster;
 use crate::traffic::Traffic;
 use birkhoff::{decompose, Stage};
@@ -281,25 +281,26 @@ fn plan_threads(traffic: &Traffic, cluster: &Cluster, opts: &Options, overlap: b
     if !overlap {
         return Ok(balance::with_balanced(traffic, cluster, |bal| {
             let sched = schedule(&bal.server, n, cluster, &o);
-            finish_plan(traffic, cluster, &o, bal, &sched)
+            finish_plan(Collective::AllToAll { traffic: traffic.clone() }, cluster, &o, bal, &sched)
         }));
     }
     // Balancing and the Birkhoff schedule are independent pure functions of the matrix
     // (the schedule needs only the tile totals, summed here again): running them on two
-    // threads changes no result, only when each is ready.
+    // threads changes no result, only when each is ready. The worker, done first, also
+    // makes the plan's copy of the matrix.
     std::thread::scope(|scope| {
         let worker = scope.spawn(|| {
             let server = server_matrix::tile_totals(traffic.data(), n, g);
             let sched = schedule(&server, n, cluster, &o);
-            (server, sched)
+            (server, sched, Collective::AllToAll { traffic: traffic.clone() })
         });
         Ok(balance::with_balanced(traffic, cluster, |bal| {
-            let (server, sched) = match worker.join() {
+            let (server, sched, collective) = match worker.join() {
                 Ok(x) => x,
                 Err(panic) => std::panic::resume_unwind(panic),
             };
             debug_assert_eq!(server, bal.server);
-            finish_plan(traffic, cluster, &o, bal, &sched)
+            finish_plan(collective, cluster, &o, bal, &sched)
         }))
     })
 }
@@ -330,10 +331,10 @@ fn schedule(server: &[u64], n: usize, cluster: &Cluster, o: &FastOptions) -> Sch
     Schedule { rounds, birkhoff_stages, decomposed, exact_stages }
 }
 
-fn finish_plan(traffic: &Traffic, cluster: &Cluster, o: &FastOptions, bal: &balance::Balanced, sched: &Schedule) -> Plan {
+fn finish_plan(collective: Collective, cluster: &Cluster, o: &FastOptions, bal: &balance::Balanced, sched: &Schedule) -> Plan {
     let n = cluster.servers as usize;
     let rounds = &sched.rounds;
-    let (mut b, loads) = pipeline::assemble("fast", traffic, cluster, bal, rounds, true);
+    let (mut b, loads) = pipeline::assemble_collective("fast", collective, cluster, bal, rounds, true);
     b.set_meta("stages", sched.birkhoff_stages);
     b.set_meta("scaleout_rounds", rounds.len());
     b.set_meta("decomposition_stages", sched.decomposed);

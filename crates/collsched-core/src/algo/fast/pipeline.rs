@@ -225,10 +225,16 @@ thread_local! {
 /// Assemble the plan. `chain_nics` orders successive rounds per NIC (FAST); without it all
 /// rounds may overlap (balanced_direct has a single round anyway).
 pub fn assemble(name: &str, traffic: &Traffic, cluster: &Cluster, bal: &Balanced, rounds: &[Round], chain_nics: bool) -> (PlanBuilder, Loads) {
-    with_reused(&SCRATCH, |scratch| assemble_with(scratch, name, traffic, cluster, bal, rounds, chain_nics))
+    assemble_collective(name, Collective::AllToAll { traffic: traffic.clone() }, cluster, bal, rounds, chain_nics)
 }
 
-fn assemble_with(scratch: &mut AssembleScratch, name: &str, traffic: &Traffic, cluster: &Cluster, bal: &Balanced, rounds: &[Round], chain_nics: bool) -> (PlanBuilder, Loads) {
+/// `assemble` with the plan's collective (`AllToAll` of the balanced matrix) built by the
+/// caller: copying a large matrix can then happen elsewhere, e.g. on another thread.
+pub fn assemble_collective(name: &str, collective: Collective, cluster: &Cluster, bal: &Balanced, rounds: &[Round], chain_nics: bool) -> (PlanBuilder, Loads) {
+    with_reused(&SCRATCH, |scratch| assemble_with(scratch, name, collective, cluster, bal, rounds, chain_nics))
+}
+
+fn assemble_with(scratch: &mut AssembleScratch, name: &str, collective: Collective, cluster: &Cluster, bal: &Balanced, rounds: &[Round], chain_nics: bool) -> (PlanBuilder, Loads) {
     let AssembleScratch {
         urgent_tile,
         bal_id,
@@ -253,7 +259,8 @@ fn assemble_with(scratch: &mut AssembleScratch, name: &str, traffic: &Traffic, c
     let g = bal.gpus;
     let p = n * g;
     let nics = cluster.nics_per_server as usize;
-    let mut b = PlanBuilder::new(name, Collective::AllToAll { traffic: traffic.clone() }, cluster.gpus_per_server);
+    debug_assert!(matches!(&collective, Collective::AllToAll { traffic } if traffic.n() == p));
+    let mut b = PlanBuilder::new(name, collective, cluster.gpus_per_server);
     // Upper bounds, so no array of the plan is ever regrown (and copied). Untouched
     // capacity costs only address space.
     let pair_visits: usize = rounds.iter().map(|r| r.pairs.len()).sum::<usize>() * g;
