@@ -273,7 +273,8 @@ pub fn plan(traffic: &Traffic, cluster: &Cluster, opts: &Options) -> Result<Plan
     plan_threads(traffic, cluster, opts, overlap)
 }
 
-/// `plan`, with the schedule on a second thread (`overlap`) or not: the same plan either way.
+/// `plan`, with the schedule and the cut pass on a second thread (`overlap`) or all on
+/// this one: the same plan either way.
 fn plan_threads(traffic: &Traffic, cluster: &Cluster, opts: &Options, overlap: bool) -> Result<Plan> {
     let o = FastOptions::parse(opts, cluster, "fast", &[])?;
     let n = cluster.servers as usize;
@@ -281,7 +282,7 @@ fn plan_threads(traffic: &Traffic, cluster: &Cluster, opts: &Options, overlap: b
     if !overlap {
         return Ok(balance::with_balanced(traffic, cluster, |bal| {
             let sched = schedule(&bal.server, n, cluster, &o);
-            finish_plan(Collective::AllToAll { traffic: traffic.clone() }, cluster, &o, bal, &sched)
+            finish_plan(Collective::AllToAll { traffic: traffic.clone() }, cluster, &o, bal, &sched, false)
         }));
     }
     // Balancing and the Birkhoff schedule are independent pure functions of the matrix
@@ -300,7 +301,7 @@ fn plan_threads(traffic: &Traffic, cluster: &Cluster, opts: &Options, overlap: b
                 Err(panic) => std::panic::resume_unwind(panic),
             };
             debug_assert_eq!(server, bal.server);
-            finish_plan(collective, cluster, &o, bal, &sched)
+            finish_plan(collective, cluster, &o, bal, &sched, true)
         }))
     })
 }
@@ -331,10 +332,10 @@ fn schedule(server: &[u64], n: usize, cluster: &Cluster, o: &FastOptions) -> Sch
     Schedule { rounds, birkhoff_stages, decomposed, exact_stages }
 }
 
-fn finish_plan(collective: Collective, cluster: &Cluster, o: &FastOptions, bal: &balance::Balanced, sched: &Schedule) -> Plan {
+fn finish_plan(collective: Collective, cluster: &Cluster, o: &FastOptions, bal: &balance::Balanced, sched: &Schedule, threads: bool) -> Plan {
     let n = cluster.servers as usize;
     let rounds = &sched.rounds;
-    let (mut b, loads) = pipeline::assemble_collective("fast", collective, cluster, bal, rounds, true);
+    let (mut b, loads) = pipeline::assemble_threads("fast", collective, cluster, bal, rounds, true, threads);
     b.set_meta("stages", sched.birkhoff_stages);
     b.set_meta("scaleout_rounds", rounds.len());
     b.set_meta("decomposition_stages", sched.decomposed);
@@ -353,7 +354,7 @@ mod tests {
     use crate::traffic::generators;
     use crate::Cluster;
 
-    /// Computing the schedule on a second thread changes nothing in the plan.
+    /// Computing the schedule and the cut pass on a second thread changes nothing in the plan.
     #[test]
     fn overlapped_schedule_gives_the_same_plan() {
         for (spec, seed) in [("h200:2", 1), ("h200:5,nics=2", 2), ("h200:17", 3)] {
