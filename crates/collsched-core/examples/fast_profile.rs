@@ -22,6 +22,19 @@ fn main() {
         let t0 = std::time::Instant::now();
         let p = plan_all_to_all(t, &c, &algo, &Options::new()).unwrap();
         times.push(t0.elapsed());
+        if i == 0 && std::env::var_os("STATS").is_some() {
+            // Transfers, segments and deps per tier: where the assembler's work goes.
+            let mut per_tier = [(0usize, 0usize, 0usize); 3];
+            for tr in &p.transfers {
+                let e = &mut per_tier[tr.tier as usize];
+                e.0 += 1;
+                e.1 += (tr.seg_end - tr.seg_begin) as usize;
+                e.2 += (tr.dep_end - tr.dep_begin) as usize;
+            }
+            for (tier, (t, s, d)) in ["local", "scaleup", "scaleout"].iter().zip(per_tier) {
+                println!("{tier}: {t} transfers, {s} segments, {d} deps");
+            }
+        }
         // Recycled as a dropped Python Plan is (see plan::recycle).
         collsched_core::plan::recycle(std::hint::black_box(p));
     }

@@ -33,12 +33,17 @@ pub struct Matcher {
     next: Vec<u32>,
     /// Bit c%64 of word r·words + c/64 is set when m[r][c] ≥ θ (bits past n stay clear).
     adj: Vec<u64>,
+    /// The θ `adj` was built for (0: not built). Entries only decrease between calls
+    /// (`lower`), so at an unchanged θ the graph is patched instead of rebuilt.
+    adj_theta: u64,
+    /// Columns the BFS has reached, one bit each.
+    col_reached: Vec<u64>,
 }
 
 impl Matcher {
     pub fn new(n: usize) -> Matcher {
         let words = n.div_ceil(64);
-        Matcher { n, words, mate_row: vec![NONE; n], mate_col: vec![NONE; n], dist: vec![0; n], queue: Vec::with_capacity(n), next: vec![0; n], adj: vec![0; n * words] }
+        Matcher { n, words, mate_row: vec![NONE; n], mate_col: vec![NONE; n], dist: vec![0; n], queue: Vec::with_capacity(n), next: vec![0; n], adj: vec![0; n * words], adj_theta: 0, col_reached: vec![0; words] }
     }
 
     /// Rebuild `adj` for `m` at threshold `theta`.
@@ -52,6 +57,16 @@ impl Matcher {
                 }
                 self.adj[r * words + w] = bits;
             }
+        }
+        self.adj_theta = theta;
+    }
+
+    /// Entry (r, c) of the matrix was lowered to `value`: drop its edge if it fell below
+    /// the θ of `adj`.
+    #[inline]
+    fn lower(&mut self, r: usize, c: usize, value: u64) {
+        if value < self.adj_theta {
+            self.adj[r * self.words + c / 64] &= !(1u64 << (c % 64));
         }
     }
 
@@ -102,20 +117,25 @@ impl Matcher {
                 self.dist[r] = NONE;
             }
         }
+        // A matched row is reached only through its mate column, so "row not yet layered"
+        // is "column not yet reached": each column is looked at once, the first time an
+        // edge reaches it (same layers and queue order as checking every edge).
+        self.col_reached.iter_mut().for_each(|x| *x = 0);
         let mut found = false;
         let mut head = 0;
         while head < self.queue.len() {
             let r = self.queue[head] as usize;
             head += 1;
             for w in 0..words {
-                let mut bits = self.adj[r * words + w];
+                let mut bits = self.adj[r * words + w] & !self.col_reached[w];
+                self.col_reached[w] |= bits;
                 while bits != 0 {
                     let c = w * 64 + bits.trailing_zeros() as usize;
                     bits &= bits - 1;
                     let r2 = self.mate_col[c];
                     if r2 == NONE {
                         found = true;
-                    } else if self.dist[r2 as usize] == NONE {
+                    } else {
                         self.dist[r2 as usize] = self.dist[r] + 1;
                         self.queue.push(r2);
                     }
@@ -153,7 +173,9 @@ impl Matcher {
         if size == n {
             return true;
         }
-        self.build_graph(m, theta);
+        if self.adj_theta != theta {
+            self.build_graph(m, theta);
+        }
         while size < n && self.bfs() {
             self.next.iter_mut().for_each(|x| *x = 0);
             for r in 0..n {
@@ -207,32 +229,65 @@ pub struct Bottleneck {
     matcher: Matcher,
     theta: u64,
     col_seen: Vec<bool>,
+    /// Row and column maxima of the matrix `next` last saw, kept up to date by
+    /// `subtract` (which changes one entry per line): recomputing them from scratch
+    /// was an O(N²) pass per stage. Valid only while `maxima_valid`.
+    row_max: Vec<u64>,
     col_max: Vec<u64>,
+    maxima_valid: bool,
 }
 
 impl Bottleneck {
     pub fn new(n: usize) -> Bottleneck {
-        Bottleneck { matcher: Matcher::new(n), theta: u64::MAX, col_seen: vec![false; n], col_max: vec![0; n] }
+        Bottleneck { matcher: Matcher::new(n), theta: u64::MAX, col_seen: vec![false; n], row_max: vec![0; n], col_max: vec![0; n], maxima_valid: false }
     }
 
-    /// The bottleneck perfect matching of `m` (all line sums equal and positive): the
-    /// permutation (row → column) and its smallest entry.
-    pub fn next(&mut self, m: &[u64], n: usize) -> (Vec<u32>, u64) {
-        // Upper bound: every row and column needs an entry ≥ θ.
-        // Row and column maxima in one row-major pass (a column walk misses the cache at large N).
-        let mut hi = u64::MAX;
+    /// Row and column maxima of `m` in one row-major pass (a column walk misses the cache at large N).
+    fn compute_maxima(&mut self, m: &[u64], n: usize) {
         self.col_max.iter_mut().for_each(|x| *x = 0);
-        for row in m[..n * n].chunks_exact(n.max(1)) {
+        for (row, rm) in m[..n * n].chunks_exact(n.max(1)).zip(self.row_max.iter_mut()) {
             let mut row_max = 0;
             for (cm, &v) in self.col_max.iter_mut().zip(row) {
                 row_max = row_max.max(v);
                 *cm = (*cm).max(v);
             }
-            hi = hi.min(row_max);
+            *rm = row_max;
         }
-        for &cm in &self.col_max {
-            hi = hi.min(cm);
+        self.maxima_valid = true;
+    }
+
+    /// Subtract `b` from `m` on the permutation `perm` (a stage `next` returned for this
+    /// `m`), updating the line maxima: a line's maximum can only change when its one
+    /// lowered entry was that maximum, and only that line is rescanned.
+    pub fn subtract(&mut self, m: &mut [u64], n: usize, perm: &[u32], b: u64) {
+        // A permutation lowers exactly one entry of each row and of each column, so a
+        // line can be rescanned as soon as its entry is lowered.
+        let valid = self.maxima_valid && b > 0;
+        for (r, &c) in perm.iter().enumerate() {
+            let c = c as usize;
+            let old = m[r * n + c];
+            m[r * n + c] = old - b;
+            if valid {
+                if old == self.row_max[r] {
+                    self.row_max[r] = m[r * n..(r + 1) * n].iter().copied().max().unwrap_or(0);
+                }
+                if old == self.col_max[c] {
+                    self.col_max[c] = (0..n).map(|i| m[i * n + c]).max().unwrap_or(0);
+                }
+            }
+            self.matcher.lower(r, c, old - b);
         }
+    }
+
+    /// The bottleneck perfect matching of `m` (all line sums equal and positive): the
+    /// permutation (row → column) and its smallest entry. `m` may change between calls
+    /// only through `subtract`.
+    pub fn next(&mut self, m: &[u64], n: usize) -> (Vec<u32>, u64) {
+        // Upper bound: every row and column needs an entry ≥ θ.
+        if !self.maxima_valid {
+            self.compute_maxima(m, n);
+        }
+        let hi = self.row_max.iter().chain(&self.col_max).copied().min().unwrap_or(u64::MAX);
         let mut theta = self.theta.min(hi);
         loop {
             if theta == 0 {
@@ -270,9 +325,7 @@ pub fn decompose(m: &mut [u64], n: usize, mut line: u64, stop_below: u64, max_st
         if b == 0 || b < stop_below {
             break;
         }
-        for (r, &c) in perm.iter().enumerate() {
-            m[r * n + c as usize] -= b;
-        }
+        bottleneck.subtract(m, n, &perm, b);
         line -= b;
         out.push(Stage { perm, weight: b });
     }
@@ -312,6 +365,47 @@ mod tests {
             best = best.max((0..n).map(|r| full[r * n + p[r]]).min().unwrap());
         }
         assert_eq!(stages[0].weight, best);
+    }
+
+    proptest::proptest! {
+        /// The maxima `subtract` keeps up to date equal a fresh scan after every stage.
+        #[test]
+        fn subtract_keeps_line_maxima_exact(n in 1usize..9, vals in proptest::collection::vec(0u64..6, 64)) {
+            let mut m: Vec<u64> = (0..n * n).map(|k| vals[k % vals.len()] * (k as u64 % 3)).collect();
+            let line = embed_doubly_stochastic(&mut m, n);
+            let mut left = line;
+            let mut bn = Bottleneck::new(n);
+            while left > 0 {
+                let (perm, b) = bn.next(&m, n);
+                proptest::prop_assert!(b > 0);
+                bn.subtract(&mut m, n, &perm, b);
+                left -= b;
+                let mut fresh = Bottleneck::new(n);
+                fresh.compute_maxima(&m, n);
+                proptest::prop_assert_eq!(&bn.row_max, &fresh.row_max);
+                proptest::prop_assert_eq!(&bn.col_max, &fresh.col_max);
+            }
+            proptest::prop_assert!(m.iter().all(|&v| v == 0));
+        }
+
+        /// Every stage (graph patched between stages, not rebuilt) is a bottleneck
+        /// matching of what remains: its weight is the max-min over all permutations.
+        #[test]
+        fn every_stage_is_a_bottleneck_matching(n in 1usize..6, vals in proptest::collection::vec(0u64..9, 36)) {
+            let mut m: Vec<u64> = (0..n * n).map(|k| vals[k]).collect();
+            let line = embed_doubly_stochastic(&mut m, n);
+            let mut left = line;
+            let mut bn = Bottleneck::new(n);
+            let perms = permutations(n);
+            while left > 0 {
+                let best = perms.iter().map(|p| (0..n).map(|r| m[r * n + p[r]]).min().unwrap()).max().unwrap();
+                let (perm, b) = bn.next(&m, n);
+                proptest::prop_assert_eq!(b, best);
+                proptest::prop_assert_eq!(b, matching_min(&m, n, &perm));
+                bn.subtract(&mut m, n, &perm, b);
+                left -= b;
+            }
+        }
     }
 
     fn permutations(n: usize) -> Vec<Vec<usize>> {

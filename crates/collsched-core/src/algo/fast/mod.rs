@@ -26,7 +26,7 @@ pub use bound::worst_case_ratio;
 
 use crate::error::Result;
 use crate::invalid;
-use crate::plan::{option_u64, Options, Plan};
+use crate::plan::{option_u64, Collective, Options, Plan};
 use crate::topology::Cluster;
 use crate::traffic::Traffic;
 use birkhoff::{decompose, Stage};
@@ -263,20 +263,65 @@ pub fn predict_ns(cluster: &Cluster, loads: &Loads) -> u64 {
     total
 }
 
+/// From this many servers on, the stage schedule is computed on a second thread while
+/// this one balances (the two only share the read-only matrix; see `plan`). Below it the
+/// thread start costs more than it saves.
+pub const OVERLAP_MIN_SERVERS: u32 = 16;
+
 pub fn plan(traffic: &Traffic, cluster: &Cluster, opts: &Options) -> Result<Plan> {
-    let o = FastOptions::parse(opts, cluster, "fast", &[])?;
-    Ok(balance::with_balanced(traffic, cluster, |bal| plan_balanced(traffic, cluster, &o, bal)))
+    let overlap = cluster.servers >= OVERLAP_MIN_SERVERS && std::thread::available_parallelism().is_ok_and(|c| c.get() > 1);
+    plan_threads(traffic, cluster, opts, overlap)
 }
 
-fn plan_balanced(traffic: &Traffic, cluster: &Cluster, o: &FastOptions, bal: &balance::Balanced) -> Plan {
+/// `plan`, with the schedule and the cut pass on a second thread (`overlap`) or all on
+/// this one: the same plan either way.
+fn plan_threads(traffic: &Traffic, cluster: &Cluster, opts: &Options, overlap: bool) -> Result<Plan> {
+    let o = FastOptions::parse(opts, cluster, "fast", &[])?;
     let n = cluster.servers as usize;
+    let g = cluster.gpus_per_server as usize;
+    if !overlap {
+        return Ok(balance::with_balanced(traffic, cluster, |bal| {
+            let sched = schedule(&bal.server, n, cluster, &o);
+            finish_plan(Collective::AllToAll { traffic: traffic.clone() }, cluster, &o, bal, &sched, false)
+        }));
+    }
+    // Balancing and the Birkhoff schedule are independent pure functions of the matrix
+    // (the schedule needs only the tile totals, summed here again): running them on two
+    // threads changes no result, only when each is ready. The worker, done first, also
+    // makes the plan's copy of the matrix.
+    std::thread::scope(|scope| {
+        let worker = scope.spawn(|| {
+            let server = server_matrix::tile_totals(traffic.data(), n, g);
+            let sched = schedule(&server, n, cluster, &o);
+            (server, sched, Collective::AllToAll { traffic: traffic.clone() })
+        });
+        Ok(balance::with_balanced(traffic, cluster, |bal| {
+            let (server, sched, collective) = match worker.join() {
+                Ok(x) => x,
+                Err(panic) => std::panic::resume_unwind(panic),
+            };
+            debug_assert_eq!(server, bal.server);
+            finish_plan(collective, cluster, &o, bal, &sched, true)
+        }))
+    })
+}
+
+/// The scale-out rounds and the counts the plan's meta reports.
+struct Schedule {
+    rounds: Vec<Round>,
+    birkhoff_stages: usize,
+    decomposed: usize,
+    exact_stages: usize,
+}
+
+fn schedule(server: &[u64], n: usize, cluster: &Cluster, o: &FastOptions) -> Schedule {
     let quantum_floor = o.min_stage_bytes.saturating_mul(cluster.nics_per_server as u64);
-    let dec = plan_stages(&bal.server, n, quantum_floor, o.exact);
+    let dec = plan_stages(server, n, quantum_floor, o.exact);
     let decomposed = dec.stages.len();
-    let stages = order_stages(dec, &bal.server, n, o.ascending);
+    let stages = order_stages(dec, server, n, o.ascending);
     let birkhoff_stages = stages.len();
     let exact_stages = stages.iter().filter(|s| s.exact).count();
-    let line = max_line_sum(&bal.server, n);
+    let line = max_line_sum(server, n);
     let stages = split_large_stages(stages, ceil_div(line, MIN_PIPELINE_STAGES).max(quantum_floor).max(1));
     let rounds: Vec<Round> = stages
         .iter()
@@ -284,11 +329,17 @@ fn plan_balanced(traffic: &Traffic, cluster: &Cluster, o: &FastOptions, bal: &ba
             pairs: st.perm.iter().enumerate().filter(|&(s, _)| st.real[s] > 0).map(|(s, &d)| (s as u32, d, st.real[s])).collect(),
         })
         .collect();
-    let (mut b, loads) = pipeline::assemble("fast", traffic, cluster, bal, &rounds, true);
-    b.set_meta("stages", birkhoff_stages);
+    Schedule { rounds, birkhoff_stages, decomposed, exact_stages }
+}
+
+fn finish_plan(collective: Collective, cluster: &Cluster, o: &FastOptions, bal: &balance::Balanced, sched: &Schedule, threads: bool) -> Plan {
+    let n = cluster.servers as usize;
+    let rounds = &sched.rounds;
+    let (mut b, loads) = pipeline::assemble_threads("fast", collective, cluster, bal, rounds, true, threads);
+    b.set_meta("stages", sched.birkhoff_stages);
     b.set_meta("scaleout_rounds", rounds.len());
-    b.set_meta("decomposition_stages", decomposed);
-    b.set_meta("exact_stages", exact_stages);
+    b.set_meta("decomposition_stages", sched.decomposed);
+    b.set_meta("exact_stages", sched.exact_stages);
     b.set_meta("predicted_time_ns", predict_ns(cluster, &loads));
     b.set_meta("min_stage_bytes", o.min_stage_bytes);
     b.set_meta("order", if o.ascending { "asc" } else { "desc" });
@@ -302,6 +353,21 @@ mod tests {
     use crate::plan::{recycle, verify::verify, Options};
     use crate::traffic::generators;
     use crate::Cluster;
+
+    /// Computing the schedule and the cut pass on a second thread changes nothing in the plan.
+    #[test]
+    fn overlapped_schedule_gives_the_same_plan() {
+        for (spec, seed) in [("h200:2", 1), ("h200:5,nics=2", 2), ("h200:17", 3)] {
+            let cluster = Cluster::parse(spec).unwrap();
+            let t = generators::zipf(cluster.num_gpus() as usize, 0.9, 1 << 20, seed).unwrap();
+            let opts = Options::new();
+            let one = super::plan_threads(&t, &cluster, &opts, false).unwrap();
+            let two = super::plan_threads(&t, &cluster, &opts, true).unwrap();
+            verify(&two).unwrap();
+            assert_eq!(one.hash(), two.hash(), "{spec}");
+            assert_eq!(one.meta, two.meta, "{spec}");
+        }
+    }
 
     /// Reused working memory and recycled plan arrays must not leak into plans: plan A,
     /// then a larger and a smaller plan (recycled in between), then A again.

@@ -225,10 +225,24 @@ thread_local! {
 /// Assemble the plan. `chain_nics` orders successive rounds per NIC (FAST); without it all
 /// rounds may overlap (balanced_direct has a single round anyway).
 pub fn assemble(name: &str, traffic: &Traffic, cluster: &Cluster, bal: &Balanced, rounds: &[Round], chain_nics: bool) -> (PlanBuilder, Loads) {
-    with_reused(&SCRATCH, |scratch| assemble_with(scratch, name, traffic, cluster, bal, rounds, chain_nics))
+    assemble_collective(name, Collective::AllToAll { traffic: traffic.clone() }, cluster, bal, rounds, chain_nics)
 }
 
-fn assemble_with(scratch: &mut AssembleScratch, name: &str, traffic: &Traffic, cluster: &Cluster, bal: &Balanced, rounds: &[Round], chain_nics: bool) -> (PlanBuilder, Loads) {
+/// `assemble` with the plan's collective (`AllToAll` of the balanced matrix) built by the
+/// caller: copying a large matrix can then happen elsewhere, e.g. on another thread.
+pub fn assemble_collective(name: &str, collective: Collective, cluster: &Cluster, bal: &Balanced, rounds: &[Round], chain_nics: bool) -> (PlanBuilder, Loads) {
+    let threads = bal.servers >= super::OVERLAP_MIN_SERVERS as usize && std::thread::available_parallelism().is_ok_and(|c| c.get() > 1);
+    assemble_threads(name, collective, cluster, bal, rounds, chain_nics, threads)
+}
+
+/// `assemble_collective`, with the cut pass on a second thread (`threads`) or not: the
+/// same plan either way.
+pub(crate) fn assemble_threads(name: &str, collective: Collective, cluster: &Cluster, bal: &Balanced, rounds: &[Round], chain_nics: bool, threads: bool) -> (PlanBuilder, Loads) {
+    with_reused(&SCRATCH, |scratch| assemble_with(scratch, name, collective, cluster, bal, rounds, chain_nics, threads))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn assemble_with(scratch: &mut AssembleScratch, name: &str, collective: Collective, cluster: &Cluster, bal: &Balanced, rounds: &[Round], chain_nics: bool, overlap: bool) -> (PlanBuilder, Loads) {
     let AssembleScratch {
         urgent_tile,
         bal_id,
@@ -253,7 +267,8 @@ fn assemble_with(scratch: &mut AssembleScratch, name: &str, traffic: &Traffic, c
     let g = bal.gpus;
     let p = n * g;
     let nics = cluster.nics_per_server as usize;
-    let mut b = PlanBuilder::new(name, Collective::AllToAll { traffic: traffic.clone() }, cluster.gpus_per_server);
+    debug_assert!(matches!(&collective, Collective::AllToAll { traffic } if traffic.n() == p));
+    let mut b = PlanBuilder::new(name, collective, cluster.gpus_per_server);
     // Upper bounds, so no array of the plan is ever regrown (and copied). Untouched
     // capacity costs only address space.
     let pair_visits: usize = rounds.iter().map(|r| r.pairs.len()).sum::<usize>() * g;
@@ -267,92 +282,111 @@ fn assemble_with(scratch: &mut AssembleScratch, name: &str, traffic: &Traffic, c
     b.reserve_deps(2 * (bal.moves.len() + bal.intra.len() + scaleout_segs) + scaleout_transfers * 2);
     let mut loads = Loads::default();
 
-    // Step 0: balancing, Input → carrier's Scratch. Per (server, a, c) up to two transfers:
-    // the moves of tiles the first round needs ("urgent"), then the rest, which waits for
-    // all of a's urgent transfers so a's scale-up port serves the first round first.
-    refill(urgent_tile, n * n, false);
-    if let Some(first) = rounds.first() {
-        for &(s, d, _) in &first.pairs {
-            urgent_tile[s as usize * n + d as usize] = true;
-        }
-    }
-    refill(bal_id, n * g * g, [u32::MAX; 2]); // [urgent, rest]
-    refill(bal_out, p, 0);
-    refill(bal_in, p, 0);
-    segs.clear();
-    // Urgent balancing transfers sent by / received by each rank: later scale-up work on
-    // that rank's port (the rest of balancing, the intra-server part) waits for them.
-    // At most one urgent transfer per (a, c), so g per rank and direction.
-    urgent_from.reset(p, g);
-    urgent_into.reset(p, g);
-    deps.clear();
-    let mut server_begin = 0;
-    while server_begin < bal.moves.len() {
-        let s = bal.moves[server_begin].s as usize;
-        let mut server_end = server_begin;
-        while server_end < bal.moves.len() && bal.moves[server_end].s as usize == s {
-            server_end += 1;
-        }
-        for urgent in [true, false] {
-            let mut k = server_begin;
-            while k < server_end {
-                let (a, c) = (bal.moves[k].a as usize, bal.moves[k].c as usize);
-                segs.clear();
-                while k < server_end && bal.moves[k].a as usize == a && bal.moves[k].c as usize == c {
-                    let m = &bal.moves[k];
-                    if urgent_tile[s * n + m.d as usize] == urgent {
-                        push_merged(segs, Segment { src_buf: Buf::Input, src_off: m.input_off, dst_buf: Buf::Scratch, dst_off: m.scratch_off, len: m.len });
-                        bal_out[s * g + a] += m.len;
-                        bal_in[s * g + c] += m.len;
-                    }
-                    k += 1;
-                }
-                if segs.is_empty() {
-                    continue;
-                }
-                let (src, dst) = (s * g + a, s * g + c);
-                deps.clear();
-                if !urgent {
-                    merge_unique(urgent_from.get(src), urgent_into.get(dst), deps);
-                }
-                let id = b.transfer(src as u32, dst as u32, Op::Copy, Tier::ScaleUp, 0, segs, deps);
-                bal_id[src * g + c][usize::from(!urgent)] = id;
-                if urgent {
-                    urgent_from.push(src, id);
-                    urgent_into.push(dst, id);
-                }
-            }
-        }
-        server_begin = server_end;
-    }
-    loads.balance_max = bal_out.iter().chain(bal_in.iter()).copied().max().unwrap_or(0);
-    for r in 0..p {
-        b.need_scratch(r as u32, bal.balance_in[r]);
-    }
-
-    // Intra-server part: beside the first scale-out round (step 1), or step 0 if there is none.
-    let intra_step = u32::from(!rounds.is_empty() || !bal.moves.is_empty());
-    refill(intra_load, p, 0);
-    for blk in &bal.intra {
-        let seg = Segment { src_buf: Buf::Input, src_off: blk.input_off, dst_buf: Buf::Output, dst_off: blk.out_off, len: blk.len };
-        deps.clear();
-        if blk.i != blk.j {
-            // Scale-up ports serve the first round's balancing first.
-            merge_unique(urgent_from.get(blk.i as usize), urgent_into.get(blk.j as usize), deps);
-        }
-        b.transfer(blk.i, blk.j, Op::Copy, cluster.tier(blk.i, blk.j), intra_step, &[seg], deps);
-        if blk.i != blk.j {
-            intra_load[blk.i as usize] += blk.len;
-            intra_load[blk.j as usize] += blk.len;
-        }
-    }
-    loads.intra_max = intra_load.iter().copied().max().unwrap_or(0);
-
     // Scale-out rounds with their redistribution. First, per tile (reading its piece
     // streams in order), where each visit of each carrier starts and how many bytes it
     // moves; then the rounds, which read those cuts in visit order. Walking the streams
     // round by round instead jumps between tiles and waits on memory at every visit.
-    cut_visits(bal, rounds, visits, cuts);
+    // The cut pass needs only the balanced streams and the rounds: at scale it runs on a
+    // second thread while this one writes the balancing and intra-server transfers (it
+    // changes nothing in the plan, only when the cuts are ready).
+    let cuts: &mut Vec<Cut> = std::thread::scope(|scope| {
+        let cutter = if overlap {
+            Ok(scope.spawn(move || {
+                cut_visits(bal, rounds, visits, cuts);
+                cuts
+            }))
+        } else {
+            Err((visits, cuts))
+        };
+        // Step 0: balancing, Input → carrier's Scratch. Per (server, a, c) up to two transfers:
+        // the moves of tiles the first round needs ("urgent"), then the rest, which waits for
+        // all of a's urgent transfers so a's scale-up port serves the first round first.
+        refill(urgent_tile, n * n, false);
+        if let Some(first) = rounds.first() {
+            for &(s, d, _) in &first.pairs {
+                urgent_tile[s as usize * n + d as usize] = true;
+            }
+        }
+        refill(bal_id, n * g * g, [u32::MAX; 2]); // [urgent, rest]
+        refill(bal_out, p, 0);
+        refill(bal_in, p, 0);
+        segs.clear();
+        // Urgent balancing transfers sent by / received by each rank: later scale-up work on
+        // that rank's port (the rest of balancing, the intra-server part) waits for them.
+        // At most one urgent transfer per (a, c), so g per rank and direction.
+        urgent_from.reset(p, g);
+        urgent_into.reset(p, g);
+        deps.clear();
+        let mut server_begin = 0;
+        while server_begin < bal.moves.len() {
+            let s = bal.moves[server_begin].s as usize;
+            let mut server_end = server_begin;
+            while server_end < bal.moves.len() && bal.moves[server_end].s as usize == s {
+                server_end += 1;
+            }
+            for urgent in [true, false] {
+                let mut k = server_begin;
+                while k < server_end {
+                    let (a, c) = (bal.moves[k].a as usize, bal.moves[k].c as usize);
+                    segs.clear();
+                    while k < server_end && bal.moves[k].a as usize == a && bal.moves[k].c as usize == c {
+                        let m = &bal.moves[k];
+                        if urgent_tile[s * n + m.d as usize] == urgent {
+                            push_merged(segs, Segment { src_buf: Buf::Input, src_off: m.input_off, dst_buf: Buf::Scratch, dst_off: m.scratch_off, len: m.len });
+                            bal_out[s * g + a] += m.len;
+                            bal_in[s * g + c] += m.len;
+                        }
+                        k += 1;
+                    }
+                    if segs.is_empty() {
+                        continue;
+                    }
+                    let (src, dst) = (s * g + a, s * g + c);
+                    deps.clear();
+                    if !urgent {
+                        merge_unique(urgent_from.get(src), urgent_into.get(dst), deps);
+                    }
+                    let id = b.transfer(src as u32, dst as u32, Op::Copy, Tier::ScaleUp, 0, segs, deps);
+                    bal_id[src * g + c][usize::from(!urgent)] = id;
+                    if urgent {
+                        urgent_from.push(src, id);
+                        urgent_into.push(dst, id);
+                    }
+                }
+            }
+            server_begin = server_end;
+        }
+        loads.balance_max = bal_out.iter().chain(bal_in.iter()).copied().max().unwrap_or(0);
+        for r in 0..p {
+            b.need_scratch(r as u32, bal.balance_in[r]);
+        }
+
+        // Intra-server part: beside the first scale-out round (step 1), or step 0 if there is none.
+        let intra_step = u32::from(!rounds.is_empty() || !bal.moves.is_empty());
+        refill(intra_load, p, 0);
+        for blk in &bal.intra {
+            let seg = Segment { src_buf: Buf::Input, src_off: blk.input_off, dst_buf: Buf::Output, dst_off: blk.out_off, len: blk.len };
+            deps.clear();
+            if blk.i != blk.j {
+                // Scale-up ports serve the first round's balancing first.
+                merge_unique(urgent_from.get(blk.i as usize), urgent_into.get(blk.j as usize), deps);
+            }
+            b.transfer(blk.i, blk.j, Op::Copy, cluster.tier(blk.i, blk.j), intra_step, &[seg], deps);
+            if blk.i != blk.j {
+                intra_load[blk.i as usize] += blk.len;
+                intra_load[blk.j as usize] += blk.len;
+            }
+        }
+        loads.intra_max = intra_load.iter().copied().max().unwrap_or(0);
+
+        match cutter {
+            Ok(handle) => handle.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+            Err((visits, cuts)) => {
+                cut_visits(bal, rounds, visits, cuts);
+                cuts
+            }
+        }
+    });
     recv_cursor.clear();
     recv_cursor.extend_from_slice(&bal.balance_in);
     // A NIC's transfers in one round: two per carrier on it, per pair its server is in.

@@ -7,6 +7,24 @@
 //! bottleneck line gets nothing, so the optimum is unchanged. Phantom bytes
 //! only shape the decomposition; they never appear in the Plan.
 
+/// `S[s][d]`: bytes the GPUs of server s send to those of server d ≠ s (0 on the
+/// diagonal), from the P×P row-major matrix (`Balanced::server` holds the same sums).
+pub fn tile_totals(data: &[u64], n: usize, g: usize) -> Vec<u64> {
+    let p = n * g;
+    let mut out = vec![0u64; n * n];
+    for s in 0..n {
+        for a in 0..g {
+            let row = &data[(s * g + a) * p..(s * g + a + 1) * p];
+            for (d, blocks) in row.chunks_exact(g.max(1)).enumerate() {
+                if d != s {
+                    out[s * n + d] = out[s * n + d].wrapping_add(blocks.iter().fold(0u64, |acc, &v| acc.wrapping_add(v)));
+                }
+            }
+        }
+    }
+    out
+}
+
 /// Row sums and column sums of an N×N matrix.
 pub fn line_sums(m: &[u64], n: usize) -> (Vec<u64>, Vec<u64>) {
     let mut rows = vec![0u64; n];
@@ -71,5 +89,18 @@ mod tests {
         assert!(m.iter().zip(&before).all(|(a, b)| a >= b));
         // The bottleneck column (column 2 sums to 12) received no phantom.
         assert_eq!((0..3).map(|s| m[s * 3 + 2]).collect::<Vec<_>>(), vec![3, 9, 0]);
+    }
+
+    proptest::proptest! {
+        /// The tile totals the overlapped schedule uses are the balancer's server matrix.
+        #[test]
+        fn tile_totals_match_the_balancer(servers in 1u32..6, gpus in 1u32..5, seed in 0u64..1000, skew in 0u32..3) {
+            let cluster = crate::Cluster::parse(&format!("h200:{servers}")).unwrap();
+            let cluster = crate::Cluster { gpus_per_server: gpus, nics_per_server: gpus, ..cluster };
+            let p = (servers * gpus) as usize;
+            let t = crate::traffic::generators::zipf(p, [0.0, 0.8, 0.99][skew as usize], 1 << 16, seed).unwrap();
+            let bal = crate::algo::fast::balance::balance(&t, &cluster);
+            proptest::prop_assert_eq!(tile_totals(t.data(), servers as usize, gpus as usize), bal.server);
+        }
     }
 }
