@@ -18,6 +18,7 @@ use super::fluid;
 use super::pool::{empty, filled, give};
 use crate::plan::Plan;
 use crate::topology::{Cluster, ScaleUp, Tier};
+pub use super::bounds::{critical_path_lower_bound_ns, matrix_nic_lower_bound_ns, nic_lower_bound_ns, Route};
 
 const KIND_PORT_OUT: u64 = 1;
 const KIND_PORT_IN: u64 = 2;
@@ -146,7 +147,7 @@ impl DenseLinks {
 /// `bytes / bw` in nanoseconds, rounded up. u64 arithmetic whenever `bytes · 10^9`
 /// fits (below 18 GB), since 128-bit division dominated the model's cost.
 #[inline]
-fn drain_ns(bytes: u64, bw: u64) -> u64 {
+pub(super) fn drain_ns(bytes: u64, bw: u64) -> u64 {
     const NS: u64 = 1_000_000_000;
     if bytes == 0 {
         return 0;
@@ -953,95 +954,4 @@ mod tests {
         links_of(&cube, 0, 5, Tier::ScaleUp, &mut v);
         assert_eq!(v.len(), 2);
     }
-}
-
-/// A lower bound on `predict_ns(plan, cluster)` from the NICs alone, in O(transfers):
-/// the model finishes the last transfer on a link no earlier than its alpha plus the
-/// link's whole load over its bandwidth (the "behind" term counts every lower level's
-/// bytes and the largest transfer of a level shares with all of its level), so the
-/// prediction is at least `alpha_scaleout + max NIC load / nic_bw` (0 without scale-out).
-pub fn nic_lower_bound_ns(plan: &Plan, cluster: &Cluster) -> u64 {
-    let nics = (cluster.servers * cluster.nics_per_server) as usize;
-    let (mut up, mut down) = (vec![0u64; nics], vec![0u64; nics]);
-    for t in &plan.transfers {
-        if t.tier == Tier::ScaleOut {
-            let b = plan.transfer_bytes(t);
-            up[cluster.global_nic_of(t.src) as usize] += b;
-            down[cluster.global_nic_of(t.dst) as usize] += b;
-        }
-    }
-    nic_bound(cluster, &up, &down)
-}
-
-/// A lower bound on `predict_ns(plan, cluster)` along dependency chains, in
-/// O(transfers + deps): the model releases a transfer alpha after its dependencies finish
-/// and finishes it no earlier than its release plus its bytes over each link it uses
-/// (both the processor-sharing and the drain terms include its own bytes), so
-/// `cp(t) = max(cp(deps)) + alpha + bytes / (fastest link of its tier)` never exceeds
-/// the model's finish (ring transfers may split over two directions: half the bytes).
-/// Catches plans that serialize many small rounds (spreadout), which the NIC bound misses.
-pub fn critical_path_lower_bound_ns(plan: &Plan, cluster: &Cluster) -> u64 {
-    let fastest = |tier: Tier| match tier {
-        Tier::Local => cluster.local_copy_bw,
-        Tier::ScaleOut => cluster.nic_bw,
-        Tier::ScaleUp => match cluster.scaleup {
-            ScaleUp::Switch { port_bw } => port_bw,
-            ScaleUp::FullMesh { link_bw } | ScaleUp::Ring { link_bw } | ScaleUp::HybridCubeMesh { link_bw } => link_bw,
-        },
-    };
-    let ring = matches!(cluster.scaleup, ScaleUp::Ring { .. });
-    let mut cp = vec![0u64; plan.transfers.len()];
-    let mut most = 0;
-    for (id, t) in plan.transfers.iter().enumerate() {
-        let ready = plan.deps_of(t).iter().filter(|&&d| (d as usize) < id).map(|&d| cp[d as usize]).max().unwrap_or(0);
-        let bytes = plan.transfer_bytes(t);
-        let bytes = if ring && t.tier == Tier::ScaleUp { bytes.div_ceil(2) } else { bytes };
-        cp[id] = ready.saturating_add(cluster.alpha_ns(t.tier)).saturating_add(drain_ns(bytes, fastest(t.tier)));
-        most = most.max(cp[id]);
-    }
-    most
-}
-
-/// How an algorithm routes scale-out bytes, for `matrix_nic_lower_bound_ns`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Route {
-    /// Every remote block goes straight from its sender's NIC to its receiver's (fanout, spreadout).
-    Direct,
-    /// Rail-aligned: block (s,l)→(s',l') leaves through server s's NIC of local index l'
-    /// (hierarchical).
-    Rail,
-}
-
-/// `nic_lower_bound_ns` of the plan an algorithm routing by `route` makes, computed from
-/// the matrix in O(P²) without planning (tested equal to the plan's bound).
-pub fn matrix_nic_lower_bound_ns(traffic: &crate::traffic::Traffic, cluster: &Cluster, route: Route) -> u64 {
-    let nics = (cluster.servers * cluster.nics_per_server) as usize;
-    let (mut up, mut down) = (vec![0u64; nics], vec![0u64; nics]);
-    let n = traffic.n();
-    let g = cluster.gpus_per_server as usize;
-    let nic: Vec<usize> = (0..n as u32).map(|r| cluster.global_nic_of(r) as usize).collect();
-    for (i, row) in traffic.data().chunks_exact(n.max(1)).enumerate() {
-        let server = i / g;
-        // Only remote receivers: every block outside the sender's own server.
-        for (j, &b) in row.iter().enumerate() {
-            if b == 0 || j / g == server {
-                continue;
-            }
-            let via = match route {
-                Route::Direct => i,
-                Route::Rail => server * g + j % g,
-            };
-            up[nic[via]] += b;
-            down[nic[j]] += b;
-        }
-    }
-    nic_bound(cluster, &up, &down)
-}
-
-fn nic_bound(cluster: &Cluster, up: &[u64], down: &[u64]) -> u64 {
-    let most = up.iter().chain(down).copied().max().unwrap_or(0);
-    if most == 0 {
-        return 0;
-    }
-    cluster.alpha_scaleout_ns.saturating_add(drain_ns(most, cluster.nic_bw))
 }

@@ -14,6 +14,7 @@
 //! `refine` (`fluid`, the default; `never`: the closed form alone; `budget`: simulate close
 //! calls when affordable; `always`: simulate them). The simulator is single-threaded and uses
 //! only correctly rounded IEEE-754 operations, so opted-in simulation is still reproducible.
+pub mod bounds;
 pub mod cache;
 pub mod cost;
 pub mod fluid;
