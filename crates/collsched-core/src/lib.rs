@@ -13,6 +13,7 @@ pub mod bound;
 pub mod sim;
 pub mod algo;
 pub mod flow;
+pub mod reuse;
 pub mod forest;
 
 pub use error::{Error, Result};

@@ -15,7 +15,7 @@
 //! (switch) or the directed GPU-to-GPU links of its route (mesh, ring, cube-mesh);
 //! a local copy uses its GPU's copy engine.
 use super::fluid;
-use super::pool::{empty, filled, give};
+use crate::reuse::{empty, filled, give, pooled};
 use crate::plan::Plan;
 use crate::topology::{Cluster, ScaleUp, Tier};
 pub use super::bounds::{critical_path_lower_bound_ns, matrix_nic_lower_bound_ns, nic_lower_bound_ns, Route};
@@ -466,6 +466,7 @@ pub(super) struct SlotTerms {
     /// Its (link, level) group; `NO_GROUP` for a slot without bytes.
     group: u32,
 }
+pooled!(SlotTerms, POOL_TERMS);
 
 const NO_GROUP: u32 = u32::MAX;
 

@@ -18,7 +18,6 @@ pub mod bounds;
 pub mod cache;
 pub mod cost;
 pub mod fluid;
-mod pool;
 
 use crate::algo;
 use crate::error::{Error, Result};

@@ -6,7 +6,7 @@
 //!
 //! Every carried piece is a contiguous part of one original block i→j, so it is
 //! one Segment wherever it travels.
-use super::scratch::{vec_bytes, with_reused, Footprint};
+use crate::reuse::{vec_bytes, with_reused, Footprint};
 use crate::topology::Cluster;
 use crate::traffic::Traffic;
 use std::cell::Cell;

@@ -19,7 +19,6 @@ pub mod birkhoff;
 pub mod bound;
 pub mod pipeline;
 pub mod redistribute;
-pub mod scratch;
 pub mod server_matrix;
 
 pub use bound::worst_case_ratio;

@@ -11,7 +11,7 @@
 use super::balance::Balanced;
 use super::balance::refill;
 use super::redistribute::Redistributor;
-use super::scratch::{vec_bytes, with_reused, Footprint};
+use crate::reuse::{vec_bytes, with_reused, Footprint};
 use std::cell::Cell;
 use crate::plan::{Buf, Collective, Op, PlanBuilder, Segment};
 use crate::topology::{Cluster, Tier};
