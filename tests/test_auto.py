@@ -25,8 +25,8 @@ def test_choice_is_the_argmin_of_predictions(spec, kind):
     assert not set(pred) & set(pruned)
     assert {"fanout", "sabre_skewed", "sabre_light"} <= set(pred) | set(pruned)
     best = min(pred.values())
-    # A pruned candidate's lower bound is beyond the refinement margin (8%).
-    assert all(b * 100 > best * 108 for b in pruned.values())
+    # A pruned candidate's lower bound is above the winner's prediction.
+    assert all(b > best for b in pruned.values())
     first = next(a for a in CANDIDATES if pred.get(a) == best)
     assert p.meta["choice"] == first
     assert p.algorithm == "auto"

@@ -14,6 +14,7 @@ pub mod sim;
 pub mod algo;
 pub mod flow;
 pub mod reuse;
+pub mod beside;
 pub mod forest;
 
 pub use error::{Error, Result};

@@ -59,13 +59,19 @@ pub enum Route {
     /// Every remote block goes straight from its sender's NIC to its receiver's (fanout, spreadout).
     Direct,
     /// Rail-aligned: block (s,l)→(s',l') leaves through server s's NIC of local index l'
-    /// (hierarchical).
+    /// (hierarchical; also sabre_light, whose direct blocks already share that NIC).
     Rail,
+    /// Through the proxies SABRE's Algorithm 1 assigns (sabre_skewed).
+    SabreProxies,
 }
 
 /// `nic_lower_bound_ns` of the plan an algorithm routing by `route` makes, computed from
 /// the matrix in O(P²) without planning (tested equal to the plan's bound).
 pub fn matrix_nic_lower_bound_ns(traffic: &crate::traffic::Traffic, cluster: &Cluster, route: Route) -> u64 {
+    if route == Route::SabreProxies {
+        let (up, down) = crate::algo::sabre::skewed_nic_loads(traffic, cluster);
+        return nic_bound(cluster, &up, &down);
+    }
     let nics = (cluster.servers * cluster.nics_per_server) as usize;
     let (mut up, mut down) = (vec![0u64; nics], vec![0u64; nics]);
     let n = traffic.n();
@@ -81,6 +87,7 @@ pub fn matrix_nic_lower_bound_ns(traffic: &crate::traffic::Traffic, cluster: &Cl
             let via = match route {
                 Route::Direct => i,
                 Route::Rail => server * g + j % g,
+                Route::SabreProxies => unreachable!("handled above"),
             };
             up[nic[via]] += b;
             down[nic[j]] += b;

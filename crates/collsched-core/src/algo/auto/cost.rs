@@ -210,8 +210,18 @@ pub fn predict_ns(plan: &Plan, cluster: &Cluster) -> u64 {
 /// term is non-decreasing in bytes and in release times (a work-conserving link never
 /// drains sooner when work arrives later), so no transfer finishes earlier.
 pub fn predict_or_bound_ns(plan: &Plan, cluster: &Cluster, give_up_above: u64) -> std::result::Result<u64, u64> {
+    match first_pass_and_prediction_ns(plan, cluster, give_up_above) {
+        (_, Some(ns)) => Ok(ns),
+        (first, None) => Err(first),
+    }
+}
+
+/// The model's first pass (a lower bound on the prediction) and, unless it exceeds
+/// `give_up_above`, the prediction: `predict_or_bound_ns` that also reports the first pass
+/// when it completes, so a caller can replay the pruning rule for a lower `give_up_above`.
+pub fn first_pass_and_prediction_ns(plan: &Plan, cluster: &Cluster, give_up_above: u64) -> (u64, Option<u64>) {
     if let Some(ns) = single_level_ns(plan, cluster) {
-        return if ns > give_up_above { Err(ns) } else { Ok(ns) };
+        return (ns, (ns <= give_up_above).then_some(ns));
     }
     let model = Model::new(plan, cluster);
     let (finish, release) = model.run(None);
@@ -219,13 +229,13 @@ pub fn predict_or_bound_ns(plan: &Plan, cluster: &Cluster, give_up_above: u64) -
     if first > give_up_above {
         give(finish);
         give(release);
-        return Err(first);
+        return (first, None);
     }
     let extra = model.interference(&finish, &release);
     give(release);
     let Some(extra) = extra else {
         give(finish);
-        return Ok(first);
+        return (first, Some(first));
     };
     give(finish);
     let (finish, release) = model.run(Some(&extra));
@@ -233,7 +243,7 @@ pub fn predict_or_bound_ns(plan: &Plan, cluster: &Cluster, give_up_above: u64) -
     give(finish);
     give(release);
     give(extra);
-    Ok(most)
+    (first, Some(most))
 }
 
 /// `predict_ns` of a plan without dependencies (fanout's single round), in one pass with

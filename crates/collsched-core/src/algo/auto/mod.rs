@@ -10,7 +10,7 @@
 //!
 //! Options: `candidates` (comma-separated subset of `CANDIDATES`, in any order; the
 //! fixed order still breaks ties), `cache` (1 = use the decision cache, the default; 0 = not),
-//! `threads` (0 = automatic: one per core up to one per candidate, with ≥ 4 cores and ≤ 256 GPUs),
+//! `threads` (0 = automatic: one per core up to one per candidate, for 32 to 256 GPUs),
 //! `refine` (`fluid`, the default; `never`: the closed form alone; `budget`: simulate close
 //! calls when affordable; `always`: simulate them). The simulator is single-threaded and uses
 //! only correctly rounded IEEE-754 operations, so opted-in simulation is still reproducible.
@@ -143,21 +143,68 @@ pub fn plan(traffic: &Traffic, cluster: &Cluster, opts: &Options) -> Result<Plan
         }
     }
     let chosen: Vec<usize> = (0..CANDIDATES.len()).filter(|&i| mask[i]).collect();
-    let (plans, predicted, pruned) = evaluate_pruned(&chosen, traffic, cluster, threads)?;
-    let mut plans = plans;
+    // First only what decides the closed-form winner: every candidate that could beat the
+    // best prediction so far (margin 0). The close calls are completed below only if a
+    // refinement may run on them.
+    let (mut plans, mut predicted, mut pruned) = evaluate_pruned(&chosen, traffic, cluster, threads)?;
     // Strictly smaller wins: ties keep the earlier candidate.
     let Some(by_model) = argmin(&predicted) else {
         return Err(Error::Unsupported("auto: no candidate algorithm supports this input".into()));
     };
     let best_pred = predicted[by_model].unwrap_or(0);
-    let close: Vec<usize> = (0..CANDIDATES.len())
-        .filter(|&i| predicted[i].is_some_and(|p| p as u128 * 100 <= best_pred as u128 * (100 + REFINE_MARGIN_PERCENT) as u128))
-        .collect();
-    let close_transfers: u64 = close.iter().map(|&i| plans[i].as_ref().map_or(0, |p| p.transfers.len() as u64)).sum();
+    let is_close = |ns: u64| ns as u128 * 100 <= best_pred as u128 * (100 + REFINE_MARGIN_PERCENT) as u128;
     let budget_ns = best_pred as u128 * REFINE_BUDGET_PERCENT as u128 / 100;
+    let fluid_units = |budget_ns: u128| budget_ns.max(FLUID_BUDGET_NS as u128).min(u64::MAX as u128) as u64 / FLUID_NS_PER_WORK;
+    let transfers_of = |plans: &[Option<Plan>], set: &[usize]| -> u64 { set.iter().map(|&i| plans[i].as_ref().map_or(0, |p| p.transfers.len() as u64)).sum() };
+    // Pruned candidates whose bound is within the margin may still be close calls: complete
+    // them (likeliest first) only while a refinement may still run. The known close calls
+    // only grow, so once they alone put refinement over its budget the decision is settled.
+    let close_limit = (best_pred as u128 * (100 + REFINE_MARGIN_PERCENT) as u128 / 100).min(u64::MAX as u128) as u64;
+    let mut maybe_close: Vec<(u64, usize)> = (0..CANDIDATES.len()).filter_map(|i| pruned[i].filter(|&b| b <= close_limit).map(|b| (b, i))).collect();
+    maybe_close.sort_unstable();
+    let mut known: Vec<usize> = (0..CANDIDATES.len()).filter(|&i| predicted[i].is_some_and(is_close)).collect();
+    let settled = |plans: &[Option<Plan>], known: &[usize]| {
+        let t = transfers_of(plans, known);
+        known.len() >= 2
+            && match refine {
+                Refine::Never => true,
+                Refine::Fluid => t.saturating_mul(traffic.n() as u64 + fluid::TRANSFER_WORK) > fluid_units(budget_ns),
+                Refine::Budget => t.saturating_mul(SIM_NS_PER_TRANSFER) as u128 > budget_ns,
+                Refine::Always => false,
+            }
+    };
+    let mut unresolved = !maybe_close.is_empty();
+    if refine != Refine::Never {
+        for &(b, i) in &maybe_close {
+            if settled(&plans, &known) {
+                break;
+            }
+            match evaluate(i, plans[i].take(), traffic, cluster, close_limit)? {
+                None => pruned[i] = None, // unsupported
+                Some(e) => {
+                    plans[i] = Some(e.plan);
+                    match e.prediction {
+                        Some(ns) => {
+                            predicted[i] = Some(ns);
+                            pruned[i] = None;
+                            if is_close(ns) {
+                                known.push(i);
+                            }
+                        }
+                        None => pruned[i] = Some(b.max(e.chain).max(e.first)),
+                    }
+                }
+            }
+        }
+        unresolved = false;
+    }
+    let close: Vec<usize> = (0..CANDIDATES.len()).filter(|&i| predicted[i].is_some_and(is_close)).collect();
+    // With refinement off, say so whenever another candidate might have been close.
+    let close_len = if unresolved { close.len().max(2) } else { close.len() };
+    let close_transfers = transfers_of(&plans, &close);
     let mut simulated = vec![None; CANDIDATES.len()];
     let mut how = How::Model;
-    if close.len() > 1 {
+    if close_len > 1 {
         how = match refine {
             Refine::Never => How::ModelRefineOff,
             Refine::Fluid => How::Fluid,
@@ -175,8 +222,8 @@ pub fn plan(traffic: &Traffic, cluster: &Cluster, opts: &Options) -> Result<Plan
     let mut winner = by_model;
     if how == How::Fluid {
         // Counted work, not clocks: the same input refines (or not) on every machine.
+        let units = fluid_units(budget_ns);
         let budget_ns = budget_ns.max(FLUID_BUDGET_NS as u128).min(u64::MAX as u128) as u64;
-        let units = budget_ns / FLUID_NS_PER_WORK;
         // Skip hopeless runs up front: the work grows with transfers × concurrent flows,
         // measured 0.9–1.6 work units per transfer and rank for every candidate but fanout
         // (whose single scale-out round costs ~10), so estimate ranks + TRANSFER_WORK per
@@ -247,21 +294,23 @@ fn argmin(v: &[Option<u64>]) -> Option<usize> {
 fn matrix_route(i: usize) -> Option<cost::Route> {
     match CANDIDATES[i] {
         "fanout" | "spreadout" => Some(cost::Route::Direct),
-        "hierarchical" => Some(cost::Route::Rail),
+        "hierarchical" | "sabre_light" => Some(cost::Route::Rail),
+        "sabre_skewed" => Some(cost::Route::SabreProxies),
         _ => None,
     }
 }
 
 type Evaluated = (Vec<Option<Plan>>, Vec<Option<u64>>, Vec<Option<u64>>);
 
-/// Plan and predict the chosen candidates, skipping those that cannot be a close call.
+/// Plan and predict the chosen candidates, skipping those that cannot win by the model.
 /// Candidates without a matrix bound are planned first (on up to `threads` threads) and get
 /// the plan's NIC bound; then, in order of increasing bound (ties by index), each is
-/// planned if needed and predicted, unless its bound exceeds the best prediction so far
-/// by more than the refinement margin: then it and every later one are pruned (their
-/// predictions are ≥ their bounds). The running best is never below the final best, so
-/// pruning never removes the winner or a close call, and the order is fixed, so the
-/// result (meta included) is the same for any thread count.
+/// planned if needed and predicted, unless a lower bound on its prediction exceeds the best
+/// prediction so far: then it is pruned (its prediction is ≥ its bound). The running best
+/// is never below the final best, so pruning never removes the winner (a tie is never
+/// pruned), and the order is fixed, so the result (meta included) is the same for any
+/// thread count. Pruned candidates may still be close calls; `plan` completes those when
+/// a refinement needs them.
 /// Returns plans and predictions (None = unsupported or pruned) and the bounds of pruned ones.
 fn evaluate_pruned(chosen: &[usize], traffic: &Traffic, cluster: &Cluster, threads: usize) -> Result<Evaluated> {
     let k = CANDIDATES.len();
@@ -281,49 +330,64 @@ fn evaluate_pruned(chosen: &[usize], traffic: &Traffic, cluster: &Cluster, threa
         }
     }
     // O(P²) each, so once per route (fanout and spreadout share theirs).
-    let (mut direct, mut rail) = (None, None);
+    let mut per_route: Vec<(cost::Route, u64)> = Vec::new();
     for &i in chosen {
-        bound[i] = match matrix_route(i) {
-            Some(cost::Route::Direct) => Some(*direct.get_or_insert_with(|| cost::matrix_nic_lower_bound_ns(traffic, cluster, cost::Route::Direct))),
-            Some(cost::Route::Rail) => Some(*rail.get_or_insert_with(|| cost::matrix_nic_lower_bound_ns(traffic, cluster, cost::Route::Rail))),
-            None => bound[i],
-        };
+        if let Some(r) = matrix_route(i) {
+            let known = per_route.iter().find(|x| x.0 == r).map(|x| x.1);
+            let b = known.unwrap_or_else(|| cost::matrix_nic_lower_bound_ns(traffic, cluster, r));
+            if known.is_none() {
+                per_route.push((r, b));
+            }
+            bound[i] = Some(b);
+        }
     }
     let mut order: Vec<(u64, usize)> = chosen.iter().filter_map(|&i| bound[i].map(|b| (b, i))).collect();
     order.sort_unstable();
     let mut best: Option<u64> = None;
-    for (b, i) in order {
-        if best.is_some_and(|best| b as u128 * 100 > best as u128 * (100 + REFINE_MARGIN_PERCENT) as u128) {
+    let mut at = 0;
+    while at < order.len() {
+        let (b, i) = order[at];
+        at += 1;
+        if best.is_some_and(|best| b > best) {
             pruned[i] = Some(b);
             continue;
         }
-        if plans[i].is_none() {
-            match plan_candidate(CANDIDATES[i], traffic, cluster) {
-                Ok(p) => plans[i] = Some(p),
-                Err(Error::Unsupported(_)) => continue,
-                Err(e) => return Err(e),
-            }
-        }
-        let plan = plans[i].as_ref().expect("planned");
-        // A second bound from the plan, O(transfers): dependency chains (spreadout's
-        // rounds). Also ≤ the prediction, so the same pruning argument holds.
-        let chain = cost::critical_path_lower_bound_ns(plan, cluster);
-        if best.is_some_and(|best| chain as u128 * 100 > best as u128 * (100 + REFINE_MARGIN_PERCENT) as u128) {
-            pruned[i] = Some(b.max(chain));
-            continue;
-        }
-        // The model's first pass is a third bound (≤ the prediction): past the margin, the
-        // second pass is skipped. b·100 > best·(100+m) ⇔ b > ⌊best·(100+m)/100⌋ for integers.
-        let give_up_above = best.map_or(u64::MAX, |best| (best as u128 * (100 + REFINE_MARGIN_PERCENT) as u128 / 100).min(u64::MAX as u128) as u64);
-        let ns = match cost::predict_or_bound_ns(plan, cluster, give_up_above) {
-            Ok(ns) => ns,
-            Err(first) => {
-                pruned[i] = Some(b.max(chain).max(first));
-                continue;
+        // With threads, the next candidate that the bound does not prune yet is evaluated
+        // beside this one against the same best so far; replaying the rule in order with
+        // the updated best gives what evaluating it afterwards would have.
+        let next = (threads > 1 && at < order.len() && !best.is_some_and(|best| order[at].0 > best)).then(|| order[at]);
+        let give_up_above = best.unwrap_or(u64::MAX);
+        let (this, beside) = match next {
+            None => (evaluate(i, plans[i].take(), traffic, cluster, give_up_above)?, None),
+            Some((_, j)) => {
+                at += 1;
+                let (pi, pj) = (plans[i].take(), plans[j].take());
+                let (rj, ri) = crate::beside::join(|| evaluate(j, pj, traffic, cluster, give_up_above), || evaluate(i, pi, traffic, cluster, give_up_above));
+                (ri?, Some((order[at - 1].0, j, rj)))
             }
         };
-        predicted[i] = Some(ns);
-        best = Some(best.map_or(ns, |b| b.min(ns)));
+        for (b, i, e) in std::iter::once((b, i, Ok(this))).chain(beside) {
+            if best.is_some_and(|best| b > best) {
+                // Pruned by its bound before planning, had it come second: its planning
+                // (and any error of it) does not count.
+                if let Ok(Some(e)) = e {
+                    crate::plan::recycle(e.plan);
+                }
+                pruned[i] = Some(b);
+                continue;
+            }
+            let Some(e) = e? else { continue }; // unsupported
+            plans[i] = Some(e.plan);
+            if best.is_some_and(|best| e.chain > best) {
+                pruned[i] = Some(b.max(e.chain));
+            } else if best.is_some_and(|best| e.first > best) {
+                pruned[i] = Some(b.max(e.chain).max(e.first));
+            } else {
+                let ns = e.prediction.expect("predicted: its first pass is within the best so far");
+                predicted[i] = Some(ns);
+                best = Some(best.map_or(ns, |b| b.min(ns)));
+            }
+        }
     }
     // Pruned plans are dropped (their arrays recycled for the next plan); only
     // predicted ones can win.
@@ -337,16 +401,53 @@ fn evaluate_pruned(chosen: &[usize], traffic: &Traffic, cluster: &Cluster, threa
     Ok((plans, predicted, pruned))
 }
 
-/// Threads for candidate evaluation: on machines with at least 4 cores, one per core up to
-/// one per candidate, for clusters up to 256 GPUs (every plan is alive at once); else one
-/// (on a small shared machine thread start-up costs more than it saves).
+/// One candidate's plan and the bounds and prediction `evaluate_pruned` prunes by.
+struct Evaluation {
+    plan: Plan,
+    /// Critical-path bound (`cost::critical_path_lower_bound_ns`).
+    chain: u64,
+    /// The model's first pass; 0 when skipped because `chain` already exceeded the limit.
+    first: u64,
+    /// The prediction, computed when neither bound exceeded the limit.
+    prediction: Option<u64>,
+}
+
+/// Plan candidate `i` (unless `plan` is given) and bound and predict it, skipping the
+/// rest once a bound exceeds `give_up_above`. None if the candidate is unsupported.
+fn evaluate(i: usize, plan: Option<Plan>, traffic: &Traffic, cluster: &Cluster, give_up_above: u64) -> Result<Option<Evaluation>> {
+    let plan = match plan {
+        Some(p) => p,
+        None => match plan_candidate(CANDIDATES[i], traffic, cluster) {
+            Ok(p) => p,
+            Err(Error::Unsupported(_)) => return Ok(None),
+            Err(e) => return Err(e),
+        },
+    };
+    // A second bound from the plan, O(transfers): dependency chains (spreadout's rounds).
+    // Also ≤ the prediction, so the same pruning argument holds.
+    let chain = cost::critical_path_lower_bound_ns(&plan, cluster);
+    if chain > give_up_above {
+        return Ok(Some(Evaluation { plan, chain, first: 0, prediction: None }));
+    }
+    // The model's first pass is a third bound (≤ the prediction): above the limit, the
+    // second pass is skipped.
+    let (first, prediction) = cost::first_pass_and_prediction_ns(&plan, cluster, give_up_above);
+    Ok(Some(Evaluation { plan, chain, first, prediction }))
+}
+
+/// Threads for candidate evaluation: one per core up to one per candidate, for clusters of
+/// 32 to 256 GPUs (every plan is alive at once); else one (below 32 GPUs a candidate costs
+/// less than starting a thread and warming its working memory).
 fn default_threads(ranks: usize) -> usize {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    if ranks > 256 || cores < 4 {
+    if !(MIN_RANKS_FOR_THREADS..=256).contains(&ranks) {
         return 1;
     }
     cores.min(CANDIDATES.len())
 }
+
+/// Smallest cluster on which `auto` uses threads by default (see `default_threads`).
+const MIN_RANKS_FOR_THREADS: usize = 32;
 
 /// The fluid model of each plan, capped at `units` of counted work in all: sequentially
 /// each run is capped at what the earlier ones left (and the rest are skipped once one
@@ -364,6 +465,11 @@ fn fluid_all(runs: &[&Plan], cluster: &Cluster, units: u64, threads: usize) -> V
             out.push(r);
         }
         return out;
+    }
+    if threads == 2 && runs.len() == 2 {
+        // The calling thread's warm helper (`crate::beside`) instead of two fresh threads.
+        let (a, b) = crate::beside::join(|| cost::fluid_predict_ns(runs[1], cluster, units), || cost::fluid_predict_ns(runs[0], cluster, units));
+        return vec![b, a];
     }
     let mut out = vec![None; runs.len()];
     std::thread::scope(|scope| {
@@ -387,12 +493,22 @@ fn plan_all(chosen: &[usize], traffic: &Traffic, cluster: &Cluster, threads: usi
     }
     // Candidate k goes to worker k mod threads; results come back in candidate order.
     let workers = threads.min(chosen.len());
+    let share = |w: usize| chosen.iter().enumerate().skip(w).step_by(workers).map(|(k, &i)| (k, one(i))).collect::<Vec<_>>();
+    if workers == 2 {
+        // The calling thread's warm helper (`crate::beside`) instead of a fresh thread.
+        let (odd, even) = crate::beside::join(|| share(1), || share(0));
+        let mut slots: Vec<Option<Result<Plan>>> = (0..chosen.len()).map(|_| None).collect();
+        for (k, r) in even.into_iter().chain(odd) {
+            slots[k] = Some(r);
+        }
+        return slots.into_iter().map(|r| r.expect("every candidate planned")).collect();
+    }
     let mut slots: Vec<Option<Result<Plan>>> = (0..chosen.len()).map(|_| None).collect();
     std::thread::scope(|scope| {
         let handles: Vec<_> = (0..workers)
             .map(|w| {
-                let one = &one;
-                scope.spawn(move || chosen.iter().enumerate().skip(w).step_by(workers).map(|(k, &i)| (k, one(i))).collect::<Vec<_>>())
+                let share = &share;
+                scope.spawn(move || share(w))
             })
             .collect();
         for h in handles {
@@ -418,7 +534,10 @@ fn finish(mut plan: Plan, d: &cache::Decision) -> Plan {
         v.iter().enumerate().filter(|&(i, p)| i != d.winner && p.is_some()).map(|(i, p)| (p.unwrap_or(0), i)).min()
     };
     let reason = match (d.how, runner_up(&d.predicted_ns)) {
-        (_, None) => format!("only supported candidate (predicted {best} ns)"),
+        (_, None) => match runner_up(&d.pruned_ns) {
+            Some((ns, i)) => format!("smallest predicted time {best} ns; every other candidate pruned by a lower bound above it (lowest: {} at {ns} ns)", CANDIDATES[i]),
+            None => format!("only supported candidate (predicted {best} ns)"),
+        },
         (How::Simulated | How::Fluid, _) => {
             let what = if d.how == How::Fluid { "fluid-model" } else { "simulated" };
             let sim = d.simulated_ns[d.winner].unwrap_or(0);

@@ -57,6 +57,13 @@ pub fn plan_skewed(traffic: &Traffic, cluster: &Cluster, opts: &Options) -> Resu
     skewed::plan(traffic, cluster, alpha, "sabre_skewed")
 }
 
+/// Bytes each NIC sends and receives (per global NIC: up, down) in `sabre_skewed`'s plan
+/// with default options, from Algorithm 1's layout without emitting the plan (auto's
+/// pruning bound; a test checks it against the plan).
+pub fn skewed_nic_loads(traffic: &Traffic, cluster: &Cluster) -> (Vec<u64>, Vec<u64>) {
+    skewed::nic_loads(traffic, cluster, DEFAULT_ALPHA_PERMILLE)
+}
+
 /// Lightly-skewed two-phase 2D algorithm (§6.2). No options.
 pub fn plan_light(traffic: &Traffic, cluster: &Cluster, opts: &Options) -> Result<Plan> {
     check_keys(opts, &[], "sabre_light")?;

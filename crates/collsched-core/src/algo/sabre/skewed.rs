@@ -61,20 +61,11 @@ fn bucket_order(items: usize, buckets: usize, key: impl Fn(usize) -> usize) -> (
     (order, start)
 }
 
-pub(super) fn plan(traffic: &Traffic, cluster: &Cluster, alpha_permille: u64, name: &str) -> Result<Plan> {
-    let n = traffic.n();
+/// Algorithm 1 for every (source node u, destination node w ≠ u), in (u, w) order:
+/// `f(u, w, assignment)` with the (proxy, piece) pairs in assignment order.
+fn for_each_assignment(traffic: &Traffic, cluster: &Cluster, alpha_permille: u64, mut f: impl FnMut(usize, usize, &[(u32, Piece)])) {
     let g = cluster.gpus_per_server as usize;
     let nodes = cluster.servers as usize;
-    let nics = cluster.nics_per_server;
-    let send = traffic.send_offsets();
-    let recv = traffic.recv_offsets();
-    let rank = |node: usize, local: usize| node * g + local;
-    let mut b = PlanBuilder::new(name, Collective::AllToAll { traffic: traffic.clone() }, cluster.gpus_per_server);
-
-    // Algorithm 1 for every (source node u, destination node w ≠ u). held[node_begin[u]..node_begin[u+1]]
-    // are node u's pieces ordered by (w, proxy, assignment order).
-    let mut held: Vec<Held> = Vec::with_capacity(n * g + nodes * nodes * g);
-    let mut node_begin = vec![0usize; nodes + 1];
     let mut balancer = Balancer::default();
     let mut blocks: Vec<Block> = Vec::with_capacity(g * g);
     for u in 0..nodes {
@@ -85,20 +76,55 @@ pub(super) fn plan(traffic: &Traffic, cluster: &Cluster, alpha_permille: u64, na
             blocks.clear();
             for s in 0..g {
                 for d in 0..g {
-                    let len = traffic.get(rank(u, s), rank(w, d));
+                    let len = traffic.get(u * g + s, w * g + d);
                     if len > 0 {
                         blocks.push(Block { src_local: s as u32, dst_local: d as u32, len });
                     }
                 }
             }
-            let out = balancer.assign(&blocks, cluster.gpus_per_server, nics, alpha_permille);
-            let (order, _) = bucket_order(out.len(), g, |i| out[i].0 as usize);
-            held.extend(order.iter().map(|&i| {
-                let (proxy, piece) = out[i as usize];
-                Held { piece, w: w as u32, proxy, scratch_off: u64::MAX, gather_tid: u32::MAX }
-            }));
+            f(u, w, balancer.assign(&blocks, cluster.gpus_per_server, cluster.nics_per_server, alpha_permille));
         }
+    }
+}
+
+/// Bytes each NIC sends and receives in the plan `plan` makes (scale-out step: proxy p of
+/// node u → GPU p of node w), without emitting it: per global NIC, (up, down).
+pub fn nic_loads(traffic: &Traffic, cluster: &Cluster, alpha_permille: u64) -> (Vec<u64>, Vec<u64>) {
+    let g = cluster.gpus_per_server;
+    let nics = (cluster.servers * cluster.nics_per_server) as usize;
+    let (mut up, mut down) = (vec![0u64; nics], vec![0u64; nics]);
+    for_each_assignment(traffic, cluster, alpha_permille, |u, w, out| {
+        for &(proxy, piece) in out {
+            up[cluster.global_nic_of(u as u32 * g + proxy) as usize] += piece.len;
+            down[cluster.global_nic_of(w as u32 * g + proxy) as usize] += piece.len;
+        }
+    });
+    (up, down)
+}
+
+pub(super) fn plan(traffic: &Traffic, cluster: &Cluster, alpha_permille: u64, name: &str) -> Result<Plan> {
+    let n = traffic.n();
+    let g = cluster.gpus_per_server as usize;
+    let nodes = cluster.servers as usize;
+    let send = traffic.send_offsets();
+    let recv = traffic.recv_offsets();
+    let rank = |node: usize, local: usize| node * g + local;
+    let mut b = PlanBuilder::new(name, Collective::AllToAll { traffic: traffic.clone() }, cluster.gpus_per_server);
+
+    // Algorithm 1 for every (source node u, destination node w ≠ u). held[node_begin[u]..node_begin[u+1]]
+    // are node u's pieces ordered by (w, proxy, assignment order).
+    let mut held: Vec<Held> = Vec::with_capacity(n * g + nodes * nodes * g);
+    let mut node_begin = vec![0usize; nodes + 1];
+    for_each_assignment(traffic, cluster, alpha_permille, |u, w, out| {
+        let (order, _) = bucket_order(out.len(), g, |i| out[i].0 as usize);
+        held.extend(order.iter().map(|&i| {
+            let (proxy, piece) = out[i as usize];
+            Held { piece, w: w as u32, proxy, scratch_off: u64::MAX, gather_tid: u32::MAX }
+        }));
         node_begin[u + 1] = held.len();
+    });
+    for u in 0..nodes {
+        node_begin[u + 1] = node_begin[u + 1].max(node_begin[u]);
     }
 
     let mut segs: Vec<Segment> = Vec::new();
