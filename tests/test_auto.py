@@ -91,3 +91,34 @@ def test_default_refines_close_calls_with_the_fluid_model(seed):
             assert abs(ns / s - 1) < 0.005, (a, ns, s)
     else:
         assert p.meta["refined_with"] == "none" and not fluid
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs os.fork")
+def test_auto_after_fork_plans_without_hanging():
+    """From 32 GPUs auto evaluates candidates in pairs on a helper thread that persists per
+    calling thread. A forked child (DataLoader workers, multiprocessing) has no such thread:
+    it must start its own, not hand work to the parent's and wait forever."""
+    import os
+    import time
+
+    c = collsched.Cluster.parse("h200:4")
+    m = traffic.zipf(32, 0.8, 1 << 16, seed=7)
+    parent = plan_all_to_all(m, c, "auto", cache=0, threads=2)  # starts the helper here
+    pid = os.fork()
+    if pid == 0:  # child: plan again and report through the exit status
+        try:
+            child = plan_all_to_all(m, c, "auto", cache=0, threads=2)
+            os._exit(0 if child.hash == parent.hash else 3)
+        except BaseException:
+            os._exit(4)
+    deadline = time.monotonic() + 60
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            pytest.fail("auto hung in a forked child")
+        time.sleep(0.05)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
