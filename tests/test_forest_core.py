@@ -156,3 +156,57 @@ def test_spread_fan_and_fixed_k_options():
         forest.schedule("a100:2", spread_fan=0)
     with pytest.raises(ValueError, match="either k or optimal"):
         forest.schedule("a100:2", k=2, optimal=True)
+
+
+def _simulated_fraction(cluster, shard, chunks):
+    """Simulated allgather algbw of the plan on a Cluster-derived graph, as a fraction of the optimum."""
+    from collsched import _core, sim
+
+    g = forest.Graph.from_cluster(cluster)
+    sch = forest.schedule(g)
+    p = forest.plan_allgather(sch, shard, chunks, latency_ns=cluster.to_dict()["alpha_scaleout_ns"])
+    d = json.loads(p.to_json())
+    gps = d["gpus_per_server"] = cluster.gpus_per_server
+    for t in d["transfers"]:
+        t["tier"] = "local" if t["src"] == t["dst"] else ("scale_up" if t["src"] // gps == t["dst"] // gps else "scale_out")
+    plan = _core.Plan.from_json(json.dumps(d))
+    plan.verify()
+    n = cluster.num_gpus
+    return n * shard / sim.simulate(plan, cluster).time_s / forest.optimal(g)["algbw_gbps"] / 1e9, int(d["meta"]["chunks"])
+
+
+@pytest.mark.parametrize("total", [1 << 20, 64 << 20])
+def test_automatic_chunks_track_the_best_fixed_count(total):
+    """chunks=None picks ⌊√(bandwidth time / latency)⌋: one piece when latency dominates,
+    more as the run grows; simulated on a100:2 it stays close to the best fixed count, where
+    the old fixed default (8) lost 3× at 1 MiB."""
+    cluster = collsched.Cluster.parse("a100:2")
+    shard = total // cluster.num_gpus
+    fixed = {c: _simulated_fraction(cluster, shard, c)[0] for c in (1, 4, 8, 16)}
+    auto, chosen = _simulated_fraction(cluster, shard, None)
+    assert auto >= 0.95 * max(fixed.values()), (chosen, auto, fixed)
+    if total == 1 << 20:
+        assert chosen == 1 and auto >= 2 * fixed[8], (auto, fixed)
+
+
+def test_automatic_chunks_options_and_errors():
+    sch = forest.schedule("h100:2")
+    n = sch.num_ranks
+    p = forest.plan_allgather(sch, 1 << 20)
+    p.verify()
+    assert int(p.meta["chunks"]) == sch.auto_chunks((1 << 20) * n)
+    # A longer per-piece latency means fewer, larger pieces.
+    assert sch.auto_chunks(1 << 30, latency_ns=60_000) < sch.auto_chunks(1 << 30) < sch.auto_chunks(1 << 30, latency_ns=600)
+    assert int(forest.plan_allreduce(sch, 1 << 26, chunks=None).meta["chunks"]) == sch.auto_chunks(1 << 26)
+    # The collectives layer takes the latency from a Cluster's slowest tier.
+    from collsched.collectives import plan_collective
+
+    c = collsched.Cluster.parse("h100:2,alpha_scaleout=24us")
+    q = plan_collective("allgather", n, 1 << 24, "forest", topology=c)
+    want = forest.schedule(forest.as_graph(c)).auto_chunks((1 << 24) * n, latency_ns=24_000)
+    assert int(q.meta["chunks"]) == want
+    for bad in (0, -1, True):
+        with pytest.raises(ValueError, match="chunks"):
+            forest.plan_allgather(sch, 1 << 20, chunks=bad)
+    with pytest.raises(ValueError, match="latency_ns"):
+        forest.plan_allgather(sch, 1 << 20, latency_ns=-5)

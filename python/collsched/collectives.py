@@ -50,12 +50,26 @@ def _graph(topology, ranks: int):
     return forest.as_graph(topology)
 
 
+def _piece_latency_ns(topology) -> int | None:
+    """Per-message latency of the topology's slowest tier when it is (or names) a Cluster, for
+    ForestColl's automatic chunk count; None (ForestColl's default) for a bare Graph."""
+    if isinstance(topology, str):
+        try:
+            topology = _core.Cluster.parse(topology)
+        except ValueError:
+            return None
+    if isinstance(topology, _core.Cluster):
+        d = topology.to_dict()
+        return d["alpha_scaleout_ns"] if d["servers"] > 1 else d["alpha_scaleup_ns"]
+    return None
+
+
 def _forest_plan(kind: str, ranks: int, nbytes: int, elem_bytes: int, topology, chunks: int | None, k: int | None):
     from collsched import forest
 
     g = _graph(topology, ranks)
     sch = forest.schedule(g, k=k)
-    kw = {} if chunks is None else {"chunks": chunks}
+    kw = {"chunks": chunks, "latency_ns": _piece_latency_ns(topology)}
     if kind == "allgather":
         plan = forest.plan_allgather(sch, nbytes, **kw)
     elif kind == "reduce_scatter":

@@ -75,19 +75,43 @@ def _schedule(s) -> ForestSchedule:
     return s if isinstance(s, ForestSchedule) else schedule(s)
 
 
-def plan_allgather(schedule, shard_bytes: int, chunks: int = 8, merge: bool = True) -> _core.Plan:
+def _chunks(schedule: ForestSchedule, chunks, output_bytes: int, latency_ns) -> int:
+    """``chunks``, or (None) the automatic choice for ``output_bytes`` per rank."""
+    if chunks is None:
+        if latency_ns is not None and (isinstance(latency_ns, bool) or int(latency_ns) < 0):
+            raise ValueError(f"latency_ns must be a non-negative integer, got {latency_ns!r}")
+        return schedule.auto_chunks(int(output_bytes), None if latency_ns is None else int(latency_ns))
+    if isinstance(chunks, bool) or int(chunks) < 1:
+        raise ValueError(f"chunks must be a positive integer or None (automatic), got {chunks!r}")
+    return int(chunks)
+
+
+def plan_allgather(schedule, shard_bytes: int, chunks: int | None = None, merge: bool = True,
+                   latency_ns: int | None = None) -> _core.Plan:
     """Allgather plan: every rank contributes ``shard_bytes``; ranks are the graph's compute
     nodes in order. ``schedule`` may also be a graph (the automatic schedule is built).
-    ``chunks``: pipeline chunks per tree; ``merge``: one multi-segment message per rank pair
-    and step instead of one per tree."""
-    return _core.forest_plan_allgather(_schedule(schedule), int(shard_bytes), int(chunks), bool(merge))
+    ``chunks``: pipeline chunks per tree; None picks them for the size
+    (``ForestSchedule.auto_chunks``: ⌊√(bandwidth time / per-piece latency)⌋, 1..64, with
+    ``latency_ns`` per piece, default 6 µs across boxes, 3 µs in one); ``merge``: one
+    multi-segment message per rank pair and step instead of one per tree."""
+    s = _schedule(schedule)
+    chunks = _chunks(s, chunks, int(shard_bytes) * s.num_ranks, latency_ns)
+    return _core.forest_plan_allgather(s, int(shard_bytes), chunks, bool(merge))
 
 
-def plan_reduce_scatter(schedule, shard_bytes: int, elem_bytes: int = 4, chunks: int = 8, merge: bool = True) -> _core.Plan:
-    """Reduce-scatter plan along the reversed trees: input ``ranks × shard_bytes``."""
-    return _core.forest_plan_reduce_scatter(_schedule(schedule), int(shard_bytes), int(elem_bytes), int(chunks), bool(merge))
+def plan_reduce_scatter(schedule, shard_bytes: int, elem_bytes: int = 4, chunks: int | None = None, merge: bool = True,
+                        latency_ns: int | None = None) -> _core.Plan:
+    """Reduce-scatter plan along the reversed trees: input ``ranks × shard_bytes``
+    (``chunks``/``latency_ns`` as for :func:`plan_allgather`)."""
+    s = _schedule(schedule)
+    chunks = _chunks(s, chunks, int(shard_bytes) * s.num_ranks, latency_ns)
+    return _core.forest_plan_reduce_scatter(s, int(shard_bytes), int(elem_bytes), chunks, bool(merge))
 
 
-def plan_allreduce(schedule, bytes: int, elem_bytes: int = 4, chunks: int = 8, merge: bool = True) -> _core.Plan:
-    """Allreduce plan: reduce-scatter along the in-trees, then allgather along the out-trees."""
-    return _core.forest_plan_allreduce(_schedule(schedule), int(bytes), int(elem_bytes), int(chunks), bool(merge))
+def plan_allreduce(schedule, bytes: int, elem_bytes: int = 4, chunks: int | None = None, merge: bool = True,
+                   latency_ns: int | None = None) -> _core.Plan:
+    """Allreduce plan: reduce-scatter along the in-trees, then allgather along the out-trees
+    (``chunks``/``latency_ns`` as for :func:`plan_allgather`, each phase moving ``bytes``)."""
+    s = _schedule(schedule)
+    chunks = _chunks(s, chunks, int(bytes), latency_ns)
+    return _core.forest_plan_allreduce(s, int(bytes), int(elem_bytes), chunks, bool(merge))

@@ -213,6 +213,32 @@ fn multicast_switch_removes_redundant_copies() {
 }
 
 #[test]
+fn auto_chunks_follow_the_square_root_rule() {
+    // ⌊√(T / latency)⌋ in 1..=64 with T = output / algbw: grows with the size, never 0.
+    for preset in ["h100:2", "a100:2", "mi250:2"] {
+        let s = schedule(&Graph::parse_preset(preset).unwrap(), KChoice::Auto).unwrap();
+        let mut last = 0;
+        for shift in 0..40u32 {
+            let bytes = 1u64 << shift;
+            let p = forest::auto_chunks(&s, bytes, 6_000);
+            assert!((1..=forest::plan::MAX_AUTO_CHUNKS).contains(&p), "{preset} {bytes}: {p}");
+            assert!(p >= last, "{preset}: {bytes} bytes get {p} chunks, fewer than {last} for half as many");
+            last = p;
+            // The rule, checked in floating point away from integer boundaries.
+            let t_ns = bytes as f64 / s.algbw.to_f64() * 1e9;
+            let want = (t_ns / 6_000.0).sqrt().clamp(1.0, 64.0);
+            assert!((p as f64 - want).abs() < 1.0, "{preset} {bytes}: {p} vs {want}");
+        }
+        assert_eq!(forest::auto_chunks(&s, 0, 6_000), 1);
+        assert_eq!(forest::auto_chunks(&s, u64::MAX, 6_000), forest::plan::MAX_AUTO_CHUNKS);
+        assert_eq!(forest::auto_chunks(&s, 1 << 30, 0), forest::plan::MAX_AUTO_CHUNKS, "zero latency: most chunks");
+        assert_eq!(forest::default_piece_latency_ns(&s), forest::plan::DEFAULT_PIECE_LATENCY_NS, "{preset} has two boxes");
+    }
+    let one_box = schedule(&Graph::parse_preset("h100:1").unwrap(), KChoice::Auto).unwrap();
+    assert_eq!(forest::default_piece_latency_ns(&one_box), forest::plan::DEFAULT_PIECE_LATENCY_ONE_BOX_NS);
+}
+
+#[test]
 fn graph_errors_are_clear() {
     let e = Graph::parse_preset("a100:0").unwrap_err().to_string();
     assert!(e.contains("box count"), "{e}");

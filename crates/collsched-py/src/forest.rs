@@ -199,6 +199,13 @@ impl PySchedule {
     fn predicted_time(&self, bytes: u64, chunks: u32) -> f64 {
         forest::predicted_time_chunks(&self.inner, bytes, chunks)
     }
+    /// Pipeline chunks per tree for `output_bytes` per rank when each piece pays
+    /// `latency_ns` (default: 6 µs across boxes, 3 µs inside one): ⌊√(T / latency)⌋ in 1..=64.
+    #[pyo3(signature = (output_bytes, latency_ns = None))]
+    fn auto_chunks(&self, output_bytes: u64, latency_ns: Option<u64>) -> u32 {
+        let latency = latency_ns.unwrap_or_else(|| forest::default_piece_latency_ns(&self.inner));
+        forest::auto_chunks(&self.inner, output_bytes, latency)
+    }
     fn __repr__(&self) -> String {
         format!(
             "ForestSchedule(graph='{}', k={}, trees={}, algbw={:.2} GB/s, optimal={:.2} GB/s)",

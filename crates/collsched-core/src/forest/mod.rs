@@ -16,7 +16,7 @@ pub mod split;
 pub use fixed_k::fixed_k_scale;
 pub use optimal::{optimal, Optimum};
 pub use plan::{
-    plan_allgather, plan_allgather_with, plan_allreduce, plan_allreduce_with, plan_reduce_scatter, plan_reduce_scatter_with, predicted_time,
+    auto_chunks, auto_chunks_default, default_piece_latency_ns, plan_allgather, plan_allgather_with, plan_allreduce, plan_allreduce_with, plan_reduce_scatter, plan_reduce_scatter_with, predicted_time,
     predicted_time_chunks, PlanOptions,
 };
 pub use ratio::Ratio;
