@@ -319,7 +319,26 @@ fn evaluate_pruned(chosen: &[usize], traffic: &Traffic, cluster: &Cluster, threa
     let mut pruned = vec![None; k];
     let mut bound: Vec<Option<u64>> = vec![None; k];
     let first: Vec<usize> = chosen.iter().copied().filter(|&i| matrix_route(i).is_none()).collect();
-    for (i, r) in first.iter().copied().zip(plan_all(&first, traffic, cluster, threads)) {
+    // The matrix bounds, O(P²) each, once per route (fanout and spreadout share theirs),
+    // computed beside the first plans.
+    let matrix_bounds = || {
+        let mut per_route: Vec<(cost::Route, u64)> = Vec::new();
+        for &i in chosen {
+            if let Some(r) = matrix_route(i) {
+                if !per_route.iter().any(|x| x.0 == r) {
+                    per_route.push((r, cost::matrix_nic_lower_bound_ns(traffic, cluster, r)));
+                }
+            }
+        }
+        per_route
+    };
+    let (first_plans, per_route) = plan_all(&first, traffic, cluster, threads, matrix_bounds);
+    for &i in chosen {
+        if let Some(r) = matrix_route(i) {
+            bound[i] = per_route.iter().find(|x| x.0 == r).map(|x| x.1);
+        }
+    }
+    for (i, r) in first.iter().copied().zip(first_plans) {
         match r {
             Ok(p) => {
                 bound[i] = Some(cost::nic_lower_bound_ns(&p, cluster));
@@ -327,18 +346,6 @@ fn evaluate_pruned(chosen: &[usize], traffic: &Traffic, cluster: &Cluster, threa
             }
             Err(Error::Unsupported(_)) => {}
             Err(e) => return Err(e),
-        }
-    }
-    // O(P²) each, so once per route (fanout and spreadout share theirs).
-    let mut per_route: Vec<(cost::Route, u64)> = Vec::new();
-    for &i in chosen {
-        if let Some(r) = matrix_route(i) {
-            let known = per_route.iter().find(|x| x.0 == r).map(|x| x.1);
-            let b = known.unwrap_or_else(|| cost::matrix_nic_lower_bound_ns(traffic, cluster, r));
-            if known.is_none() {
-                per_route.push((r, b));
-            }
-            bound[i] = Some(b);
         }
     }
     let mut order: Vec<(u64, usize)> = chosen.iter().filter_map(|&i| bound[i].map(|b| (b, i))).collect();
@@ -361,8 +368,22 @@ fn evaluate_pruned(chosen: &[usize], traffic: &Traffic, cluster: &Cluster, threa
             None => (evaluate(i, plans[i].take(), traffic, cluster, give_up_above)?, None),
             Some((_, j)) => {
                 at += 1;
+                // The candidate after these two is planned now too, beside them, when it is
+                // likely to be evaluated next (not pruned yet, its bound within the refinement
+                // margin of the lowest). Only when its plan is made changes: the plan is the same.
+                let lowest = order[0].0 as u128;
+                let ahead = order.get(at).copied().filter(|&(bk, k)| {
+                    plans[k].is_none() && !best.is_some_and(|best| bk > best) && bk as u128 * 100 <= lowest * (100 + REFINE_MARGIN_PERCENT) as u128
+                });
                 let (pi, pj) = (plans[i].take(), plans[j].take());
-                let (rj, ri) = crate::beside::join(|| evaluate(j, pj, traffic, cluster, give_up_above), || evaluate(i, pi, traffic, cluster, give_up_above));
+                let ((rj, rk), ri) = crate::beside::join(
+                    || (evaluate(j, pj, traffic, cluster, give_up_above), ahead.map(|(_, k)| plan_candidate(CANDIDATES[k], traffic, cluster))),
+                    || evaluate(i, pi, traffic, cluster, give_up_above),
+                );
+                // An error (or Unsupported) surfaces again if and when the candidate is evaluated.
+                if let (Some((_, k)), Some(Ok(p))) = (ahead, rk) {
+                    plans[k] = Some(p);
+                }
                 (ri?, Some((order[at - 1].0, j, rj)))
             }
         };
@@ -484,45 +505,48 @@ fn fluid_all(runs: &[&Plan], cluster: &Cluster, units: u64, threads: usize) -> V
     out
 }
 
-/// Plan each chosen candidate, on up to `threads` scoped threads. Each result depends
-/// only on its candidate, so the threads' interleaving cannot change anything.
-fn plan_all(chosen: &[usize], traffic: &Traffic, cluster: &Cluster, threads: usize) -> Vec<Result<Plan>> {
+/// Plan each chosen candidate, on up to `threads` threads, and run `beside` meanwhile (on
+/// the calling thread). Each result depends only on its candidate, so the threads'
+/// interleaving cannot change anything.
+fn plan_all<R: Send>(chosen: &[usize], traffic: &Traffic, cluster: &Cluster, threads: usize, beside: impl FnOnce() -> R + Send) -> (Vec<Result<Plan>>, R) {
     let one = |i: usize| plan_candidate(CANDIDATES[i], traffic, cluster);
     if threads <= 1 || chosen.len() <= 1 {
-        return chosen.iter().map(|&i| one(i)).collect();
+        return (chosen.iter().map(|&i| one(i)).collect(), beside());
     }
     // Candidate k goes to worker k mod threads; results come back in candidate order.
     let workers = threads.min(chosen.len());
     let share = |w: usize| chosen.iter().enumerate().skip(w).step_by(workers).map(|(k, &i)| (k, one(i))).collect::<Vec<_>>();
-    if workers == 2 {
+    let mut slots: Vec<Option<Result<Plan>>> = (0..chosen.len()).map(|_| None).collect();
+    let extra = if workers == 2 {
         // The calling thread's warm helper (`crate::beside`) instead of a fresh thread.
-        let (odd, even) = crate::beside::join(|| share(1), || share(0));
-        let mut slots: Vec<Option<Result<Plan>>> = (0..chosen.len()).map(|_| None).collect();
+        let (odd, (even, extra)) = crate::beside::join(|| share(1), || (share(0), beside()));
         for (k, r) in even.into_iter().chain(odd) {
             slots[k] = Some(r);
         }
-        return slots.into_iter().map(|r| r.expect("every candidate planned")).collect();
-    }
-    let mut slots: Vec<Option<Result<Plan>>> = (0..chosen.len()).map(|_| None).collect();
-    std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..workers)
-            .map(|w| {
-                let share = &share;
-                scope.spawn(move || share(w))
-            })
-            .collect();
-        for h in handles {
-            match h.join() {
-                Ok(done) => {
-                    for (k, r) in done {
-                        slots[k] = Some(r);
+        extra
+    } else {
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..workers)
+                .map(|w| {
+                    let share = &share;
+                    scope.spawn(move || share(w))
+                })
+                .collect();
+            let extra = beside();
+            for h in handles {
+                match h.join() {
+                    Ok(done) => {
+                        for (k, r) in done {
+                            slots[k] = Some(r);
+                        }
                     }
+                    Err(panic) => std::panic::resume_unwind(panic),
                 }
-                Err(panic) => std::panic::resume_unwind(panic),
             }
-        }
-    });
-    slots.into_iter().map(|r| r.expect("every candidate planned")).collect()
+            extra
+        })
+    };
+    (slots.into_iter().map(|r| r.expect("every candidate planned")).collect(), extra)
 }
 
 /// Attach auto's decision to the winner's plan. Identical whether or not the decision
