@@ -2,6 +2,7 @@
 //! order and in a random order that respects only the dependencies) and checked by
 //! the verifier; balancing and selection properties are asserted on top.
 mod sabre_common;
+use collsched_core::algo::auto::cost::plan_nic_loads as nic_loads;
 use collsched_core::algo::plan_all_to_all;
 use collsched_core::plan::{Options, Plan};
 use collsched_core::traffic::generators;
@@ -36,20 +37,6 @@ proptest! {
         let tight = plan_all_to_all(&t, &c, "sabre_skewed", &opts(&[("alpha_permille", "1000")])).unwrap();
         check(&tight, &t, &c, seed + 1);
     }
-}
-
-/// Scale-out bytes sent and received per global NIC.
-fn nic_loads(plan: &Plan, c: &Cluster) -> (Vec<u64>, Vec<u64>) {
-    let k = (c.servers * c.nics_per_server) as usize;
-    let (mut up, mut down) = (vec![0u64; k], vec![0u64; k]);
-    for t in &plan.transfers {
-        if t.tier == Tier::ScaleOut {
-            let b = plan.transfer_bytes(t);
-            up[c.global_nic_of(t.src) as usize] += b;
-            down[c.global_nic_of(t.dst) as usize] += b;
-        }
-    }
-    (up, down)
 }
 
 #[test]

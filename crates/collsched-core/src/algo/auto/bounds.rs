@@ -12,6 +12,12 @@ use crate::topology::{Cluster, ScaleUp, Tier};
 /// bytes and the largest transfer of a level shares with all of its level), so the
 /// prediction is at least `alpha_scaleout + max NIC load / nic_bw` (0 without scale-out).
 pub fn nic_lower_bound_ns(plan: &Plan, cluster: &Cluster) -> u64 {
+    let (up, down) = plan_nic_loads(plan, cluster);
+    nic_bound(cluster, &up, &down)
+}
+
+/// Scale-out bytes a plan sends and receives per global NIC: (up, down).
+pub fn plan_nic_loads(plan: &Plan, cluster: &Cluster) -> (Vec<u64>, Vec<u64>) {
     let nics = (cluster.servers * cluster.nics_per_server) as usize;
     let (mut up, mut down) = (vec![0u64; nics], vec![0u64; nics]);
     for t in &plan.transfers {
@@ -21,7 +27,7 @@ pub fn nic_lower_bound_ns(plan: &Plan, cluster: &Cluster) -> u64 {
             down[cluster.global_nic_of(t.dst) as usize] += b;
         }
     }
-    nic_bound(cluster, &up, &down)
+    (up, down)
 }
 
 /// A lower bound on `predict_ns(plan, cluster)` along dependency chains, in
@@ -68,10 +74,14 @@ pub enum Route {
 /// `nic_lower_bound_ns` of the plan an algorithm routing by `route` makes, computed from
 /// the matrix in O(P²) without planning (tested equal to the plan's bound).
 pub fn matrix_nic_lower_bound_ns(traffic: &crate::traffic::Traffic, cluster: &Cluster, route: Route) -> u64 {
-    if route == Route::SabreProxies {
-        let (up, down) = crate::algo::sabre::skewed_nic_loads(traffic, cluster);
-        return nic_bound(cluster, &up, &down);
-    }
+    let rail = match route {
+        Route::Direct => false,
+        Route::Rail => true,
+        Route::SabreProxies => {
+            let (up, down) = crate::algo::sabre::skewed_nic_loads(traffic, cluster);
+            return nic_bound(cluster, &up, &down);
+        }
+    };
     let nics = (cluster.servers * cluster.nics_per_server) as usize;
     let (mut up, mut down) = (vec![0u64; nics], vec![0u64; nics]);
     let n = traffic.n();
@@ -84,11 +94,7 @@ pub fn matrix_nic_lower_bound_ns(traffic: &crate::traffic::Traffic, cluster: &Cl
             if b == 0 || j / g == server {
                 continue;
             }
-            let via = match route {
-                Route::Direct => i,
-                Route::Rail => server * g + j % g,
-                Route::SabreProxies => unreachable!("handled above"),
-            };
+            let via = if rail { server * g + j % g } else { i };
             up[nic[via]] += b;
             down[nic[j]] += b;
         }

@@ -154,7 +154,9 @@ pub fn plan(traffic: &Traffic, cluster: &Cluster, opts: &Options) -> Result<Plan
     let best_pred = predicted[by_model].unwrap_or(0);
     let is_close = |ns: u64| ns as u128 * 100 <= best_pred as u128 * (100 + REFINE_MARGIN_PERCENT) as u128;
     let budget_ns = best_pred as u128 * REFINE_BUDGET_PERCENT as u128 / 100;
-    let fluid_units = |budget_ns: u128| budget_ns.max(FLUID_BUDGET_NS as u128).min(u64::MAX as u128) as u64 / FLUID_NS_PER_WORK;
+    // The fluid refinement's budget: 5% of the best prediction or FLUID_BUDGET_NS, whichever is larger.
+    let fluid_budget_ns = budget_ns.max(FLUID_BUDGET_NS as u128).min(u64::MAX as u128) as u64;
+    let fluid_units = fluid_budget_ns / FLUID_NS_PER_WORK;
     let transfers_of = |plans: &[Option<Plan>], set: &[usize]| -> u64 { set.iter().map(|&i| plans[i].as_ref().map_or(0, |p| p.transfers.len() as u64)).sum() };
     // Pruned candidates whose bound is within the margin may still be close calls: complete
     // them (likeliest first) only while a refinement may still run. The known close calls
@@ -168,12 +170,11 @@ pub fn plan(traffic: &Traffic, cluster: &Cluster, opts: &Options) -> Result<Plan
         known.len() >= 2
             && match refine {
                 Refine::Never => true,
-                Refine::Fluid => t.saturating_mul(traffic.n() as u64 + fluid::TRANSFER_WORK) > fluid_units(budget_ns),
+                Refine::Fluid => t.saturating_mul(traffic.n() as u64 + fluid::TRANSFER_WORK) > fluid_units,
                 Refine::Budget => t.saturating_mul(SIM_NS_PER_TRANSFER) as u128 > budget_ns,
                 Refine::Always => false,
             }
     };
-    let mut unresolved = !maybe_close.is_empty();
     if refine != Refine::Never {
         for &(b, i) in &maybe_close {
             if settled(&plans, &known) {
@@ -196,10 +197,11 @@ pub fn plan(traffic: &Traffic, cluster: &Cluster, opts: &Options) -> Result<Plan
                 }
             }
         }
-        unresolved = false;
     }
     let close: Vec<usize> = (0..CANDIDATES.len()).filter(|&i| predicted[i].is_some_and(is_close)).collect();
-    // With refinement off, say so whenever another candidate might have been close.
+    // With refinement off (close calls not completed), say so whenever another candidate
+    // might have been close.
+    let unresolved = refine == Refine::Never && !maybe_close.is_empty();
     let close_len = if unresolved { close.len().max(2) } else { close.len() };
     let close_transfers = transfers_of(&plans, &close);
     let mut simulated = vec![None; CANDIDATES.len()];
@@ -222,8 +224,7 @@ pub fn plan(traffic: &Traffic, cluster: &Cluster, opts: &Options) -> Result<Plan
     let mut winner = by_model;
     if how == How::Fluid {
         // Counted work, not clocks: the same input refines (or not) on every machine.
-        let units = fluid_units(budget_ns);
-        let budget_ns = budget_ns.max(FLUID_BUDGET_NS as u128).min(u64::MAX as u128) as u64;
+        let (units, budget_ns) = (fluid_units, fluid_budget_ns);
         // Skip hopeless runs up front: the work grows with transfers × concurrent flows,
         // measured 0.9–1.6 work units per transfer and rank for every candidate but fanout
         // (whose single scale-out round costs ~10), so estimate ranks + TRANSFER_WORK per
@@ -362,7 +363,7 @@ fn evaluate_pruned(chosen: &[usize], traffic: &Traffic, cluster: &Cluster, threa
         // With threads, the next candidate that the bound does not prune yet is evaluated
         // beside this one against the same best so far; replaying the rule in order with
         // the updated best gives what evaluating it afterwards would have.
-        let next = (threads > 1 && at < order.len() && !best.is_some_and(|best| order[at].0 > best)).then(|| order[at]);
+        let next = (threads > 1 && at < order.len() && best.is_none_or(|best| order[at].0 <= best)).then(|| order[at]);
         let give_up_above = best.unwrap_or(u64::MAX);
         let (this, beside) = match next {
             None => (evaluate(i, plans[i].take(), traffic, cluster, give_up_above)?, None),
@@ -373,7 +374,7 @@ fn evaluate_pruned(chosen: &[usize], traffic: &Traffic, cluster: &Cluster, threa
                 // margin of the lowest). Only when its plan is made changes: the plan is the same.
                 let lowest = order[0].0 as u128;
                 let ahead = order.get(at).copied().filter(|&(bk, k)| {
-                    plans[k].is_none() && !best.is_some_and(|best| bk > best) && bk as u128 * 100 <= lowest * (100 + REFINE_MARGIN_PERCENT) as u128
+                    plans[k].is_none() && best.is_none_or(|best| bk <= best) && bk as u128 * 100 <= lowest * (100 + REFINE_MARGIN_PERCENT) as u128
                 });
                 let (pi, pj) = (plans[i].take(), plans[j].take());
                 let ((rj, rk), ri) = crate::beside::join(

@@ -121,11 +121,8 @@ pub(super) fn plan(traffic: &Traffic, cluster: &Cluster, alpha_permille: u64, na
             let (proxy, piece) = out[i as usize];
             Held { piece, w: w as u32, proxy, scratch_off: u64::MAX, gather_tid: u32::MAX }
         }));
-        node_begin[u + 1] = held.len();
+        node_begin[u + 1] = held.len(); // every u meets each w ≠ u; one node: stays [0, 0]
     });
-    for u in 0..nodes {
-        node_begin[u + 1] = node_begin[u + 1].max(node_begin[u]);
-    }
 
     let mut segs: Vec<Segment> = Vec::new();
     let mut deps: Vec<u32> = Vec::new();
