@@ -47,7 +47,7 @@ def _via_xml(kind: str, n: int, per: int, elem: int, cluster, chunks: int, one_p
     small = unit * (n if kind == "allreduce" else 1)
     label = "forest_xml1" if one_pass else "forest_xml"
     try:
-        symbolic = C.plan_collective(kind, n, small, "forest", elem_bytes=elem, topology=cluster, chunks=chunks)
+        symbolic = C.plan_collective(kind, n, small, "forest", elem_bytes=elem, topology=cluster, chunks=chunks, merge=False)
         xml = to_xml(symbolic)
         total = int(re.search(r'nchunksperloop="(\d+)"', xml).group(1))
         m = per * (n if kind != "allreduce" else 1)

@@ -69,13 +69,13 @@ def _fake_forest():
     def schedule(g, k=None, optimal=False):
         return Schedule(g, k or 1)
 
-    def plan_allgather(sch, shard_bytes, chunks=8):
+    def plan_allgather(sch, shard_bytes, chunks=8, merge=True):
         return _core.plan_collective("allgather", "ring", sch.ranks, shard_bytes, 1, None, {"chunks": str(chunks)})
 
-    def plan_reduce_scatter(sch, shard_bytes, elem_bytes=4, chunks=8):
+    def plan_reduce_scatter(sch, shard_bytes, elem_bytes=4, chunks=8, merge=True):
         return _core.plan_collective("reduce_scatter", "ring", sch.ranks, shard_bytes, elem_bytes, None, {"chunks": str(chunks)})
 
-    def plan_allreduce(sch, nbytes, elem_bytes=4, chunks=8):
+    def plan_allreduce(sch, nbytes, elem_bytes=4, chunks=8, merge=True):
         return _core.plan_collective("allreduce", "ring", sch.ranks, nbytes, elem_bytes, None, {"chunks": str(chunks)})
 
     m.Graph, m.as_graph, m.optimal, m.schedule = Graph, as_graph, optimal, schedule

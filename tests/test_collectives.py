@@ -45,6 +45,10 @@ def test_bad_requests_are_value_errors():
         C.plan_collective("allgather", 4, 8, "ring", topology="mi250:2")
     with pytest.raises(ValueError, match="only applies"):
         C.plan_collective("allgather", 4, 8, "ring", k=2)
+    with pytest.raises(ValueError, match="merge=False only applies"):
+        C.plan_collective("allgather", 4, 8, "ring", merge=False)
+    merged, unmerged = (C.plan_collective("allgather", 16, 1 << 12, topology="a100:2", chunks=2, merge=m) for m in (True, False))
+    assert unmerged.num_transfers > merged.num_transfers  # one message per tree instead of per rank pair
 
 
 @settings(max_examples=25, deadline=None)

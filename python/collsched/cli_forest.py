@@ -65,6 +65,8 @@ def export_xml(sched, collective: str, nranks: int, channels: Optional[int] = No
     The XML is size-independent (the runtime cuts the user's buffer into
     ``nchunksperloop`` chunks), so the plan is made for the smallest shard that
     splits into whole chunks over the trees: k × 2^j elements, j = 0, 1, ...
+    Unmerged, so each tree's data on an edge is a stream of its own, on a channel of
+    its own: the executor's loops then pipeline every tree independently.
     """
     from collsched import forest
     from collsched.export.msccl import to_xml
@@ -76,11 +78,11 @@ def export_xml(sched, collective: str, nranks: int, channels: Optional[int] = No
     for j in range(12):
         shard = k * (1 << j) * elem
         if collective == "allgather":
-            plan = forest.plan_allgather(sched, shard, chunks=1)
+            plan = forest.plan_allgather(sched, shard, chunks=1, merge=False)
         elif collective == "reduce_scatter":
-            plan = forest.plan_reduce_scatter(sched, shard, elem_bytes=elem, chunks=1)
+            plan = forest.plan_reduce_scatter(sched, shard, elem_bytes=elem, chunks=1, merge=False)
         else:
-            plan = forest.plan_allreduce(sched, shard * nranks, elem_bytes=elem, chunks=1)
+            plan = forest.plan_allreduce(sched, shard * nranks, elem_bytes=elem, chunks=1, merge=False)
         try:
             xml = to_xml(plan, name=f"forestcoll_{collective}_{nranks}", channels=channels)
         except ValueError as e:

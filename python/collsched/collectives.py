@@ -64,12 +64,13 @@ def _piece_latency_ns(topology) -> int | None:
     return None
 
 
-def _forest_plan(kind: str, ranks: int, nbytes: int, elem_bytes: int, topology, chunks: int | None, k: int | None):
+def _forest_plan(kind: str, ranks: int, nbytes: int, elem_bytes: int, topology, chunks: int | None, k: int | None,
+                 merge: bool = True):
     from collsched import forest
 
     g = _graph(topology, ranks)
     sch = forest.schedule(g, k=k)
-    kw = {"chunks": chunks, "latency_ns": _piece_latency_ns(topology)}
+    kw = {"chunks": chunks, "latency_ns": _piece_latency_ns(topology), "merge": merge}
     if kind == "allgather":
         plan = forest.plan_allgather(sch, nbytes, **kw)
     elif kind == "reduce_scatter":
@@ -82,11 +83,12 @@ def _forest_plan(kind: str, ranks: int, nbytes: int, elem_bytes: int, topology, 
 
 
 def plan_collective(kind: str, ranks: int, nbytes: int, algorithm: str = "forest", *, elem_bytes: int = 1,
-                    topology=None, chunks: int | None = None, k: int | None = None):
+                    topology=None, chunks: int | None = None, k: int | None = None, merge: bool = True):
     """Plan ``kind`` over ``ranks`` ranks. ``topology``: a Cluster or spec
     (``"mi250:2"``) for tiers and for ForestColl's graph, or a ``forest.Graph``.
     ``chunks`` pipelines each shard in that many pieces; ``k`` fixes ForestColl's
-    trees per root."""
+    trees per root; ``merge=False`` keeps each tree's piece a message of its own
+    (ForestColl only: what an MSCCL export wants, one stream per tree and edge)."""
     kind = _kind(kind)
     if algorithm not in ALGORITHMS:
         raise ValueError(f"unknown algorithm {algorithm!r} (known: {', '.join(ALGORITHMS)})")
@@ -95,9 +97,11 @@ def plan_collective(kind: str, ranks: int, nbytes: int, algorithm: str = "forest
     if nbytes < 0:
         raise ValueError(f"nbytes must be non-negative, got {nbytes}")
     if algorithm == "forest":
-        return _forest_plan(kind, ranks, nbytes, elem_bytes, topology, chunks, k)
+        return _forest_plan(kind, ranks, nbytes, elem_bytes, topology, chunks, k, merge)
     if k is not None:
         raise ValueError("k (trees per root) only applies to algorithm='forest'")
+    if not merge:
+        raise ValueError("merge=False only applies to algorithm='forest'")
     opts = {"chunks": str(chunks)} if chunks else None
     return _core.plan_collective(kind, algorithm, ranks, nbytes, elem_bytes, _cluster(topology), opts)
 

@@ -18,9 +18,11 @@ How a Plan maps onto threadblocks (docs/msccl.md has the details and sources):
   Every threadblock lists its steps in plan transfer order, so the FIFO order of
   a (channel, peer) connection is the same on both ends and no step waits for a
   later transfer: the schedule cannot deadlock.
-* Transfers of the same (src, dst) pair in the same plan step (e.g. several trees
-  sharing an edge) go to different channels, up to ``channels``; a threadblock
-  that would exceed 64 steps also spills to the next channel.
+* A transfer that depends on an earlier one of the same (src, dst) pair continues
+  its stream (a tree's next piece on that edge) on the same channel; streams of a
+  pair live in overlapping plan steps (several trees sharing an edge) go to
+  different channels, up to ``channels``; a threadblock that would exceed 64 steps
+  also spills to the next channel.
 * Plan dependencies become ``depid``/``deps`` on the first step of the dependent
   transfer on each rank it touches (extra ones as ``nop`` steps before it), and
   ``hasdep="1"`` on the step waited for.
@@ -31,15 +33,16 @@ import json
 import math
 import re
 import xml.etree.ElementTree as ET
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
 from collsched.export import rules as R
 
-# Parallel channels a (src, dst) pair's concurrent pieces are spread over by default:
-# enough for several trees per edge, few enough to keep threadblock counts (depid is
-# 8 bits) and XML node counts low. Overflowing threadblocks may still spill to 32.
-DEFAULT_CHANNELS = 8
+
+
+class _LimitError(ValueError):
+    """The XML would exceed one of the executor's size limits (threadblocks, nodes,
+    steps): fewer channels may fit."""
 
 _BUF_LETTER = {"input": "i", "output": "o", "scratch": "s"}
 _LETTER_BUF = {v: k for k, v in _BUF_LETTER.items()}
@@ -184,8 +187,32 @@ class _Exporter:
         if prev.type == "re" and not prev.hasdep and (prev.dstbuf, prev.dstoff, prev.srcbuf) == (step.dstbuf, step.dstoff, step.srcbuf) and prev.cnt != step.cnt:
             raise ValueError(f"transfer {tid}: two local reductions into the same chunk with different sizes would be fused by MSCCL")
 
+    def _stream_channels(self, limit: int) -> tuple[list[int], int]:
+        """First channel of every transfer (a local one: its lane), and the most channels
+        any (src, dst) pair would use without wrapping. A transfer that depends on an earlier one of
+        the same pair continues that stream (the next piece of a tree on that edge) and
+        keeps its channel, so a connection carries its stream in order. Every other
+        transfer starts a stream of its own (another tree, another step), and a pair's
+        streams take channels in order of first appearance (``width`` consecutive ones
+        for a multi-piece transfer), wrapping at ``limit``: a threadblock runs its steps
+        in order, in every pass of the executor's loop, so two streams on one
+        threadblock wait for each other, and a tree's piece would queue behind another
+        tree's piece that waits for deeper data."""
+        chan = [0] * len(self.transfers)
+        used: dict[tuple, int] = defaultdict(int)  # pair -> channels handed out so far
+        for tid, t in enumerate(self.transfers):
+            pair = (t["src"], t["dst"])  # (r, r): rank r's local copies and reductions
+            cont = next((d for d in self.deps[t["dep_begin"] : t["dep_end"]]
+                         if d < tid and (self.transfers[d]["src"], self.transfers[d]["dst"]) == pair), None)
+            if cont is not None:
+                chan[tid] = chan[cont]
+                continue
+            chan[tid] = used[pair] % limit
+            used[pair] += min(limit, len(self._pieces(t, tid)) or 1)
+        return chan, max(used.values(), default=1)
+
     def run(self) -> None:
-        concurrent: dict[tuple, int] = defaultdict(int)
+        first_chan, _ = self._stream_channels(self.channels)
         for tid, t in enumerate(self.transfers):
             self.where.append({})
             pieces = self._pieces(t, tid)
@@ -193,11 +220,11 @@ class _Exporter:
                 continue
             src, dst, reduce = t["src"], t["dst"], t["op"] == "reduce_sum"
             if src == dst:
-                lane = 0
-                while not self._room(self._tb(src, -1, -1, lane), tid, src, len(pieces)):
-                    lane += 1
-                    if lane >= R.EXPORT_CHANNELS:
-                        raise ValueError(f"transfer {tid}: rank {src} needs more than {R.EXPORT_CHANNELS} local threadblocks")
+                # Local copies and reductions: a stream per lane like the network's.
+                lanes = [(first_chan[tid] + i) % self.channels for i in range(self.channels)] + list(range(self.channels, R.EXPORT_CHANNELS))
+                lane = next((x for x in lanes if self._room(self._tb(src, -1, -1, x), tid, src, len(pieces))), None)
+                if lane is None:
+                    raise _LimitError(f"transfer {tid}: rank {src} needs more than {R.EXPORT_CHANNELS} local threadblocks")
                 tb = self._tb(src, -1, -1, lane)
                 steps = [_Step("re" if reduce else "cpy", sb, so, db, do, c) for sb, so, db, do, c in pieces]
                 self._check_fusion(tb, steps[0], tid)
@@ -205,12 +232,10 @@ class _Exporter:
                 continue
             # Spread the pieces over parallel channels (several trees' data in one merged
             # message, or transfers of one pair in one plan step, run side by side).
-            key = (src, dst, t["step"])
-            limit = self.channels or DEFAULT_CHANNELS
+            limit = self.channels
             width = min(limit, len(pieces))
             groups = [pieces[g::width] for g in range(width)]
-            first = concurrent[key]
-            concurrent[key] += width
+            first = first_chan[tid]
             rtype = "rrc" if reduce else "r"
             for g, group in enumerate(groups):
                 start = (first + g) % limit
@@ -220,7 +245,7 @@ class _Exporter:
                     if self._room(stb, tid, src, len(group)) and self._room(rtb, tid, dst, len(group)):
                         break
                 else:
-                    raise ValueError(
+                    raise _LimitError(
                         f"transfer {tid} ({src}->{dst}): every channel's threadblock for this pair already has "
                         f"{R.MAX_STEPS_PER_TB} steps; plan with fewer pieces (chunks) to export to MSCCL"
                     )
@@ -238,15 +263,15 @@ class _Exporter:
         for tb in self.tbs.values():
             for st in tb.steps:
                 if st.depid is not None and st.depid.id > R.MAX_DEP_BID:
-                    raise ValueError(f"rank {tb.rank}: a step depends on threadblock {st.depid.id}, but MSCCL stores depid in 8 bits (max {R.MAX_DEP_BID})")
+                    raise _LimitError(f"rank {tb.rank}: a step depends on threadblock {st.depid.id}, but MSCCL stores depid in 8 bits (max {R.MAX_DEP_BID})")
         per_rank = defaultdict(int)
         for tb in self.tbs.values():
             per_rank[tb.rank] += 1 + len(tb.steps)
         for r, nodes in per_rank.items():
             if 1 + self.n + nodes > R.MAX_NODES:
-                raise ValueError(f"rank {r}: {1 + self.n + nodes} XML nodes exceed the parser's limit of {R.MAX_NODES}")
+                raise _LimitError(f"rank {r}: {1 + self.n + nodes} XML nodes exceed the parser's limit of {R.MAX_NODES}")
             if sum(1 for tb in self.tbs.values() if tb.rank == r) > R.MAX_SUBS:
-                raise ValueError(f"rank {r}: more than {R.MAX_SUBS} threadblocks")
+                raise _LimitError(f"rank {r}: more than {R.MAX_SUBS} threadblocks")
 
     def xml(self, name: str, proto: str) -> str:
         coll = R.COLL_NAME[self.p["collective"]["kind"]]
@@ -284,9 +309,11 @@ class _Exporter:
 def to_xml(plan, name: str | None = None, channels: int | None = None, proto: str = "Simple", refine: int = 1) -> str:
     """MSCCL XML for an allgather / reduce_scatter / allreduce Plan.
 
-    ``channels`` caps how many channels the concurrent pieces of one (src, dst)
-    pair are spread over (default 8); a threadblock that would exceed
-    MSCCL's 64 steps spills to the next channel regardless.
+    ``channels`` caps how many channels the streams of one (src, dst) pair are
+    spread over (a tree's pieces on an edge are one stream); None gives every
+    stream its own channel (up to 32), a quarter fewer while the file would exceed the
+    executor's limits or ``rules.AUTO_MAX_THREADBLOCKS`` threadblocks on a rank. A threadblock that would exceed MSCCL's 64 steps spills to
+    the next channel regardless.
     ``refine`` writes every chunk as that many XML chunks (offsets and counts
     scale, steps split at 71 chunks): the executor loops over the XML in passes
     of ``rules.loop_bytes(proto)`` per XML chunk (2 MiB for Simple), so for a
@@ -307,9 +334,31 @@ def to_xml(plan, name: str | None = None, channels: int | None = None, proto: st
         raise ValueError(f"algorithm name {name!r} must be 1-{R.MAX_STR_LEN} characters of letters, digits and _.:+-")
     if not isinstance(refine, int) or refine < 1:
         raise ValueError(f"refine must be a positive integer, got {refine!r}")
+    if channels is None:
+        # As many channels as the busiest pair has streams, cut by a quarter while the executor's
+        # limits (127 threadblocks per dependency, 4096 nodes, 64 steps) or the
+        # resident-threadblock budget are exceeded.
+        _, most = _Exporter(p, R.EXPORT_CHANNELS, refine)._stream_channels(R.EXPORT_CHANNELS)
+        tries = [min(R.EXPORT_CHANNELS, most)]
+        while tries[-1] > 1:
+            tries.append(min(tries[-1] - 1, tries[-1] * 3 // 4))
+        for c in tries[:-1]:
+            try:
+                return _export(p, c, refine, name, proto, R.AUTO_MAX_THREADBLOCKS)
+            except _LimitError:
+                continue
+        channels = 1
+    return _export(p, channels, refine, name, proto)
+
+
+def _export(p: dict, channels: int, refine: int, name: str, proto: str, max_tbs: int | None = None) -> str:
     ex = _Exporter(p, channels, refine)
     ex.run()
     ex.check_limits()
+    if max_tbs is not None:
+        most = max(Counter(tb.rank for tb in ex.tbs.values()).values(), default=0)
+        if most > max_tbs:
+            raise _LimitError(f"{most} threadblocks on one rank (budget {max_tbs})")
     return ex.xml(name, proto)
 
 

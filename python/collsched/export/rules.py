@@ -12,6 +12,11 @@ MAX_CHANNEL = 32  # parser: `channelId < 0 || channelId > MAXCHANNELS` is reject
 EXPORT_CHANNELS = 32  # the exporter uses 0..31: channel 32 passes the parser but indexes past mscclChannels[32]
 MAX_DEP_BID = 127  # dependentBid is int8_t
 MAX_OFFSET = 32767  # srcOffset / dstOffset are int16_t
+# Threadblocks of one rank wait on each other, so all must be resident at once. The
+# original MSCCL capped them at 2 x 108 (A100's SMs); the NCCL executor allows 1024 but a
+# GPU only runs a few hundred 640-thread blocks at once. `to_xml`'s automatic channel
+# count keeps to one per SM of the smallest preset GPU (V100: 80), not a parser rule.
+AUTO_MAX_THREADBLOCKS = 80
 MAX_DEPS_PER_TB = 64  # dependentBid/dependentStep arrays have MSCCL_MAX_NUM_STEPS entries
 # msccl_parser.h (RCCL's values; the NCCL executor's are larger)
 MAX_ATTRS = 16

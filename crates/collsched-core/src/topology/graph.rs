@@ -417,8 +417,9 @@ impl Graph {
 
     /// Lower a two-tier cluster: per server one switch node for a switch fabric (GPU <-> switch
     /// at port_bw) or direct GPU links for mesh/ring/cube-mesh fabrics; with more than one
-    /// server, each NIC is a switch node linked to its GPUs and to one non-blocking core
-    /// switch `net` at nic_bw (the same fabric the cluster simulator assumes).
+    /// server, each NIC is a switch node linked to its GPU and to one non-blocking core
+    /// switch `net` at nic_bw (the same fabric the cluster simulator assumes); a NIC shared by
+    /// several GPUs becomes one such node per GPU with an equal share of its bandwidth.
     pub fn from_cluster(c: &Cluster) -> Result<Graph> {
         c.validate()?;
         let mut b = GraphBuilder::new(&c.name);
@@ -447,11 +448,24 @@ impl Graph {
             }
             if let Some(net) = net {
                 for n in 0..c.nics_per_server {
-                    let nic = b.node(&format!("s{s}.nic{n}"), NodeKind::Switch, Some(s), false)?;
-                    for l in (0..g).filter(|l| l % c.nics_per_server == n) {
+                    let users: Vec<u32> = (0..g).filter(|l| l % c.nics_per_server == n).collect();
+                    if let [l] = users[..] {
+                        let nic = b.node(&format!("s{s}.nic{n}"), NodeKind::Switch, Some(s), false)?;
                         b.duplex(c.rank(s, l), nic, c.nic_bw)?;
+                        b.duplex(nic, net, c.nic_bw)?;
+                        continue;
                     }
-                    b.duplex(nic, net, c.nic_bw)?;
+                    // A NIC shared by several GPUs: one NIC node joining them would let the
+                    // trees loop GPU -> NIC -> GPU inside the server, a path the cluster (and
+                    // its simulator) does not have: there a same-server transfer crosses the
+                    // scale-up fabric. So each GPU gets its own equal share of the NIC
+                    // (rounded down), a static split that an allgather's symmetric load fills.
+                    let share = (c.nic_bw / users.len() as u64).max(1);
+                    for l in users {
+                        let nic = b.node(&format!("s{s}.nic{n}.gpu{l}"), NodeKind::Switch, Some(s), false)?;
+                        b.duplex(c.rank(s, l), nic, share)?;
+                        b.duplex(nic, net, share)?;
+                    }
                 }
             }
         }
@@ -486,6 +500,27 @@ mod tests {
         let v = Graph::parse_preset("v100:2").unwrap();
         assert_eq!(v.gpus_per_box(), 8);
         assert!(Graph::parse_preset("nope:2").is_err());
+    }
+    #[test]
+    fn shared_nics_lower_to_one_share_per_gpu() {
+        // mi250 cluster: 8 GCDs, NIC n shared by GCDs n and n + 4. A single NIC node would
+        // let a tree run GCD n -> NIC -> GCD n+4 inside the server, which the cluster's
+        // fabric (a same-server transfer crosses the ring) does not have.
+        let c = Cluster::parse("mi250:2").unwrap();
+        let g = Graph::from_cluster(&c).unwrap();
+        let nic = g.node_id("s0.nic1.gpu5").expect("one NIC node per GPU");
+        assert_eq!(g.capacity(5, nic), c.nic_bw / 2);
+        assert_eq!(g.capacity(nic, 5), c.nic_bw / 2);
+        assert_eq!(g.capacity(1, nic), 0, "GCD 1 has its own share of NIC 1");
+        for v in 0..g.num_nodes() as u32 {
+            if g.name(v).contains(".nic") {
+                let gpus = (0..g.num_nodes() as u32).filter(|&u| g.is_compute(u) && g.capacity(u, v) > 0).count();
+                assert_eq!(gpus, 1, "{} joins {gpus} GPUs", g.name(v));
+            }
+        }
+        // One GPU per NIC: unchanged, one node per NIC at full bandwidth.
+        let h = Graph::from_cluster(&Cluster::parse("h100:2").unwrap()).unwrap();
+        assert_eq!(h.capacity(3, h.node_id("s0.nic3").unwrap()), 50 * GBS);
     }
     #[test]
     fn json_round_trip_and_errors() {
