@@ -19,10 +19,10 @@ How a Plan maps onto threadblocks (docs/msccl.md has the details and sources):
   a (channel, peer) connection is the same on both ends and no step waits for a
   later transfer: the schedule cannot deadlock.
 * A transfer that depends on an earlier one of the same (src, dst) pair continues
-  its stream (a tree's next piece on that edge) on the same channel; streams of a
-  pair live in overlapping plan steps (several trees sharing an edge) go to
-  different channels, up to ``channels``; a threadblock that would exceed 64 steps
-  also spills to the next channel.
+  its stream (a tree's next piece on that edge) on the same channel; a pair's other
+  streams (other trees, other steps) get channels of their own, up to ``channels``
+  (local copies and reductions: lanes, likewise); a threadblock that would exceed
+  64 steps also spills to the next channel.
 * Plan dependencies become ``depid``/``deps`` on the first step of the dependent
   transfer on each rank it touches (extra ones as ``nop`` steps before it), and
   ``hasdep="1"`` on the step waited for.
@@ -37,7 +37,6 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
 from collsched.export import rules as R
-
 
 
 class _LimitError(ValueError):
@@ -189,15 +188,15 @@ class _Exporter:
 
     def _stream_channels(self, limit: int) -> tuple[list[int], int]:
         """First channel of every transfer (a local one: its lane), and the most channels
-        any (src, dst) pair would use without wrapping. A transfer that depends on an earlier one of
-        the same pair continues that stream (the next piece of a tree on that edge) and
-        keeps its channel, so a connection carries its stream in order. Every other
-        transfer starts a stream of its own (another tree, another step), and a pair's
-        streams take channels in order of first appearance (``width`` consecutive ones
-        for a multi-piece transfer), wrapping at ``limit``: a threadblock runs its steps
-        in order, in every pass of the executor's loop, so two streams on one
-        threadblock wait for each other, and a tree's piece would queue behind another
-        tree's piece that waits for deeper data."""
+        any (src, dst) pair would use without wrapping. A transfer that depends on an
+        earlier one of the same pair continues that stream (the next piece of a tree on
+        that edge) and keeps its channel, so a connection carries its stream in order.
+        Every other transfer starts a stream of its own (another tree, another step), and
+        a pair's streams take channels in order of first appearance (``width``
+        consecutive ones for a multi-piece transfer), wrapping at ``limit``: a
+        threadblock runs its steps in order, in every pass of the executor's loop, so two
+        streams on one threadblock wait for each other, and a tree's piece would queue
+        behind another tree's piece that waits for deeper data."""
         chan = [0] * len(self.transfers)
         used: dict[tuple, int] = defaultdict(int)  # pair -> channels handed out so far
         for tid, t in enumerate(self.transfers):
@@ -230,8 +229,8 @@ class _Exporter:
                 self._check_fusion(tb, steps[0], tid)
                 self._append(tb, tid, src, steps)
                 continue
-            # Spread the pieces over parallel channels (several trees' data in one merged
-            # message, or transfers of one pair in one plan step, run side by side).
+            # From the stream's channel on, spread the pieces over parallel channels
+            # (several trees' data in one merged message run side by side).
             limit = self.channels
             width = min(limit, len(pieces))
             groups = [pieces[g::width] for g in range(width)]
@@ -311,9 +310,10 @@ def to_xml(plan, name: str | None = None, channels: int | None = None, proto: st
 
     ``channels`` caps how many channels the streams of one (src, dst) pair are
     spread over (a tree's pieces on an edge are one stream); None gives every
-    stream its own channel (up to 32), a quarter fewer while the file would exceed the
-    executor's limits or ``rules.AUTO_MAX_THREADBLOCKS`` threadblocks on a rank. A threadblock that would exceed MSCCL's 64 steps spills to
-    the next channel regardless.
+    stream its own channel (up to 32), a quarter fewer while the file would exceed
+    the executor's limits or ``rules.AUTO_MAX_THREADBLOCKS`` threadblocks on a
+    rank. A threadblock that would exceed MSCCL's 64 steps spills to the next
+    channel regardless.
     ``refine`` writes every chunk as that many XML chunks (offsets and counts
     scale, steps split at 71 chunks): the executor loops over the XML in passes
     of ``rules.loop_bytes(proto)`` per XML chunk (2 MiB for Simple), so for a
@@ -335,9 +335,9 @@ def to_xml(plan, name: str | None = None, channels: int | None = None, proto: st
     if not isinstance(refine, int) or refine < 1:
         raise ValueError(f"refine must be a positive integer, got {refine!r}")
     if channels is None:
-        # As many channels as the busiest pair has streams, cut by a quarter while the executor's
-        # limits (127 threadblocks per dependency, 4096 nodes, 64 steps) or the
-        # resident-threadblock budget are exceeded.
+        # As many channels as the busiest pair has streams, a quarter fewer while the
+        # executor's limits (127 threadblocks per dependency, 4096 nodes, 64 steps) or
+        # the resident-threadblock budget are exceeded.
         _, most = _Exporter(p, R.EXPORT_CHANNELS, refine)._stream_channels(R.EXPORT_CHANNELS)
         tries = [min(R.EXPORT_CHANNELS, most)]
         while tries[-1] > 1:
