@@ -4,6 +4,7 @@ collsched.forest) and once against the real one when it is available."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 import types
 
@@ -119,6 +120,8 @@ def test_xml_export(fake, tmp_path, collective):
     s = json.loads(r.output)
     assert s["xml"]["problems"] == []
     xml = out.read_text()
+    assert s["xml"]["channels"] == int(re.search(r'nchannels="(\d+)"', xml).group(1)) >= 1
+    assert 1 <= s["xml"]["threadblocks"] == max(g.count("<tb ") for g in xml.split("<gpu ")[1:])
     assert validate_msccl_xml(xml) == []
     assert f'coll="{ {"allgather": "allgather", "reduce_scatter": "reducescatter", "allreduce": "allreduce"}[collective] }"' in xml
 

@@ -92,6 +92,15 @@ def export_xml(sched, collective: str, nranks: int, channels: Optional[int] = No
     raise ValueError(f"cannot express the schedule as MSCCL XML: {last}")
 
 
+def _xml_shape(text: str) -> dict:
+    """Channels and the most threadblocks any GPU runs (each a CUDA block that must be resident)."""
+    import re
+
+    gpus = text.split("<gpu ")[1:]
+    return {"channels": int(re.search(r'nchannels="(\d+)"', text).group(1)),
+            "threadblocks": max((g.count("<tb ") for g in gpus), default=0)}
+
+
 def _print_summary(s: dict) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -232,7 +241,7 @@ def register(app: typer.Typer) -> None:
             if xml is not None:
                 text, problems = export_xml(sched, collective, nranks, channels)
                 xml.write_text(text)
-                s["xml"] = {"path": str(xml), "collective": collective, "problems": problems}
+                s["xml"] = {"path": str(xml), "collective": collective, "problems": problems, **_xml_shape(text)}
             if draw is not None:
                 draw_tree(s, tree, draw, graph)
                 s["draw"] = str(draw)
@@ -245,7 +254,8 @@ def register(app: typer.Typer) -> None:
             _print_summary(s)
             if xml is not None:
                 verdict = "valid" if not s["xml"]["problems"] else f"{len(s['xml']['problems'])} problems: {s['xml']['problems'][:3]}"
-                typer.echo(f"MSCCL XML ({collective}) written to {xml}: {verdict}")
+                typer.echo(f"MSCCL XML ({collective}) written to {xml}: {verdict}; {s['xml']['channels']} channels, "
+                           f"at most {s['xml']['threadblocks']} threadblocks per GPU")
             if draw is not None:
                 typer.echo(f"tree {tree} drawn to {draw}")
         if xml is not None and s["xml"]["problems"]:
