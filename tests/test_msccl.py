@@ -317,6 +317,30 @@ def test_forest_plans_export(kind, topology):
     assert f'ngpus="{n}"' in xml
 
 
+@settings(max_examples=20, deadline=None)
+@given(kind=st.sampled_from(KINDS), servers=st.integers(1, 3), gpus=st.sampled_from([2, 4, 8]), nic_div=st.sampled_from([1, 2, 4]),
+       fabric=st.sampled_from(["switch", "mesh", "ring"]), chunks=st.integers(1, 3), merge=st.booleans(),
+       loop_elems=st.sampled_from([None, 1, 3]))
+def test_random_cluster_forest_plans_export(kind, servers, gpus, nic_div, fabric, chunks, merge, loop_elems):
+    """ForestColl plans on random clusters (shared NICs, mesh and ring fabrics), merged or
+    not, export with one stream per threadblock to XML that validates and, read back in one
+    pass or in the executor's loops, computes the collective and verifies."""
+    forest = _forest()
+    from collsched.collectives import plan_collective
+
+    cluster = _core.Cluster.parse(f"custom:{servers},gpus={gpus},nics={max(1, gpus // nic_div)},fabric={fabric}")
+    n = cluster.num_gpus
+    elem = 1 if kind == "allgather" else 4
+    nbytes = 16 * elem * (n if kind == "allreduce" else 1)
+    p = plan_collective(kind, n, nbytes, "forest", elem_bytes=elem, topology=cluster, chunks=chunks, merge=merge)
+    xml = to_xml(p)
+    assert validate_msccl_xml(xml) == []
+    run = nbytes * 3
+    back = from_xml(xml, run, elem, loop_bytes=None if loop_elems is None else loop_elems * elem)
+    assert_computes(back)
+    verify_if_available(back)
+
+
 def _simulated_export(topology: str, chunks: int = 16, loop_bytes=None, one_pass: bool = False):
     """ForestColl allgather on a Cluster-derived graph, exported to MSCCL XML for a
     small symbolic shard, read back for 1 GB in total (with the executor's loops, or
