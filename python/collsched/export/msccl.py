@@ -93,7 +93,7 @@ class _TB:
 
 
 class _Exporter:
-    def __init__(self, p: dict, channels: int | None, refine: int = 1):
+    def __init__(self, p: dict, channels: int | None, refine: int = 1, pieces: list[list[tuple]] | None = None):
         self.p = p
         self.n = p["collective"]["ranks"]
         self.transfers = p["transfers"]
@@ -105,6 +105,7 @@ class _Exporter:
         self.channels = channels
         self.chunk = self._chunk_size()
         self.refine = refine  # XML chunks per plan chunk unit (see to_xml)
+        self._pieces_of = pieces  # shared by exporters of one plan that differ only in channels
 
     def _chunk_size(self) -> int:
         g = 0
@@ -116,6 +117,12 @@ class _Exporter:
         if g == 0:
             raise ValueError("the plan moves no data: nothing to export")
         return g
+
+    def pieces_of(self) -> list[list[tuple]]:
+        """Every transfer's XML pieces, computed once (channel choice and emission both need them)."""
+        if self._pieces_of is None:
+            self._pieces_of = [self._pieces(t, tid) for tid, t in enumerate(self.transfers)]
+        return self._pieces_of
 
     def _pieces(self, t: dict, tid: int) -> list[tuple]:
         out = []
@@ -207,14 +214,14 @@ class _Exporter:
                 chan[tid] = chan[cont]
                 continue
             chan[tid] = used[pair] % limit
-            used[pair] += min(limit, len(self._pieces(t, tid)) or 1)
+            used[pair] += min(limit, len(self.pieces_of()[tid]) or 1)
         return chan, max(used.values(), default=1)
 
     def run(self) -> None:
         first_chan, _ = self._stream_channels(self.channels)
         for tid, t in enumerate(self.transfers):
             self.where.append({})
-            pieces = self._pieces(t, tid)
+            pieces = self.pieces_of()[tid]
             if not pieces:
                 continue
             src, dst, reduce = t["src"], t["dst"], t["op"] == "reduce_sum"
@@ -338,21 +345,24 @@ def to_xml(plan, name: str | None = None, channels: int | None = None, proto: st
         # As many channels as the busiest pair has streams, a quarter fewer while the
         # executor's limits (127 threadblocks per dependency, 4096 nodes, 64 steps) or
         # the resident-threadblock budget are exceeded.
-        _, most = _Exporter(p, R.EXPORT_CHANNELS, refine)._stream_channels(R.EXPORT_CHANNELS)
+        probe = _Exporter(p, R.EXPORT_CHANNELS, refine)
+        _, most = probe._stream_channels(R.EXPORT_CHANNELS)
+        pieces = probe.pieces_of()
         tries = [min(R.EXPORT_CHANNELS, most)]
         while tries[-1] > 1:
             tries.append(min(tries[-1] - 1, tries[-1] * 3 // 4))
         for c in tries[:-1]:
             try:
-                return _export(p, c, refine, name, proto, R.AUTO_MAX_THREADBLOCKS)
+                return _export(p, c, refine, name, proto, R.AUTO_MAX_THREADBLOCKS, pieces)
             except _LimitError:
                 continue
-        channels = 1
+        return _export(p, 1, refine, name, proto, None, pieces)
     return _export(p, channels, refine, name, proto)
 
 
-def _export(p: dict, channels: int, refine: int, name: str, proto: str, max_tbs: int | None = None) -> str:
-    ex = _Exporter(p, channels, refine)
+def _export(p: dict, channels: int, refine: int, name: str, proto: str, max_tbs: int | None = None,
+            pieces: list[list[tuple]] | None = None) -> str:
+    ex = _Exporter(p, channels, refine, pieces)
     ex.run()
     ex.check_limits()
     if max_tbs is not None:
