@@ -262,3 +262,44 @@ fn prediction_fingerprint_other_fabrics() {
     }
     eprintln!("other fabrics: every predicted finish {h:016x}; fluid (every finish time) {fluid:016x}");
 }
+
+/// Every predicted finish time, the model's first pass and auto's decision (choice and
+/// meta) at 32–64 GPUs (ignored): a speed-up of the cost model or of auto's evaluation must
+/// leave this fingerprint unchanged.
+#[test]
+#[ignore]
+fn prediction_fingerprint_large() {
+    use collsched_core::algo::auto::cost::{first_pass_and_prediction_ns, predict_finish_ns};
+    use collsched_core::traffic::generators;
+    let (mut h, mut decisions) = (0xcbf2_9ce4_8422_2325u64, 0xcbf2_9ce4_8422_2325u64);
+    let mut mix = |h: &mut u64, x: u64| *h = (*h ^ x).wrapping_mul(0x100_0000_01b3);
+    for (k, spec) in ["h200:8", "h200:4", "mi300x:6", "h200:6,nics=4", "h200:8,gpus=4"].iter().enumerate() {
+        let c = Cluster::parse(spec).unwrap();
+        let n = c.num_gpus() as usize;
+        for (s, mib) in [1u64, 16, 256].iter().enumerate() {
+            let per_pair = (mib << 20) / n as u64;
+            let seed = (k * 10 + s) as u64;
+            for t in [generators::zipf(n, 0.8, per_pair, seed).unwrap(), generators::uniform(n, per_pair, seed).unwrap()] {
+                for alg in CANDIDATES {
+                    let Ok(p) = plan_all_to_all(&t, &c, alg, &Options::new()) else { continue };
+                    for f in predict_finish_ns(&p, &c) {
+                        mix(&mut h, f);
+                    }
+                    let (first, pred) = first_pass_and_prediction_ns(&p, &c, u64::MAX);
+                    mix(&mut h, first);
+                    mix(&mut h, pred.unwrap_or(0));
+                }
+                for threads in ["1", "2", "3"] {
+                    let p = plan_all_to_all(&t, &c, "auto", &opts(&[("cache", "0"), ("threads", threads)])).unwrap();
+                    for (key, value) in &p.meta {
+                        for b in key.bytes().chain(value.bytes()) {
+                            mix(&mut decisions, b as u64);
+                        }
+                    }
+                    mix(&mut decisions, p.hash());
+                }
+            }
+        }
+    }
+    eprintln!("large: every predicted finish {h:016x}; auto decisions {decisions:016x}");
+}
