@@ -1,7 +1,10 @@
 //! Plan `auto` repeatedly on one Zipf(0.8) matrix, for profiling its overhead:
-//! `cargo run --release --example auto_profile -- 8 20 [MiB sent per GPU] [predict|hit]`.
-//! With `predict`, time the closed-form model alone on each candidate's plan instead;
-//! with `hit`, a decision-cache hit next to hashing the matrix and cloning the plan.
+//! `cargo run --release --example auto_profile -- 8 20 [MiB sent per GPU] [predict|hit|bounds]`.
+//! With `predict`, time the closed-form model alone on each candidate's plan instead (and
+//! print its bounds; `CAND=<name>` for one candidate); with `hit`, a decision-cache hit next
+//! to hashing the matrix and cloning the plan; with `bounds`, the cost of auto's lower
+//! bounds and of planning the candidates it always plans. `AUTO_THREADS=N` sets auto's
+//! `threads` option.
 use collsched_core::algo::auto::{cost, CANDIDATES};
 use collsched_core::algo::plan_all_to_all;
 use collsched_core::plan::Options;
@@ -24,7 +27,9 @@ fn main() {
     let c = Cluster::parse(&format!("h200:{servers}")).unwrap();
     let t = generators::zipf(c.num_gpus() as usize, 0.8, (mib << 20) / c.num_gpus() as u64, 1).unwrap();
     if predict_only {
+        let only = std::env::var("CAND").ok();
         for name in CANDIDATES {
+            if only.as_deref().is_some_and(|o| o != *name) { continue; }
             let Ok(p) = plan_all_to_all(&t, &c, name, &Options::new()) else { continue };
             let times: Vec<Duration> = (0..reps)
                 .map(|_| {
@@ -34,7 +39,23 @@ fn main() {
                 })
                 .collect();
             let best = *times.iter().min().unwrap();
+            let nic = cost::nic_lower_bound_ns(&p, &c);
+            let chain = cost::critical_path_lower_bound_ns(&p, &c);
+            let (first, pred) = cost::first_pass_and_prediction_ns(&p, &c, u64::MAX);
+            println!("  bounds: nic {nic} ns, chain {chain} ns, first pass {first} ns, prediction {}", pred.unwrap_or(0));
             println!("predict {name}: {} transfers, median {:?}, min {best:?}", p.transfers.len(), median(times));
+        }
+        return;
+    }
+    if args.get(4).is_some_and(|s| s == "bounds") {
+        let time = |f: &dyn Fn()| median((0..reps).map(|_| { let t0 = Instant::now(); f(); t0.elapsed() }).collect());
+        for r in [cost::Route::Direct, cost::Route::Rail, cost::Route::SabreProxies] {
+            println!("matrix bound {r:?}: {:?}", time(&|| { std::hint::black_box(cost::matrix_nic_lower_bound_ns(&t, &c, r)); }));
+        }
+        for name in ["balanced_direct", "fast", "sabre_skewed"] {
+            let p = plan_all_to_all(&t, &c, name, &Options::new()).unwrap();
+            println!("{name}: plan {:?}, nic bound {:?}, chain {:?}", time(&|| { std::hint::black_box(plan_all_to_all(&t, &c, name, &Options::new()).unwrap()); }),
+                time(&|| { std::hint::black_box(cost::nic_lower_bound_ns(&p, &c)); }), time(&|| { std::hint::black_box(cost::critical_path_lower_bound_ns(&p, &c)); }));
         }
         return;
     }
@@ -50,6 +71,7 @@ fn main() {
     }
     let mut opts = Options::new();
     opts.insert("cache".into(), "0".into());
+    if let Ok(t) = std::env::var("AUTO_THREADS") { opts.insert("threads".into(), t); }
     let mut times = Vec::new();
     let (mut choice, mut reason) = (String::new(), String::new());
     for _ in 0..reps {

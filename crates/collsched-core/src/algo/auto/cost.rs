@@ -220,13 +220,20 @@ pub fn predict_or_bound_ns(plan: &Plan, cluster: &Cluster, give_up_above: u64) -
 /// `give_up_above`, the prediction: `predict_or_bound_ns` that also reports the first pass
 /// when it completes, so a caller can replay the pruning rule for a lower `give_up_above`.
 pub fn first_pass_and_prediction_ns(plan: &Plan, cluster: &Cluster, give_up_above: u64) -> (u64, Option<u64>) {
+    first_pass_and_prediction_within(plan, cluster, || give_up_above)
+}
+
+/// `first_pass_and_prediction_ns` against a limit that may drop while it runs (another
+/// thread finding a better candidate): the limit is read after the first pass and again
+/// before the second, and the prediction is skipped if the first pass exceeds it then.
+pub fn first_pass_and_prediction_within(plan: &Plan, cluster: &Cluster, give_up_above: impl Fn() -> u64) -> (u64, Option<u64>) {
     if let Some(ns) = single_level_ns(plan, cluster) {
-        return (ns, (ns <= give_up_above).then_some(ns));
+        return (ns, (ns <= give_up_above()).then_some(ns));
     }
     let model = Model::new(plan, cluster);
     let (finish, release) = model.run(None);
     let first = finish.iter().copied().max().unwrap_or(0);
-    if first > give_up_above {
+    if first > give_up_above() {
         give(finish);
         give(release);
         return (first, None);
@@ -238,6 +245,10 @@ pub fn first_pass_and_prediction_ns(plan: &Plan, cluster: &Cluster, give_up_abov
         return (first, Some(first));
     };
     give(finish);
+    if first > give_up_above() {
+        give(extra);
+        return (first, None);
+    }
     let (finish, release) = model.run(Some(&extra));
     let most = finish.iter().copied().max().unwrap_or(0);
     give(finish);
@@ -472,6 +483,10 @@ pub(super) struct SlotTerms {
     shared: u64,
     /// Bytes of lower levels on the same link.
     below: u64,
+    /// `shared / bw` and `alpha + (below + shared) / bw` (ns): the slot's terms when no
+    /// later level's bytes share its link (every slot in the first pass), computed once.
+    shared_ns: u64,
+    behind_ns: u64,
     link: u32,
     /// Its (link, level) group; `NO_GROUP` for a slot without bytes.
     group: u32,
@@ -620,7 +635,16 @@ impl<'a> Model<'a> {
         let (level_group_start, level_group) = counting_sort(0..groups as u32, levels, |gi| group_level[gi as usize] as usize);
         give(group_level);
         give(level);
-        Model { plan, cluster, by_level, level_start, group_slots, group_owner, group_bytes, group_start, link_groups, level_group, level_group_start, group_total, group_link, terms, drain: routes.drains(), routes }
+        let drain = routes.drains();
+        for (k, t) in terms.iter_mut().enumerate() {
+            if t.group != NO_GROUP {
+                let bw = drain[t.link as usize];
+                let alpha = cluster.alpha_ns(plan.transfers[routes.slot_owner[k] as usize].tier);
+                t.shared_ns = bw.ns(t.shared);
+                t.behind_ns = alpha.saturating_add(bw.ns(t.below.saturating_add(t.shared)));
+            }
+        }
+        Model { plan, cluster, by_level, level_start, group_slots, group_owner, group_bytes, group_start, link_groups, level_group, level_group_start, group_total, group_link, terms, drain, routes }
     }
 
     /// Finish and release times, level by level. `extra[slot]`: bytes of later levels
@@ -664,20 +688,23 @@ impl<'a> Model<'a> {
             }
             for &id in transfers {
                 let id = id as usize;
-                let alpha = self.cluster.alpha_ns(plan.transfers[id].tier);
                 let mut f = release[id];
                 for slot in r.slot_begin[id]..r.slot_begin[id + 1] {
                     let t = self.terms[slot];
                     if t.group == NO_GROUP {
                         continue; // no bytes on this link
                     }
-                    let bw = self.drain[t.link as usize];
                     let more = extra.map_or(0, |e| e[slot]);
-                    let mine = t.shared.saturating_add(more);
                     let drained = drained[t.group as usize];
-                    let own_level = drained.saturating_add(bw.ns(more)).min(release[id].saturating_add(bw.ns(mine)));
-                    // Bytes of lower levels on the same link go first (released earlier).
-                    let behind = alpha.saturating_add(bw.ns(t.below.saturating_add(mine)));
+                    // Bytes of lower levels on the same link go first (released earlier): `behind`.
+                    let (own_level, behind) = if more == 0 {
+                        (drained.min(release[id].saturating_add(t.shared_ns)), t.behind_ns)
+                    } else {
+                        let bw = self.drain[t.link as usize];
+                        let alpha = self.cluster.alpha_ns(plan.transfers[id].tier);
+                        let mine = t.shared.saturating_add(more);
+                        (drained.saturating_add(bw.ns(more)).min(release[id].saturating_add(bw.ns(mine))), alpha.saturating_add(bw.ns(t.below.saturating_add(mine))))
+                    };
                     f = f.max(own_level).max(behind);
                 }
                 finish[id] = f;

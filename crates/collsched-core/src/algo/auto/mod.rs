@@ -27,6 +27,7 @@ use crate::sim::{simulate, SimOptions};
 pub use cache::How;
 use crate::topology::Cluster;
 use crate::traffic::Traffic;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// Candidates in tie-breaking order.
 pub const CANDIDATES: &[&str] = &["fanout", "spreadout", "hierarchical", "balanced_direct", "fast", "sabre_skewed", "sabre_light"];
@@ -146,7 +147,7 @@ pub fn plan(traffic: &Traffic, cluster: &Cluster, opts: &Options) -> Result<Plan
     // First only what decides the closed-form winner: every candidate that could beat the
     // best prediction so far (margin 0). The close calls are completed below only if a
     // refinement may run on them.
-    let (mut plans, mut predicted, mut pruned) = evaluate_pruned(&chosen, traffic, cluster, threads)?;
+    let Evaluated { mut plans, mut predicted, mut pruned, chains } = evaluate_pruned(&chosen, traffic, cluster, threads)?;
     // Strictly smaller wins: ties keep the earlier candidate.
     let Some(by_model) = argmin(&predicted) else {
         return Err(Error::Unsupported("auto: no candidate algorithm supports this input".into()));
@@ -180,7 +181,7 @@ pub fn plan(traffic: &Traffic, cluster: &Cluster, opts: &Options) -> Result<Plan
             if settled(&plans, &known) {
                 break;
             }
-            match evaluate(i, plans[i].take(), traffic, cluster, close_limit)? {
+            match evaluate(i, plans[i].take(), chains[i], traffic, cluster, &AtomicU64::new(close_limit))? {
                 None => pruned[i] = None, // unsupported
                 Some(e) => {
                     plans[i] = Some(e.plan);
@@ -301,11 +302,18 @@ fn matrix_route(i: usize) -> Option<cost::Route> {
     }
 }
 
-type Evaluated = (Vec<Option<Plan>>, Vec<Option<u64>>, Vec<Option<u64>>);
+/// Per candidate: its plan (if kept), prediction (None = unsupported or pruned), the bound
+/// it was pruned by, and its critical-path bound when computed.
+struct Evaluated {
+    plans: Vec<Option<Plan>>,
+    predicted: Vec<Option<u64>>,
+    pruned: Vec<Option<u64>>,
+    chains: Vec<Option<u64>>,
+}
 
 /// Plan and predict the chosen candidates, skipping those that cannot win by the model.
 /// Candidates without a matrix bound are planned first (on up to `threads` threads) and get
-/// the plan's NIC bound; then, in order of increasing bound (ties by index), each is
+/// the larger of the plan's NIC and critical-path bounds; then, in order of increasing bound (ties by index), each is
 /// planned if needed and predicted, unless a lower bound on its prediction exceeds the best
 /// prediction so far: then it is pruned (its prediction is ≥ its bound). The running best
 /// is never below the final best, so pruning never removes the winner (a tie is never
@@ -319,6 +327,7 @@ fn evaluate_pruned(chosen: &[usize], traffic: &Traffic, cluster: &Cluster, threa
     let mut predicted = vec![None; k];
     let mut pruned = vec![None; k];
     let mut bound: Vec<Option<u64>> = vec![None; k];
+    let mut chains: Vec<Option<u64>> = vec![None; k];
     let first: Vec<usize> = chosen.iter().copied().filter(|&i| matrix_route(i).is_none()).collect();
     // The matrix bounds, O(P²) each, once per route (fanout and spreadout share theirs),
     // computed beside the first plans.
@@ -341,9 +350,12 @@ fn evaluate_pruned(chosen: &[usize], traffic: &Traffic, cluster: &Cluster, threa
     }
     for (i, r) in first.iter().copied().zip(first_plans) {
         match r {
-            Ok(p) => {
-                bound[i] = Some(cost::nic_lower_bound_ns(&p, cluster));
-                plans[i] = Some(p);
+            Ok(b) => {
+                // Both bounds are ≤ the prediction; the chain one prunes FAST early when a
+                // one-round plan is faster (its stages are sequential per NIC).
+                bound[i] = Some(b.nic.max(b.chain));
+                chains[i] = Some(b.chain);
+                plans[i] = Some(b.plan);
             }
             Err(Error::Unsupported(_)) => {}
             Err(e) => return Err(e),
@@ -353,38 +365,69 @@ fn evaluate_pruned(chosen: &[usize], traffic: &Traffic, cluster: &Cluster, threa
     order.sort_unstable();
     let mut best: Option<u64> = None;
     let mut at = 0;
+    // An evaluation made ahead, beside an earlier pair (candidate, result).
+    let mut early: Option<(usize, Result<Option<Evaluation>>)> = None;
     while at < order.len() {
         let (b, i) = order[at];
         at += 1;
+        let ready = early.take_if(|e| e.0 == i).map(|e| e.1);
         if best.is_some_and(|best| b > best) {
+            // Pruned by its bound: an evaluation made ahead (and any error of it) does not count.
+            if let Some(Ok(Some(e))) = ready {
+                crate::plan::recycle(e.plan);
+            }
             pruned[i] = Some(b);
             continue;
         }
         // With threads, the next candidate that the bound does not prune yet is evaluated
         // beside this one against the same best so far; replaying the rule in order with
         // the updated best gives what evaluating it afterwards would have.
-        let next = (threads > 1 && at < order.len() && best.is_none_or(|best| order[at].0 <= best)).then(|| order[at]);
+        let next = (ready.is_none() && threads > 1 && at < order.len() && best.is_none_or(|best| order[at].0 <= best)).then(|| order[at]);
         let give_up_above = best.unwrap_or(u64::MAX);
-        let (this, beside) = match next {
-            None => (evaluate(i, plans[i].take(), traffic, cluster, give_up_above)?, None),
-            Some((_, j)) => {
+        let (this, beside) = match (ready, next) {
+            (Some(r), _) => (r?, None),
+            (None, None) => (evaluate(i, plans[i].take(), chains[i], traffic, cluster, &AtomicU64::new(give_up_above))?, None),
+            (None, Some((_, j))) => {
                 at += 1;
-                // The candidate after these two is planned now too, beside them, when it is
-                // likely to be evaluated next (not pruned yet, its bound within the refinement
-                // margin of the lowest). Only when its plan is made changes: the plan is the same.
+                // The candidate after these two (k) is evaluated ahead too, by whichever thread
+                // is free first, when it is likely to be evaluated next (not pruned yet, its
+                // bound within the refinement margin of the lowest).
                 let lowest = order[0].0 as u128;
                 let ahead = order.get(at).copied().filter(|&(bk, k)| {
                     plans[k].is_none() && best.is_none_or(|best| bk <= best) && bk as u128 * 100 <= lowest * (100 + REFINE_MARGIN_PERCENT) as u128
                 });
                 let (pi, pj) = (plans[i].take(), plans[j].take());
-                let ((rj, rk), ri) = crate::beside::join(
-                    || (evaluate(j, pj, traffic, cluster, give_up_above), ahead.map(|(_, k)| plan_candidate(CANDIDATES[k], traffic, cluster))),
-                    || evaluate(i, pi, traffic, cluster, give_up_above),
+                // In order, j would be evaluated against i's prediction too, and k against i's
+                // and j's. They start against the best so far and give up as soon as the
+                // predictions before them (shared once known) are below one of their bounds:
+                // the replay below prunes them then anyway, so only wasted work is saved.
+                let limit_j = AtomicU64::new(give_up_above);
+                let limit_k = AtomicU64::new(give_up_above);
+                let taken = AtomicBool::new(false);
+                let (ci, cj) = (chains[i], chains[j]);
+                let share = |r: &Result<Option<Evaluation>>, limits: &[&AtomicU64]| {
+                    if let Ok(Some(Evaluation { prediction: Some(ns), .. })) = r {
+                        limits.iter().for_each(|l| _ = l.fetch_min(*ns, Ordering::Relaxed));
+                    }
+                };
+                let take_k = || {
+                    let (_, k) = ahead?;
+                    (!taken.swap(true, Ordering::Relaxed)).then(|| (k, evaluate(k, None, None, traffic, cluster, &limit_k)))
+                };
+                let ((rj, kj), (ri, ki)) = crate::beside::join(
+                    || {
+                        let r = evaluate(j, pj, cj, traffic, cluster, &limit_j);
+                        share(&r, &[&limit_k]);
+                        (r, take_k())
+                    },
+                    || {
+                        let r = evaluate(i, pi, ci, traffic, cluster, &AtomicU64::new(give_up_above));
+                        share(&r, &[&limit_j, &limit_k]);
+                        (r, take_k())
+                    },
                 );
-                // An error (or Unsupported) surfaces again if and when the candidate is evaluated.
-                if let (Some((_, k)), Some(Ok(p))) = (ahead, rk) {
-                    plans[k] = Some(p);
-                }
+                // An error (or Unsupported) of k surfaces if and when k's turn comes.
+                early = kj.or(ki);
                 (ri?, Some((order[at - 1].0, j, rj)))
             }
         };
@@ -411,6 +454,9 @@ fn evaluate_pruned(chosen: &[usize], traffic: &Traffic, cluster: &Cluster, threa
             }
         }
     }
+    if let Some((_, Ok(Some(e)))) = early {
+        crate::plan::recycle(e.plan);
+    }
     // Pruned plans are dropped (their arrays recycled for the next plan); only
     // predicted ones can win.
     for i in 0..k {
@@ -420,7 +466,7 @@ fn evaluate_pruned(chosen: &[usize], traffic: &Traffic, cluster: &Cluster, threa
             }
         }
     }
-    Ok((plans, predicted, pruned))
+    Ok(Evaluated { plans, predicted, pruned, chains })
 }
 
 /// One candidate's plan and the bounds and prediction `evaluate_pruned` prunes by.
@@ -434,9 +480,11 @@ struct Evaluation {
     prediction: Option<u64>,
 }
 
-/// Plan candidate `i` (unless `plan` is given) and bound and predict it, skipping the
-/// rest once a bound exceeds `give_up_above`. None if the candidate is unsupported.
-fn evaluate(i: usize, plan: Option<Plan>, traffic: &Traffic, cluster: &Cluster, give_up_above: u64) -> Result<Option<Evaluation>> {
+/// Plan candidate `i` (unless `plan` is given) and bound (unless `chain` is known) and predict
+/// it, skipping the rest once a bound exceeds `give_up_above` (read at each step: another
+/// thread may lower it). None if the candidate is unsupported.
+fn evaluate(i: usize, plan: Option<Plan>, chain: Option<u64>, traffic: &Traffic, cluster: &Cluster, give_up_above: &AtomicU64) -> Result<Option<Evaluation>> {
+    let limit = || give_up_above.load(Ordering::Relaxed);
     let plan = match plan {
         Some(p) => p,
         None => match plan_candidate(CANDIDATES[i], traffic, cluster) {
@@ -447,13 +495,13 @@ fn evaluate(i: usize, plan: Option<Plan>, traffic: &Traffic, cluster: &Cluster, 
     };
     // A second bound from the plan, O(transfers): dependency chains (spreadout's rounds).
     // Also ≤ the prediction, so the same pruning argument holds.
-    let chain = cost::critical_path_lower_bound_ns(&plan, cluster);
-    if chain > give_up_above {
+    let chain = chain.unwrap_or_else(|| cost::critical_path_lower_bound_ns(&plan, cluster));
+    if chain > limit() {
         return Ok(Some(Evaluation { plan, chain, first: 0, prediction: None }));
     }
     // The model's first pass is a third bound (≤ the prediction): above the limit, the
     // second pass is skipped.
-    let (first, prediction) = cost::first_pass_and_prediction_ns(&plan, cluster, give_up_above);
+    let (first, prediction) = cost::first_pass_and_prediction_within(&plan, cluster, limit);
     Ok(Some(Evaluation { plan, chain, first, prediction }))
 }
 
@@ -506,18 +554,27 @@ fn fluid_all(runs: &[&Plan], cluster: &Cluster, units: u64, threads: usize) -> V
     out
 }
 
-/// Plan each chosen candidate, on up to `threads` threads, and run `beside` meanwhile (on
+/// A plan with its NIC and critical-path lower bounds.
+struct Bounded {
+    plan: Plan,
+    nic: u64,
+    chain: u64,
+}
+
+/// Plan (and bound) each chosen candidate, on up to `threads` threads, and run `beside` meanwhile (on
 /// the calling thread). Each result depends only on its candidate, so the threads'
 /// interleaving cannot change anything.
-fn plan_all<R: Send>(chosen: &[usize], traffic: &Traffic, cluster: &Cluster, threads: usize, beside: impl FnOnce() -> R + Send) -> (Vec<Result<Plan>>, R) {
-    let one = |i: usize| plan_candidate(CANDIDATES[i], traffic, cluster);
+fn plan_all<R: Send>(chosen: &[usize], traffic: &Traffic, cluster: &Cluster, threads: usize, beside: impl FnOnce() -> R + Send) -> (Vec<Result<Bounded>>, R) {
+    let one = |i: usize| {
+        plan_candidate(CANDIDATES[i], traffic, cluster).map(|plan| Bounded { nic: cost::nic_lower_bound_ns(&plan, cluster), chain: cost::critical_path_lower_bound_ns(&plan, cluster), plan })
+    };
     if threads <= 1 || chosen.len() <= 1 {
         return (chosen.iter().map(|&i| one(i)).collect(), beside());
     }
     // Candidate k goes to worker k mod threads; results come back in candidate order.
     let workers = threads.min(chosen.len());
     let share = |w: usize| chosen.iter().enumerate().skip(w).step_by(workers).map(|(k, &i)| (k, one(i))).collect::<Vec<_>>();
-    let mut slots: Vec<Option<Result<Plan>>> = (0..chosen.len()).map(|_| None).collect();
+    let mut slots: Vec<Option<Result<Bounded>>> = (0..chosen.len()).map(|_| None).collect();
     let extra = if workers == 2 {
         // The calling thread's warm helper (`crate::beside`) instead of a fresh thread.
         let (odd, (even, extra)) = crate::beside::join(|| share(1), || (share(0), beside()));
