@@ -272,7 +272,7 @@ fn prediction_fingerprint_large() {
     use collsched_core::algo::auto::cost::{first_pass_and_prediction_ns, predict_finish_ns};
     use collsched_core::traffic::generators;
     let (mut h, mut decisions) = (0xcbf2_9ce4_8422_2325u64, 0xcbf2_9ce4_8422_2325u64);
-    let mut mix = |h: &mut u64, x: u64| *h = (*h ^ x).wrapping_mul(0x100_0000_01b3);
+    let mix = |h: &mut u64, x: u64| *h = (*h ^ x).wrapping_mul(0x100_0000_01b3);
     for (k, spec) in ["h200:8", "h200:4", "mi300x:6", "h200:6,nics=4", "h200:8,gpus=4"].iter().enumerate() {
         let c = Cluster::parse(spec).unwrap();
         let n = c.num_gpus() as usize;
