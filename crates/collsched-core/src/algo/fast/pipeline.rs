@@ -386,18 +386,16 @@ fn assemble_with(scratch: &mut AssembleScratch, name: &str, collective: Collecti
                     bal_in[s * g + c] += m.len;
                     at += 1;
                 }
-                {
-                    let (src, dst) = (s * g + a, s * g + c);
-                    deps.clear();
-                    if class > 0 {
-                        merge_unique(urgent_from.get(src), urgent_into.get(dst), deps);
-                    }
-                    let id = b.transfer(src as u32, dst as u32, Op::Copy, Tier::ScaleUp, 0, segs, deps);
-                    bal_id[(src * g + c) * classes + class] = id;
-                    if class == 0 {
-                        urgent_from.push(src, id);
-                        urgent_into.push(dst, id);
-                    }
+                let (src, dst) = (s * g + a, s * g + c);
+                deps.clear();
+                if class > 0 {
+                    merge_unique(urgent_from.get(src), urgent_into.get(dst), deps);
+                }
+                let id = b.transfer(src as u32, dst as u32, Op::Copy, Tier::ScaleUp, 0, segs, deps);
+                bal_id[(src * g + c) * classes + class] = id;
+                if class == 0 {
+                    urgent_from.push(src, id);
+                    urgent_into.push(dst, id);
                 }
             }
             server_begin = server_end;
