@@ -448,21 +448,16 @@ impl Graph {
             }
             if let Some(net) = net {
                 for n in 0..c.nics_per_server {
-                    let users: Vec<u32> = (0..g).filter(|l| l % c.nics_per_server == n).collect();
-                    if let [l] = users[..] {
-                        let nic = b.node(&format!("s{s}.nic{n}"), NodeKind::Switch, Some(s), false)?;
-                        b.duplex(c.rank(s, l), nic, c.nic_bw)?;
-                        b.duplex(nic, net, c.nic_bw)?;
-                        continue;
-                    }
                     // A NIC shared by several GPUs: one NIC node joining them would let the
                     // trees loop GPU -> NIC -> GPU inside the server, a path the cluster (and
                     // its simulator) does not have: there a same-server transfer crosses the
                     // scale-up fabric. So each GPU gets its own equal share of the NIC
                     // (rounded down), a static split that an allgather's symmetric load fills.
-                    let share = (c.nic_bw / users.len() as u64).max(1);
-                    for l in users {
-                        let nic = b.node(&format!("s{s}.nic{n}.gpu{l}"), NodeKind::Switch, Some(s), false)?;
+                    let users: Vec<u32> = (0..g).filter(|l| l % c.nics_per_server == n).collect();
+                    let share = (c.nic_bw / users.len().max(1) as u64).max(1);
+                    for &l in &users {
+                        let name = if users.len() == 1 { format!("s{s}.nic{n}") } else { format!("s{s}.nic{n}.gpu{l}") };
+                        let nic = b.node(&name, NodeKind::Switch, Some(s), false)?;
                         b.duplex(c.rank(s, l), nic, share)?;
                         b.duplex(nic, net, share)?;
                     }
