@@ -325,10 +325,12 @@ const FIRST_STAGE_CANDIDATES: usize = 4;
 /// over 72 h200/mi300x cases of 4–32 servers (Zipf 0.8/0.99, seeds 0–5).
 fn pick_first_stage(traffic: &Traffic, cluster: &Cluster, server: &[u64], stages: &mut Vec<RealStage>) {
     let Some(first) = stages.first() else { return };
-    if first_round_wait_ns(traffic, cluster, server, first) == 0 {
+    let wait = first_round_wait_ns(traffic, cluster, server, first);
+    if wait == 0 {
         return;
     }
-    let waits: Vec<u64> = stages.iter().take(FIRST_STAGE_CANDIDATES).map(|st| first_round_wait_ns(traffic, cluster, server, st)).collect();
+    let rest = stages.iter().take(FIRST_STAGE_CANDIDATES).skip(1).map(|st| first_round_wait_ns(traffic, cluster, server, st));
+    let waits: Vec<u64> = std::iter::once(wait).chain(rest).collect();
     if let Some(best) = (0..waits.len()).min_by_key(|&i| (waits[i], i)) {
         let st = stages.remove(best);
         stages.insert(0, st);
