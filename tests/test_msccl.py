@@ -113,6 +113,21 @@ def test_large_runs_loop_over_the_xml():
         from_xml(xml, 96, 1, loop_bytes=-1)
 
 
+def test_import_names_malformed_xml_ids_and_peers():
+    """Reading back a broken file says what is wrong (a ValueError), never an IndexError."""
+    xml = to_xml(plan("allgather", "ring", 4, 64, 1))
+    with pytest.raises(ValueError, match="not well-formed XML"):
+        from_xml("", 64, 1)
+    with pytest.raises(ValueError, match=r"ids must be distinct and in 0\.\.3"):
+        from_xml(xml.replace('<gpu id="3"', '<gpu id="7"', 1), 64, 1)
+    with pytest.raises(ValueError, match=r"ids must be distinct"):
+        from_xml(xml.replace('<gpu id="3"', '<gpu id="2"', 1), 64, 1)
+    bad_peer = re.sub(r'send="([0-3])"', 'send="9"', xml, count=1)
+    with pytest.raises(ValueError, match=r"send=9 is not a rank in 0\.\.3 or -1"):
+        from_xml(bad_peer, 64, 1)
+    assert from_xml(xml, 64, 1).verify()["transfers"] == 16  # the intact file still reads back
+
+
 @settings(max_examples=25, deadline=None)
 @given(kind=st.sampled_from(KINDS), algo=st.sampled_from(["ring", "tree"]), ranks=st.integers(1, 6),
        chunks=st.integers(1, 3), scale=st.integers(1, 5), loop_elems=st.integers(1, 7))

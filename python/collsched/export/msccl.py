@@ -416,7 +416,10 @@ def from_xml(xml: str, bytes: int, elem_bytes: int = 1, cluster=None, algorithm:
     """
     from collsched import _core
 
-    root = ET.fromstring(xml)
+    try:
+        root = ET.fromstring(xml)
+    except ET.ParseError as e:
+        raise ValueError(f"not well-formed XML: {e}") from None
     if root.tag != "algo":
         raise ValueError(f"root element must be <algo>, got <{root.tag}>")
     n = _int(root, "ngpus")
@@ -443,11 +446,22 @@ def from_xml(xml: str, bytes: int, elem_bytes: int = 1, cluster=None, algorithm:
     # Flatten: real steps as nodes with their pending cross-tb deps.
     tbs: dict[tuple[int, int], dict] = {}
     scratch = [0] * n
+    seen_gpus: set[int] = set()
     for g in root.findall("gpu"):
         r = _int(g, "id")
+        if not 0 <= r < n or r in seen_gpus:
+            raise ValueError(f"<gpu id={r}>: ids must be distinct and in 0..{n - 1} (ngpus={n})")
+        seen_gpus.add(r)
         scratch[r] = _int(g, "s_chunks") * chunk
         for tb in g.findall("tb"):
-            tbs[(r, _int(tb, "id"))] = {"send": _int(tb, "send"), "recv": _int(tb, "recv"), "chan": _int(tb, "chan"), "steps": tb.findall("step")}
+            b = _int(tb, "id")
+            send, recv = _int(tb, "send"), _int(tb, "recv")
+            for what, peer in (("send", send), ("recv", recv)):
+                if not -1 <= peer < n:
+                    raise ValueError(f"gpu {r} tb {b}: {what}={peer} is not a rank in 0..{n - 1} or -1")
+            if (r, b) in tbs:
+                raise ValueError(f"gpu {r}: two threadblocks with id {b}")
+            tbs[(r, b)] = {"send": send, "recv": recv, "chan": _int(tb, "chan"), "steps": tb.findall("step")}
     node_of: dict[tuple[int, int, int], int] = {}  # (rank, tb, s) -> node
     nodes: list[dict] = []
     last_of_tb: dict[tuple[int, int], int] = {}
