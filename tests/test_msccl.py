@@ -125,6 +125,10 @@ def test_import_names_malformed_xml_ids_and_peers():
     bad_peer = re.sub(r'send="([0-3])"', 'send="9"', xml, count=1)
     with pytest.raises(ValueError, match=r"send=9 is not a rank in 0\.\.3 or -1"):
         from_xml(bad_peer, 64, 1)
+    gpu0 = xml[xml.index('<gpu id="0"'):xml.index('</gpu>')]
+    assert '<tb id="1"' in gpu0
+    with pytest.raises(ValueError, match="two threadblocks with id 0"):
+        from_xml(xml.replace(gpu0, gpu0.replace('<tb id="1"', '<tb id="0"', 1), 1), 64, 1)
     assert from_xml(xml, 64, 1).verify()["transfers"] == 16  # the intact file still reads back
 
 
