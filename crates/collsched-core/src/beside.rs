@@ -22,9 +22,27 @@ struct Helper {
 
 thread_local! {
     static HELPER: RefCell<Option<Helper>> = const { RefCell::new(None) };
+    static IS_HELPER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// Set while this thread is inside `join` (its helper may be busy with that call's job).
+    static IN_JOIN: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether this thread is a helper. Work already running beside another job (e.g. a
+/// candidate planned by `auto` on the helper) should not fork again: a third thread on a
+/// two-core machine only competes with the other two.
+pub fn on_helper() -> bool {
+    IS_HELPER.with(|h| h.get())
+}
+
+/// Whether splitting work over `join` can pay: more than one core, not already on a helper,
+/// and not inside a `join` of this thread (whose job may still occupy the helper: a second
+/// job would queue behind it and this thread would wait for both).
+pub fn worth_forking() -> bool {
+    !on_helper() && !IN_JOIN.with(|j| j.get()) && std::thread::available_parallelism().is_ok_and(|c| c.get() > 1)
 }
 
 fn serve(jobs: Receiver<Job>) {
+    IS_HELPER.with(|h| h.set(true));
     // Ends when the calling thread exits (its sender is dropped).
     while let Ok(job) = jobs.recv() {
         job();
@@ -72,8 +90,10 @@ pub fn join<RA: Send, RB>(a: impl FnOnce() -> RA + Send, b: impl FnOnce() -> RB)
         }
         None => job(),
     }
+    let was_in_join = IN_JOIN.with(|j| j.replace(true));
     let rb = catch_unwind(AssertUnwindSafe(b));
     let ra = done_rx.recv().expect("the helper runs every job it receives to completion");
+    IN_JOIN.with(|j| j.set(was_in_join));
     match (ra, rb) {
         (Ok(ra), Ok(rb)) => (ra, rb),
         (Err(p), _) | (_, Err(p)) => resume_unwind(p),
@@ -102,5 +122,17 @@ mod tests {
         assert!(r.is_err());
         // Still usable afterwards.
         assert_eq!(join(|| 2, || 3), (2, 3));
+    }
+
+    #[test]
+    fn no_forking_from_a_helper_or_inside_a_join() {
+        let cores = std::thread::available_parallelism().is_ok_and(|c| c.get() > 1);
+        assert_eq!(super::worth_forking(), cores);
+        let (on_helper, inside) = join(super::worth_forking, super::worth_forking);
+        assert!(!on_helper && !inside);
+        // Restored after the join, also after a panic inside it.
+        assert_eq!(super::worth_forking(), cores);
+        let _ = std::panic::catch_unwind(|| join(|| 1, || panic!("inside")));
+        assert_eq!(super::worth_forking(), cores);
     }
 }

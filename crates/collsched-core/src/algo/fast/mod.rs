@@ -262,17 +262,17 @@ pub fn predict_ns(cluster: &Cluster, loads: &Loads) -> u64 {
     total
 }
 
-/// From this many servers on, the stage schedule is computed on a second thread while
-/// this one balances (the two only share the read-only matrix; see `plan`). Below it the
-/// thread start costs more than it saves.
+/// From this many servers on, the stage schedule is computed on the calling thread's
+/// helper (`crate::beside`) while this one balances (the two only share the read-only
+/// matrix; see `plan`). Below it handing the work over costs more than it saves.
 pub const OVERLAP_MIN_SERVERS: u32 = 16;
 
 pub fn plan(traffic: &Traffic, cluster: &Cluster, opts: &Options) -> Result<Plan> {
-    let overlap = cluster.servers >= OVERLAP_MIN_SERVERS && std::thread::available_parallelism().is_ok_and(|c| c.get() > 1);
+    let overlap = cluster.servers >= OVERLAP_MIN_SERVERS && crate::beside::worth_forking();
     plan_threads(traffic, cluster, opts, overlap)
 }
 
-/// `plan`, with the schedule and the cut pass on a second thread (`overlap`) or all on
+/// `plan`, with the schedule and the cut pass on the helper thread (`overlap`) or all on
 /// this one: the same plan either way.
 fn plan_threads(traffic: &Traffic, cluster: &Cluster, opts: &Options, overlap: bool) -> Result<Plan> {
     let o = FastOptions::parse(opts, cluster, "fast", &[])?;
@@ -286,23 +286,27 @@ fn plan_threads(traffic: &Traffic, cluster: &Cluster, opts: &Options, overlap: b
     }
     // Balancing and the Birkhoff schedule are independent pure functions of the matrix
     // (the schedule needs only the tile totals, summed here again): running them on two
-    // threads changes no result, only when each is ready. The worker, done first, also
-    // makes the plan's copy of the matrix.
-    std::thread::scope(|scope| {
-        let worker = scope.spawn(|| {
+    // threads changes no result, only when each is ready. The helper, done first, also
+    // makes the plan's copy of the matrix and hands all of it over a channel, so the
+    // assembly can start (and fork the cut pass to the same helper) as soon as it is ready.
+    let (ready, schedule_done) = std::sync::mpsc::sync_channel(1);
+    let ((), plan) = crate::beside::join(
+        || {
             let server = server_matrix::tile_totals(traffic.data(), n, g);
             let sched = schedule(traffic, &server, n, cluster, &o);
-            (server, sched, Collective::AllToAll { traffic: traffic.clone() })
-        });
-        Ok(balance::with_balanced(traffic, cluster, |bal| {
-            let (server, sched, collective) = match worker.join() {
-                Ok(x) => x,
-                Err(panic) => std::panic::resume_unwind(panic),
-            };
-            debug_assert_eq!(server, bal.server);
-            finish_plan(collective, cluster, &o, bal, &sched, true)
-        }))
-    })
+            // The receiver waits for this (or for the sender to drop on a panic).
+            let _ = ready.send((server, sched, Collective::AllToAll { traffic: traffic.clone() }));
+        },
+        || {
+            balance::with_balanced(traffic, cluster, |bal| {
+                // Err only if the helper panicked before sending: `join` then resumes that panic.
+                let (server, sched, collective) = schedule_done.recv().expect("the schedule's helper panicked");
+                debug_assert_eq!(server, bal.server);
+                finish_plan(collective, cluster, &o, bal, &sched, true)
+            })
+        },
+    );
+    Ok(plan)
 }
 
 /// The scale-out rounds and the counts the plan's meta reports.

@@ -252,11 +252,11 @@ pub fn assemble(name: &str, traffic: &Traffic, cluster: &Cluster, bal: &Balanced
 /// `assemble` with the plan's collective (`AllToAll` of the balanced matrix) built by the
 /// caller: copying a large matrix can then happen elsewhere, e.g. on another thread.
 pub fn assemble_collective(name: &str, collective: Collective, cluster: &Cluster, bal: &Balanced, rounds: &[Round], chain_nics: bool) -> (PlanBuilder, Loads) {
-    let threads = bal.servers >= super::OVERLAP_MIN_SERVERS as usize && std::thread::available_parallelism().is_ok_and(|c| c.get() > 1);
+    let threads = bal.servers >= super::OVERLAP_MIN_SERVERS as usize && crate::beside::worth_forking();
     assemble_threads(name, collective, cluster, bal, rounds, chain_nics, threads)
 }
 
-/// `assemble_collective`, with the cut pass on a second thread (`threads`) or not: the
+/// `assemble_collective`, with the cut pass on the helper thread (`threads`) or not: the
 /// same plan either way.
 pub(crate) fn assemble_threads(name: &str, collective: Collective, cluster: &Cluster, bal: &Balanced, rounds: &[Round], chain_nics: bool, threads: bool) -> (PlanBuilder, Loads) {
     with_reused(&SCRATCH, |scratch| assemble_with(scratch, name, collective, cluster, bal, rounds, chain_nics, threads))
@@ -312,15 +312,7 @@ fn assemble_with(scratch: &mut AssembleScratch, name: &str, collective: Collecti
     // second thread while this one writes the balancing and intra-server transfers (it
     // changes nothing in the plan, only when the cuts are ready).
     let classes = balance_classes(rounds.len());
-    let cuts: &mut Vec<Cut> = std::thread::scope(|scope| {
-        let cutter = if overlap {
-            Ok(scope.spawn(move || {
-                cut_visits(bal, rounds, visits, cuts);
-                cuts
-            }))
-        } else {
-            Err((visits, cuts))
-        };
+    let mut write_balancing_and_intra = || {
         // Step 0: balancing, Input → carrier's Scratch. A tile's moves belong to the class of
         // the first round that sends it: class 0 the first round ("urgent"), then round
         // ranges 1, 2–3, 4+ (`class_of_round`). Per (server, a, c) one transfer per class.
@@ -422,15 +414,17 @@ fn assemble_with(scratch: &mut AssembleScratch, name: &str, collective: Collecti
             }
         }
         loads.intra_max = intra_load.iter().copied().max().unwrap_or(0);
-
-        match cutter {
-            Ok(handle) => handle.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
-            Err((visits, cuts)) => {
-                cut_visits(bal, rounds, visits, cuts);
-                cuts
-            }
-        }
-    });
+    };
+    let cut = move || {
+        cut_visits(bal, rounds, visits, cuts);
+        cuts
+    };
+    let cuts: &mut Vec<Cut> = if overlap {
+        crate::beside::join(cut, write_balancing_and_intra).0
+    } else {
+        write_balancing_and_intra();
+        cut()
+    };
     recv_cursor.clear();
     recv_cursor.extend_from_slice(&bal.balance_in);
     // A NIC's transfers in one round: two per carrier on it, per pair its server is in.
