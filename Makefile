@@ -14,9 +14,10 @@ $(VENV)/.deps: requirements-dev.txt
 	$(PY) -m pip install -q -r requirements-dev.txt
 	touch $@
 
-# maturin builds the Rust extension (release) and installs the package in editable mode.
+# maturin builds the Rust extension (profile `ext`: release with LTO, see Cargo.toml) and
+# installs the package in editable mode.
 $(VENV)/.built: $(VENV)/.deps $(RUST_SRC)
-	$(VENV)/bin/maturin develop --release -q
+	$(VENV)/bin/maturin develop --profile ext -q
 	touch $@
 
 build: $(VENV)/.built
