@@ -124,6 +124,13 @@ pub(super) fn plan(traffic: &Traffic, cluster: &Cluster, alpha_permille: u64, na
         node_begin[u + 1] = held.len(); // every u meets each w ≠ u; one node: stays [0, 0]
     });
 
+    // Upper bounds, so the plan's arrays come from the recycled pool (or are allocated
+    // once) instead of growing: self copies, gather and intra-node messages (one per
+    // ordered GPU pair of a node each), scale-out (one per held run) and distribution (one
+    // per (holder, final GPU)); a held piece is a segment in at most three of them.
+    let transfers = n + 3 * n * g.saturating_sub(1) + held.len();
+    b.reserve(transfers, n + n * g + 3 * held.len());
+    b.reserve_deps(n * g + 2 * held.len());
     let mut segs: Vec<Segment> = Vec::new();
     let mut deps: Vec<u32> = Vec::new();
     let mut scratch_used = vec![0u64; n];
