@@ -50,6 +50,7 @@ pub fn limits(total: u64, gpus: u32, nics: u32, alpha_permille: u64) -> Vec<u64>
 #[derive(Default)]
 pub struct Balancer {
     sorted: Vec<Block>,
+    keys: Vec<u128>,
     queue: VecDeque<Piece>,
     load: Vec<u64>,
     out: Vec<(u32, Piece)>,
@@ -62,9 +63,12 @@ impl Balancer {
     pub fn assign(&mut self, blocks: &[Block], gpus: u32, nics: u32, alpha_permille: u64) -> &[(u32, Piece)] {
         let g = gpus as usize;
         self.out.clear();
+        // (size desc, source, destination) as one integer key: a plain integer sort.
+        self.keys.clear();
+        self.keys.extend(blocks.iter().filter(|b| b.len > 0).map(|b| ((!b.len as u128) << 64) | ((b.src_local as u128) << 32) | b.dst_local as u128));
+        self.keys.sort_unstable();
         self.sorted.clear();
-        self.sorted.extend(blocks.iter().copied().filter(|b| b.len > 0));
-        self.sorted.sort_unstable_by(|a, b| b.len.cmp(&a.len).then(a.src_local.cmp(&b.src_local)).then(a.dst_local.cmp(&b.dst_local)));
+        self.sorted.extend(self.keys.iter().map(|&k| Block { src_local: (k >> 32) as u32, dst_local: k as u32, len: !((k >> 64) as u64) }));
         let total: u64 = self.sorted.iter().map(|b| b.len).sum();
         let cap = limits(total, gpus, nics, alpha_permille.max(1000));
         self.load.clear();
