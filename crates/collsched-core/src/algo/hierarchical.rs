@@ -25,11 +25,12 @@ pub fn plan(traffic: &Traffic, cluster: &Cluster, opts: &Options) -> Result<Plan
     let rank = |s: usize, l: usize| s * g + l;
     let mut b = PlanBuilder::new("hierarchical", Collective::AllToAll { traffic: traffic.clone() }, cluster.gpus_per_server);
     // Upper bounds, so the plan's arrays come from the recycled pool (or are allocated once)
-    // instead of growing: one gather message per ordered GPU pair of a server and one
-    // scale-out message per (aggregator, other server); a block is a segment at most twice
-    // and a scale-out message has at most one dep per block.
-    b.reserve(n * g + n * servers, 2 * n * n);
-    b.reserve_deps(n * n);
+    // instead of growing: one gather message per ordered GPU pair of a server and at most
+    // one scale-out message per (aggregator, other server) or per block; a block is a
+    // segment at most twice and a scale-out message has at most one dep per block.
+    let blocks = traffic.nonzero_blocks();
+    b.reserve(n * g + (n * servers).min(blocks), n * g + 2 * blocks);
+    b.reserve_deps(blocks);
 
     // Scratch of aggregator (s,l') holds, for each other server s' in order and each
     // other source index l in order, the block (s,l)→(s',l'). Index: [(agg*S + s')*G + l].

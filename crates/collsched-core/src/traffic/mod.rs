@@ -86,6 +86,10 @@ impl Traffic {
     pub fn col_sum(&self, j: usize) -> u64 {
         (0..self.n).map(|i| self.get(i, j)).sum()
     }
+    /// Number of nonzero blocks (diagonal included): an upper bound producers size their plan by.
+    pub fn nonzero_blocks(&self) -> usize {
+        self.data.iter().filter(|&&b| b > 0).count()
+    }
     pub fn total(&self) -> u64 {
         self.data.iter().sum()
     }

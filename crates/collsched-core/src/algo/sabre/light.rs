@@ -31,11 +31,13 @@ pub(super) fn plan(traffic: &Traffic, cluster: &Cluster, name: &str) -> Result<P
     let rank = |node: usize, local: usize| node * g + local;
     let mut b = PlanBuilder::new(name, Collective::AllToAll { traffic: traffic.clone() }, cluster.gpus_per_server);
     // Upper bounds, so the plan's arrays come from the recycled pool (or are allocated once)
-    // instead of growing: self, direct and intra-node messages are distinct ordered pairs;
-    // then one forwarding message per (source, proxy) and one batch per (proxy, node). A
-    // forwarded block is a segment twice; a phase-2 or intra-node message has a dep per block.
-    b.reserve(n * n + n * g + n * nodes, 2 * n * n);
-    b.reserve_deps(n * n + n * g);
+    // instead of growing: a self, direct or intra-node message per block; a forwarding
+    // message per (source, proxy) and a batch per (proxy, node), each at most one per
+    // block too. A forwarded block is a segment twice; a phase-2 or intra-node message has
+    // a dep per block.
+    let blocks = traffic.nonzero_blocks();
+    b.reserve(blocks + (n * g).min(blocks) + (n * nodes).min(blocks), 2 * blocks);
+    b.reserve_deps(2 * blocks);
     let mut segs: Vec<Segment> = Vec::new();
     let mut deps: Vec<u32> = Vec::new();
     let mut scratch_used = vec![0u64; n];
