@@ -365,8 +365,8 @@ proptest::proptest! {
     #![proptest_config(proptest::prelude::ProptestConfig::with_cases(48))]
     /// The pruning bounds: the matrix bound of fanout/spreadout (direct), hierarchical and
     /// sabre_light (rail) and sabre_skewed (Algorithm 1's proxies) equals their plan's NIC
-    /// bound, and every candidate's NIC bound and
-    /// critical-path bound are at most its prediction.
+    /// bound, every candidate's NIC bound and critical-path bound are at most its
+    /// prediction, and so is sabre_skewed's phase bound (itself at least the NIC bound).
     #[test]
     fn pruning_bounds_hold(preset in 0usize..5, servers in 2u32..5, gpus in 0usize..3, nic_div in 1u32..3, density in 10u64..101, seed in 0u64..10_000) {
         use collsched_core::algo::auto::cost::{matrix_nic_lower_bound_ns, nic_lower_bound_ns, Route};
@@ -391,6 +391,10 @@ proptest::proptest! {
             };
             if let Some(r) = route {
                 proptest::prop_assert_eq!(matrix_nic_lower_bound_ns(&t, &c, r), b, "{} on {}", alg, spec);
+            }
+            if *alg == "sabre_skewed" {
+                let phases = cost::sabre_skewed_lower_bound_ns(&t, &c);
+                proptest::prop_assert!(b <= phases && phases <= pred, "sabre_skewed on {spec}: NIC bound {b}, phase bound {phases}, prediction {pred}");
             }
         }
     }

@@ -38,23 +38,93 @@ pub fn plan_nic_loads(plan: &Plan, cluster: &Cluster) -> (Vec<u64>, Vec<u64>) {
 /// the model's finish (ring transfers may split over two directions: half the bytes).
 /// Catches plans that serialize many small rounds (spreadout), which the NIC bound misses.
 pub fn critical_path_lower_bound_ns(plan: &Plan, cluster: &Cluster) -> u64 {
-    let fastest = |tier: Tier| match tier {
-        Tier::Local => cluster.local_copy_bw,
-        Tier::ScaleOut => cluster.nic_bw,
-        Tier::ScaleUp => match cluster.scaleup {
-            ScaleUp::Switch { port_bw } => port_bw,
-            ScaleUp::FullMesh { link_bw } | ScaleUp::Ring { link_bw } | ScaleUp::HybridCubeMesh { link_bw } => link_bw,
-        },
-    };
-    let ring = matches!(cluster.scaleup, ScaleUp::Ring { .. });
     let mut cp = vec![0u64; plan.transfers.len()];
     let mut most = 0;
     for (id, t) in plan.transfers.iter().enumerate() {
         let ready = plan.deps_of(t).iter().filter(|&&d| (d as usize) < id).map(|&d| cp[d as usize]).max().unwrap_or(0);
-        let bytes = plan.transfer_bytes(t);
-        let bytes = if ring && t.tier == Tier::ScaleUp { bytes.div_ceil(2) } else { bytes };
-        cp[id] = ready.saturating_add(cluster.alpha_ns(t.tier)).saturating_add(drain_ns(bytes, fastest(t.tier)));
+        cp[id] = ready.saturating_add(cluster.alpha_ns(t.tier)).saturating_add(min_run_ns(cluster, t.tier, plan.transfer_bytes(t)));
         most = most.max(cp[id]);
+    }
+    most
+}
+
+/// The least time the model lets a transfer of `bytes` on `tier` run after its release:
+/// its bytes over the fastest link of the tier (half of them on a ring, where an
+/// antipodal transfer splits over both directions). Both the processor-sharing and the
+/// drain terms of the model include the transfer's own bytes on every link it uses.
+fn min_run_ns(cluster: &Cluster, tier: Tier, bytes: u64) -> u64 {
+    let (bw, bytes) = match tier {
+        Tier::Local => (cluster.local_copy_bw, bytes),
+        Tier::ScaleOut => (cluster.nic_bw, bytes),
+        Tier::ScaleUp => match cluster.scaleup {
+            ScaleUp::Switch { port_bw } => (port_bw, bytes),
+            ScaleUp::Ring { link_bw } => (link_bw, bytes.div_ceil(2)),
+            ScaleUp::FullMesh { link_bw } | ScaleUp::HybridCubeMesh { link_bw } => (link_bw, bytes),
+        },
+    };
+    drain_ns(bytes, bw)
+}
+
+/// A lower bound on `predict_ns` of `sabre_skewed`'s plan (default options) from the matrix,
+/// without planning it: its NIC bound raised by the phases around each NIC link. On a link,
+/// every message T of the last dependency level present with the most bytes (its level's
+/// total is then T's processor-sharing bytes) finishes no earlier than
+/// * alpha + the link's whole load / bandwidth (the model's "behind" term: lower levels'
+///   bytes go first and T shares with all of its level: the NIC bound), and
+/// * the level's earliest release + the level's bytes / bandwidth (the drain term and T's
+///   processor-sharing term both reach it). A message carrying gathered pieces (level 1)
+///   is released a scale-out alpha after its largest gather message, which finishes no
+///   earlier than its scale-up alpha plus its bytes over the fastest scale-up link;
+///   messages carrying only the proxy's own pieces have no dependency (level 0);
+///
+/// and every distribution message waiting for T starts a scale-up alpha after T and runs
+/// for its bytes at the least. Property-tested ≤ the prediction (tests/auto.rs).
+pub fn sabre_skewed_lower_bound_ns(traffic: &crate::traffic::Traffic, cluster: &Cluster) -> u64 {
+    let messages = crate::algo::sabre::skewed_scaleout_messages(traffic, cluster);
+    let nics = (cluster.servers * cluster.nics_per_server) as usize;
+    let (alpha_up, alpha_out) = (cluster.alpha_ns(Tier::ScaleUp), cluster.alpha_ns(Tier::ScaleOut));
+    // Per (NIC, direction): all bytes, and of the last level present (1 = with gathered
+    // pieces, else 0) its bytes, earliest release bound, largest message and the longest
+    // tail after a message of that size (every one of them bounds the prediction).
+    #[derive(Clone, Copy)]
+    struct Link {
+        load: u64,
+        level: u8,
+        level_bytes: u64,
+        release: u64,
+        largest: u64,
+        tail: u64,
+    }
+    let mut links = vec![Link { load: 0, level: 0, level_bytes: 0, release: u64::MAX, largest: 0, tail: 0 }; 2 * nics];
+    for m in &messages {
+        let level = u8::from(m.gather_max > 0);
+        let release = if level == 1 { alpha_up.saturating_add(min_run_ns(cluster, Tier::ScaleUp, m.gather_max)) } else { 0 }.saturating_add(alpha_out);
+        let tail = if m.distribution_max == 0 { 0 } else { alpha_up.saturating_add(min_run_ns(cluster, Tier::ScaleUp, m.distribution_max)) };
+        for at in [2 * cluster.global_nic_of(m.src) as usize, 2 * cluster.global_nic_of(m.dst) as usize + 1] {
+            let l = &mut links[at];
+            l.load = l.load.saturating_add(m.bytes);
+            if level > l.level || l.release == u64::MAX {
+                *l = Link { load: l.load, level, level_bytes: 0, release: u64::MAX, largest: 0, tail: 0 };
+            }
+            if level < l.level {
+                continue;
+            }
+            l.level_bytes = l.level_bytes.saturating_add(m.bytes);
+            l.release = l.release.min(release);
+            if m.bytes > l.largest {
+                (l.largest, l.tail) = (m.bytes, tail);
+            } else if m.bytes == l.largest {
+                l.tail = l.tail.max(tail);
+            }
+        }
+    }
+    let mut most = 0u64;
+    for l in &links {
+        if l.release == u64::MAX {
+            continue; // no message on this link
+        }
+        let last = alpha_out.saturating_add(drain_ns(l.load, cluster.nic_bw)).max(l.release.saturating_add(drain_ns(l.level_bytes, cluster.nic_bw)));
+        most = most.max(last.saturating_add(l.tail));
     }
     most
 }

@@ -18,7 +18,7 @@ use super::fluid;
 use crate::reuse::{empty, filled, give, pooled};
 use crate::plan::Plan;
 use crate::topology::{Cluster, ScaleUp, Tier};
-pub use super::bounds::{critical_path_lower_bound_ns, matrix_nic_lower_bound_ns, nic_lower_bound_ns, plan_nic_loads, Route};
+pub use super::bounds::{critical_path_lower_bound_ns, matrix_nic_lower_bound_ns, nic_lower_bound_ns, plan_nic_loads, sabre_skewed_lower_bound_ns, Route};
 
 const KIND_PORT_OUT: u64 = 1;
 const KIND_PORT_IN: u64 = 2;

@@ -147,7 +147,7 @@ pub fn plan(traffic: &Traffic, cluster: &Cluster, opts: &Options) -> Result<Plan
     // First only what decides the closed-form winner: every candidate that could beat the
     // best prediction so far (margin 0). The close calls are completed below only if a
     // refinement may run on them.
-    let Evaluated { mut plans, mut predicted, mut pruned, chains } = evaluate_pruned(&chosen, traffic, cluster, threads)?;
+    let Evaluated { mut plans, mut predicted, mut pruned, chains, mut spare } = evaluate_pruned(&chosen, traffic, cluster, threads)?;
     // Strictly smaller wins: ties keep the earlier candidate.
     let Some(by_model) = argmin(&predicted) else {
         return Err(Error::Unsupported("auto: no candidate algorithm supports this input".into()));
@@ -181,7 +181,12 @@ pub fn plan(traffic: &Traffic, cluster: &Cluster, opts: &Options) -> Result<Plan
             if settled(&plans, &known) {
                 break;
             }
-            match evaluate(i, plans[i].take(), chains[i], traffic, cluster, &AtomicU64::new(close_limit))? {
+            let made = match spare[i].take().map(|e| e.against(close_limit)) {
+                Some(Ok(e)) => Some(e),
+                Some(Err(plan)) => evaluate(i, Some(plan), chains[i], traffic, cluster, &AtomicU64::new(close_limit))?,
+                None => evaluate(i, plans[i].take(), chains[i], traffic, cluster, &AtomicU64::new(close_limit))?,
+            };
+            match made {
                 None => pruned[i] = None, // unsupported
                 Some(e) => {
                     plans[i] = Some(e.plan);
@@ -270,6 +275,7 @@ pub fn plan(traffic: &Traffic, cluster: &Cluster, opts: &Options) -> Result<Plan
     }
     let plan = plans[winner].take().expect("winner planned");
     plans.into_iter().flatten().for_each(crate::plan::recycle);
+    spare.into_iter().flatten().for_each(|e| crate::plan::recycle(e.plan));
     let d = cache::Decision { winner, predicted_ns: predicted, simulated_ns: simulated, pruned_ns: pruned, how };
     let plan = finish(plan, &d);
     if use_cache {
@@ -309,6 +315,10 @@ struct Evaluated {
     predicted: Vec<Option<u64>>,
     pruned: Vec<Option<u64>>,
     chains: Vec<Option<u64>>,
+    /// Evaluations made beside or ahead of others for candidates the replay then pruned by
+    /// their bound: they do not count (meta is as if they never ran), but completing a close
+    /// call later reuses them instead of planning and predicting again.
+    spare: Vec<Option<Evaluation>>,
 }
 
 /// Plan and predict the chosen candidates, skipping those that cannot win by the model.
@@ -328,15 +338,21 @@ fn evaluate_pruned(chosen: &[usize], traffic: &Traffic, cluster: &Cluster, threa
     let mut pruned = vec![None; k];
     let mut bound: Vec<Option<u64>> = vec![None; k];
     let mut chains: Vec<Option<u64>> = vec![None; k];
+    let mut spare: Vec<Option<Evaluation>> = (0..k).map(|_| None).collect();
     let first: Vec<usize> = chosen.iter().copied().filter(|&i| matrix_route(i).is_none()).collect();
     // The matrix bounds, O(P²) each, once per route (fanout and spreadout share theirs),
-    // computed beside the first plans.
+    // computed beside the first plans. sabre_skewed's adds the gather before and the
+    // distribution after its scale-out to its NIC bound (`bounds::sabre_skewed_lower_bound_ns`).
     let matrix_bounds = || {
         let mut per_route: Vec<(cost::Route, u64)> = Vec::new();
         for &i in chosen {
             if let Some(r) = matrix_route(i) {
                 if !per_route.iter().any(|x| x.0 == r) {
-                    per_route.push((r, cost::matrix_nic_lower_bound_ns(traffic, cluster, r)));
+                    let b = match r {
+                        cost::Route::SabreProxies => cost::sabre_skewed_lower_bound_ns(traffic, cluster),
+                        _ => cost::matrix_nic_lower_bound_ns(traffic, cluster, r),
+                    };
+                    per_route.push((r, b));
                 }
             }
         }
@@ -372,9 +388,10 @@ fn evaluate_pruned(chosen: &[usize], traffic: &Traffic, cluster: &Cluster, threa
         at += 1;
         let ready = early.take_if(|e| e.0 == i).map(|e| e.1);
         if best.is_some_and(|best| b > best) {
-            // Pruned by its bound: an evaluation made ahead (and any error of it) does not count.
+            // Pruned by its bound: an evaluation made ahead (and any error of it) does not
+            // count; it is kept only to spare the work if `plan` completes this candidate.
             if let Some(Ok(Some(e))) = ready {
-                crate::plan::recycle(e.plan);
+                spare[i] = Some(e);
             }
             pruned[i] = Some(b);
             continue;
@@ -411,7 +428,12 @@ fn evaluate_pruned(chosen: &[usize], traffic: &Traffic, cluster: &Cluster, threa
                     }
                 };
                 let take_k = || {
-                    let (_, k) = ahead?;
+                    let (bk, k) = ahead?;
+                    // Once a prediction before k is below k's bound, the replay prunes k by
+                    // that bound: nothing to evaluate.
+                    if bk > limit_k.load(Ordering::Relaxed) {
+                        return None;
+                    }
                     (!taken.swap(true, Ordering::Relaxed)).then(|| (k, evaluate(k, None, None, traffic, cluster, &limit_k)))
                 };
                 let ((rj, kj), (ri, ki)) = crate::beside::join(
@@ -434,9 +456,9 @@ fn evaluate_pruned(chosen: &[usize], traffic: &Traffic, cluster: &Cluster, threa
         for (b, i, e) in std::iter::once((b, i, Ok(this))).chain(beside) {
             if best.is_some_and(|best| b > best) {
                 // Pruned by its bound before planning, had it come second: its planning
-                // (and any error of it) does not count.
+                // (and any error of it) does not count; kept as a spare (see above).
                 if let Ok(Some(e)) = e {
-                    crate::plan::recycle(e.plan);
+                    spare[i] = Some(e);
                 }
                 pruned[i] = Some(b);
                 continue;
@@ -466,7 +488,7 @@ fn evaluate_pruned(chosen: &[usize], traffic: &Traffic, cluster: &Cluster, threa
             }
         }
     }
-    Ok(Evaluated { plans, predicted, pruned, chains })
+    Ok(Evaluated { plans, predicted, pruned, chains, spare })
 }
 
 /// One candidate's plan and the bounds and prediction `evaluate_pruned` prunes by.
@@ -478,6 +500,25 @@ struct Evaluation {
     first: u64,
     /// The prediction, computed when neither bound exceeded the limit.
     prediction: Option<u64>,
+}
+
+impl Evaluation {
+    /// What `evaluate` against the fixed limit `limit` returns, derived from an evaluation
+    /// made against another limit; `Err(plan)` when that needs the model again (the plan
+    /// is kept). `evaluate` skips the model's first pass when the chain bound exceeds its
+    /// limit (first = 0) and the prediction when the first pass does.
+    fn against(self, limit: u64) -> std::result::Result<Evaluation, Plan> {
+        let Evaluation { plan, chain, first, prediction } = self;
+        if chain > limit {
+            return Ok(Evaluation { plan, chain, first: 0, prediction: None });
+        }
+        match prediction {
+            Some(ns) => Ok(Evaluation { plan, chain, first, prediction: (first <= limit).then_some(ns) }),
+            // The first pass ran and exceeded the earlier limit.
+            None if first > 0 && first > limit => Ok(Evaluation { plan, chain, first, prediction: None }),
+            None => Err(plan),
+        }
+    }
 }
 
 /// Plan candidate `i` (unless `plan` is given) and bound (unless `chain` is known) and predict

@@ -19,6 +19,7 @@ use std::cmp::Ordering;
 pub mod balance;
 mod light;
 mod skewed;
+pub use skewed::ScaleOutMessage;
 
 /// SABRE's default load tolerance α = 1.05 (§5.3.2), in thousandths.
 pub const DEFAULT_ALPHA_PERMILLE: u64 = 1050;
@@ -62,6 +63,12 @@ pub fn plan_skewed(traffic: &Traffic, cluster: &Cluster, opts: &Options) -> Resu
 /// pruning bound; a test checks it against the plan).
 pub fn skewed_nic_loads(traffic: &Traffic, cluster: &Cluster) -> (Vec<u64>, Vec<u64>) {
     skewed::nic_loads(traffic, cluster, DEFAULT_ALPHA_PERMILLE)
+}
+
+/// The scale-out messages `sabre_skewed` (default options) makes, with the gather and
+/// distribution messages around them, without planning it (for `auto`'s bounds).
+pub fn skewed_scaleout_messages(traffic: &Traffic, cluster: &Cluster) -> Vec<ScaleOutMessage> {
+    skewed::scaleout_messages(traffic, cluster, DEFAULT_ALPHA_PERMILLE)
 }
 
 /// Lightly-skewed two-phase 2D algorithm (§6.2). No options.

@@ -102,6 +102,63 @@ pub fn nic_loads(traffic: &Traffic, cluster: &Cluster, alpha_permille: u64) -> (
     (up, down)
 }
 
+/// A scale-out message of the plan `plan` makes (proxy p of node u → GPU p of node w), with
+/// the sizes of the messages it waits for and that wait for it, computed without emitting it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ScaleOutMessage {
+    pub src: u32,
+    pub dst: u32,
+    pub bytes: u64,
+    /// The largest gather message (source → proxy p) it depends on; 0 if it carries only
+    /// the proxy's own pieces (then it has no dependency).
+    pub gather_max: u64,
+    /// The largest distribution message (GPU p of w → a final GPU) that depends on it; 0 if
+    /// every piece it carries ends on GPU p (then nothing depends on it).
+    pub distribution_max: u64,
+}
+
+/// The scale-out messages of the plan `plan` makes, in its order, from one run of Algorithm 1.
+pub fn scaleout_messages(traffic: &Traffic, cluster: &Cluster, alpha_permille: u64) -> Vec<ScaleOutMessage> {
+    let g = cluster.gpus_per_server as usize;
+    let nodes = cluster.servers as usize;
+    // Per piece: its message, source and final local index; per node: gather bytes
+    // [u][s][p] and distribution bytes [w][p][d], summed over every node pair.
+    let mut pieces: Vec<(u32, u32, u32)> = Vec::new();
+    let mut messages: Vec<ScaleOutMessage> = Vec::new();
+    let mut gather = vec![0u64; nodes * g * g];
+    let mut distribution = vec![0u64; nodes * g * g];
+    let mut per_proxy = vec![u32::MAX; g];
+    for_each_assignment(traffic, cluster, alpha_permille, |u, w, out| {
+        per_proxy.fill(u32::MAX);
+        for &(p, piece) in out {
+            let (pu, s, d) = (p as usize, piece.src_local as usize, piece.dst_local as usize);
+            if per_proxy[pu] == u32::MAX {
+                per_proxy[pu] = messages.len() as u32;
+                messages.push(ScaleOutMessage { src: (u * g + pu) as u32, dst: (w * g + pu) as u32, bytes: 0, gather_max: 0, distribution_max: 0 });
+            }
+            messages[per_proxy[pu] as usize].bytes += piece.len;
+            pieces.push((per_proxy[pu], piece.src_local, piece.dst_local));
+            if s != pu {
+                gather[(u * g + s) * g + pu] += piece.len;
+            }
+            if d != pu {
+                distribution[(w * g + pu) * g + d] += piece.len;
+            }
+        }
+    });
+    for &(m, s, d) in &pieces {
+        let msg = &mut messages[m as usize];
+        let (u, w, p) = (msg.src as usize / g, msg.dst as usize / g, msg.src as usize % g);
+        if s as usize != p {
+            msg.gather_max = msg.gather_max.max(gather[(u * g + s as usize) * g + p]);
+        }
+        if d as usize != p {
+            msg.distribution_max = msg.distribution_max.max(distribution[(w * g + p) * g + d as usize]);
+        }
+    }
+    messages
+}
+
 pub(super) fn plan(traffic: &Traffic, cluster: &Cluster, alpha_permille: u64, name: &str) -> Result<Plan> {
     let n = traffic.n();
     let g = cluster.gpus_per_server as usize;
