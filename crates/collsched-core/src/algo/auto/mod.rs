@@ -166,9 +166,12 @@ pub fn plan(traffic: &Traffic, cluster: &Cluster, opts: &Options) -> Result<Plan
     let mut maybe_close: Vec<(u64, usize)> = (0..CANDIDATES.len()).filter_map(|i| pruned[i].filter(|&b| b <= close_limit).map(|b| (b, i))).collect();
     maybe_close.sort_unstable();
     let mut known: Vec<usize> = (0..CANDIDATES.len()).filter(|&i| predicted[i].is_some_and(is_close)).collect();
+    // Settled once the known close calls alone put refinement over its budget: more close
+    // calls would not bring it under, and with one close call there is nothing to refine,
+    // so the closed-form choice stands either way.
     let settled = |plans: &[Option<Plan>], known: &[usize]| {
         let t = transfers_of(plans, known);
-        known.len() >= 2
+        !known.is_empty()
             && match refine {
                 Refine::Never => true,
                 Refine::Fluid => t.saturating_mul(traffic.n() as u64 + fluid::TRANSFER_WORK) > fluid_units,
@@ -176,9 +179,12 @@ pub fn plan(traffic: &Traffic, cluster: &Cluster, opts: &Options) -> Result<Plan
                 Refine::Always => false,
             }
     };
+    // Possible close calls left uncompleted because refinement was settled over budget.
+    let mut left_open = false;
     if refine != Refine::Never {
         for &(b, i) in &maybe_close {
             if settled(&plans, &known) {
+                left_open = true;
                 break;
             }
             let made = match spare[i].take().map(|e| e.against(close_limit)) {
@@ -205,9 +211,9 @@ pub fn plan(traffic: &Traffic, cluster: &Cluster, opts: &Options) -> Result<Plan
         }
     }
     let close: Vec<usize> = (0..CANDIDATES.len()).filter(|&i| predicted[i].is_some_and(is_close)).collect();
-    // With refinement off (close calls not completed), say so whenever another candidate
-    // might have been close.
-    let unresolved = refine == Refine::Never && !maybe_close.is_empty();
+    // With refinement off or settled over budget (close calls not completed), say so
+    // whenever another candidate might have been close.
+    let unresolved = (refine == Refine::Never && !maybe_close.is_empty()) || left_open;
     let close_len = if unresolved { close.len().max(2) } else { close.len() };
     let close_transfers = transfers_of(&plans, &close);
     let mut simulated = vec![None; CANDIDATES.len()];
@@ -657,8 +663,17 @@ fn finish(mut plan: Plan, d: &cache::Decision) -> Plan {
         v.iter().enumerate().filter(|&(i, p)| i != d.winner && p.is_some()).map(|(i, p)| (p.unwrap_or(0), i)).min()
     };
     let reason = match (d.how, runner_up(&d.predicted_ns)) {
-        (_, None) => match runner_up(&d.pruned_ns) {
-            Some((ns, i)) => format!("smallest predicted time {best} ns; every other candidate pruned by a lower bound above it (lowest: {} at {ns} ns)", CANDIDATES[i]),
+        (how, None) => match runner_up(&d.pruned_ns) {
+            Some((ns, i)) => {
+                let pruned = format!("smallest predicted time {best} ns; every other candidate pruned by a lower bound above it (lowest: {} at {ns} ns)", CANDIDATES[i]);
+                match how {
+                    // Some pruned ones may have been within the margin, left uncompleted.
+                    How::ModelRefineOff => format!("{pruned}; refinement off"),
+                    How::ModelOverBudget { estimate_ns } => format!("{pruned}; refinement skipped: estimated simulation {estimate_ns} ns over {REFINE_BUDGET_PERCENT}% of the predicted time"),
+                    How::FluidOverBudget { budget_ns } => format!("{pruned}; fluid refinement skipped: over its budget of {budget_ns} ns of counted work"),
+                    _ => pruned,
+                }
+            }
             None => format!("only supported candidate (predicted {best} ns)"),
         },
         (How::Simulated | How::Fluid, _) => {
