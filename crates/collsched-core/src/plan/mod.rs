@@ -298,20 +298,26 @@ impl PlanBuilder {
     }
 }
 
-/// The arrays of one dropped plan, kept so the next large plan is written into memory
-/// that is already mapped: a fresh multi-megabyte array costs a page fault per 4 KiB
+/// The arrays of recently dropped plans, kept so the next large plans are written into
+/// memory that is already mapped: a fresh multi-megabyte array costs a page fault per 4 KiB
 /// (a quarter of FAST's planning time at 320 GPUs). Only capacity is shared, never
-/// content, so plans do not depend on what was recycled.
+/// content, so plans do not depend on what was recycled. Several per kind, because `auto`
+/// builds several candidates' plans at once (on two threads: one pooled array each left
+/// the others faulting in ≈100 fresh pages per call at 64 GPUs).
 struct Recycled {
-    transfers: Vec<Transfer>,
-    segments: Vec<Segment>,
-    deps: Vec<u32>,
+    transfers: Vec<Vec<Transfer>>,
+    segments: Vec<Vec<Segment>>,
+    deps: Vec<Vec<u32>>,
 }
 
 static RECYCLED: std::sync::Mutex<Recycled> = std::sync::Mutex::new(Recycled { transfers: Vec::new(), segments: Vec::new(), deps: Vec::new() });
 
 /// Pooled arrays above this many bytes are freed instead of kept.
 const RECYCLE_LIMIT_BYTES: usize = 128 << 20;
+
+/// Arrays kept per kind, and their total size per kind (the smallest go first).
+const RECYCLE_SLOTS: usize = 4;
+const RECYCLE_TOTAL_BYTES: usize = 2 * RECYCLE_LIMIT_BYTES;
 
 /// Hand a plan that is no longer needed back, so the next `PlanBuilder::reserve` of a
 /// similar size reuses its arrays (what dropping the plan would otherwise free).
@@ -322,26 +328,36 @@ pub fn recycle(plan: Plan) {
 /// `recycle` for a plan already taken apart.
 pub fn recycle_arrays(transfers: Vec<Transfer>, segments: Vec<Segment>, deps: Vec<u32>) {
     if let Ok(mut pool) = RECYCLED.lock() {
-        keep_larger(&mut pool.transfers, transfers);
-        keep_larger(&mut pool.segments, segments);
-        keep_larger(&mut pool.deps, deps);
+        keep(&mut pool.transfers, transfers);
+        keep(&mut pool.segments, segments);
+        keep(&mut pool.deps, deps);
     }
 }
 
-fn keep_larger<T>(pooled: &mut Vec<T>, mut v: Vec<T>) {
-    if v.capacity() > pooled.capacity() && v.capacity() * std::mem::size_of::<T>() <= RECYCLE_LIMIT_BYTES {
-        v.clear();
-        *pooled = v;
+fn keep<T>(pooled: &mut Vec<Vec<T>>, mut v: Vec<T>) {
+    let bytes = |v: &Vec<T>| v.capacity() * std::mem::size_of::<T>();
+    if v.capacity() == 0 || bytes(&v) > RECYCLE_LIMIT_BYTES {
+        return;
+    }
+    v.clear();
+    pooled.push(v);
+    // Largest first; drop the smallest beyond the slots or the total.
+    pooled.sort_unstable_by_key(|v| std::cmp::Reverse(v.capacity()));
+    while pooled.len() > RECYCLE_SLOTS || pooled.iter().map(bytes).sum::<usize>() > RECYCLE_TOTAL_BYTES {
+        pooled.pop();
     }
 }
 
-/// Swap the pooled array into an empty `v` that needs `need` entries when it fits
-/// without wasting much (a small plan must not pin a large array).
-fn reuse<T>(v: &mut Vec<T>, pooled: &mut Vec<T>, need: usize) {
-    let cap = pooled.capacity();
-    if v.is_empty() && v.capacity() < need && cap >= need && cap <= 4 * need.max(4096) {
-        std::mem::swap(v, pooled);
-        pooled.clear();
+/// Swap the smallest pooled array that holds `need` entries into an empty `v`, when it
+/// fits without wasting much (a small plan must not pin a large array).
+fn reuse<T>(v: &mut Vec<T>, pooled: &mut Vec<Vec<T>>, need: usize) {
+    if !v.is_empty() || v.capacity() >= need {
+        return;
+    }
+    let fits = |cap: usize| cap >= need && cap <= 4 * need.max(4096);
+    // Largest first, so the last that fits is the smallest.
+    if let Some(k) = pooled.iter().rposition(|p| fits(p.capacity())) {
+        *v = pooled.remove(k);
     }
 }
 
@@ -357,5 +373,35 @@ pub fn option_u64(opts: &Options, key: &str, default: u64) -> Result<u64> {
             Ok(x) => Ok(x),
             Err(_) => invalid!("option '{key}' must be a non-negative integer or size, got '{v}'"),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{keep, reuse, RECYCLE_SLOTS};
+
+    #[test]
+    fn the_pool_keeps_several_arrays_and_hands_out_the_smallest_that_fits() {
+        let mut pool: Vec<Vec<u64>> = Vec::new();
+        for cap in [10_000usize, 40_000, 20_000, 80_000, 5_000, 160_000] {
+            keep(&mut pool, Vec::with_capacity(cap));
+        }
+        // The largest `RECYCLE_SLOTS`, largest first.
+        assert_eq!(pool.len(), RECYCLE_SLOTS);
+        assert!(pool.windows(2).all(|w| w[0].capacity() >= w[1].capacity()));
+        assert!(pool.last().unwrap().capacity() >= 20_000);
+        // A need of 15 000 takes the smallest that holds it (20 000), not a larger one.
+        let mut v: Vec<u64> = Vec::new();
+        reuse(&mut v, &mut pool, 15_000);
+        assert!((20_000..40_000).contains(&v.capacity()));
+        assert_eq!(pool.len(), RECYCLE_SLOTS - 1);
+        // A small need does not pin a much larger array.
+        let mut small: Vec<u64> = Vec::new();
+        reuse(&mut small, &mut pool, 100);
+        assert_eq!(small.capacity(), 0);
+        // A second large need finds its own array.
+        let mut w: Vec<u64> = Vec::new();
+        reuse(&mut w, &mut pool, 60_000);
+        assert!(w.capacity() >= 80_000 && w.capacity() < 160_000);
     }
 }
