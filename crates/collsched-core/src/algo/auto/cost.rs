@@ -231,15 +231,18 @@ pub fn first_pass_and_prediction_within(plan: &Plan, cluster: &Cluster, give_up_
         return (ns, (ns <= give_up_above()).then_some(ns));
     }
     let model = Model::new(plan, cluster);
-    let (finish, release) = model.run(None);
+    let mut order = empty(0);
+    let (finish, release) = model.run(None, Some(&mut order));
     let first = finish.iter().copied().max().unwrap_or(0);
     if first > give_up_above() {
         give(finish);
         give(release);
+        give(order);
         return (first, None);
     }
-    let extra = model.interference(&finish, &release);
+    let extra = model.interference(&finish, &release, &order);
     give(release);
+    give(order);
     let Some(extra) = extra else {
         give(finish);
         return (first, Some(first));
@@ -249,7 +252,7 @@ pub fn first_pass_and_prediction_within(plan: &Plan, cluster: &Cluster, give_up_
         give(extra);
         return (first, None);
     }
-    let (finish, release) = model.run(Some(&extra));
+    let (finish, release) = model.run(Some(&extra), None);
     let most = finish.iter().copied().max().unwrap_or(0);
     give(finish);
     give(release);
@@ -303,13 +306,15 @@ fn single_level_ns(plan: &Plan, cluster: &Cluster) -> Option<u64> {
 /// Predicted finish time of every transfer, integer nanoseconds.
 pub fn predict_finish_ns(plan: &Plan, cluster: &Cluster) -> Vec<u64> {
     let model = Model::new(plan, cluster);
-    let (finish, release) = model.run(None);
-    let extra = model.interference(&finish, &release);
+    let mut order = empty(0);
+    let (finish, release) = model.run(None, Some(&mut order));
+    let extra = model.interference(&finish, &release, &order);
     give(release);
+    give(order);
     match extra {
         Some(extra) => {
             give(finish);
-            let (finish, release) = model.run(Some(&extra));
+            let (finish, release) = model.run(Some(&extra), None);
             give(release);
             give(extra);
             finish
@@ -654,14 +659,20 @@ impl<'a> Model<'a> {
     }
 
     /// Finish and release times, level by level. `extra[slot]`: bytes of later levels
-    /// that share the slot's link while its transfer runs (second pass).
-    fn run(&self, extra: Option<&[u64]>) -> (Vec<u64>, Vec<u64>) {
+    /// that share the slot's link while its transfer runs (second pass). `order`: filled
+    /// with each group's entries (indices into `group_*`) latest release first, which the
+    /// drain needs and `interference` reuses.
+    fn run(&self, extra: Option<&[u64]>, mut order: Option<&mut Vec<u32>>) -> (Vec<u64>, Vec<u64>) {
         let (plan, r, m) = (self.plan, &self.routes, self.plan.transfers.len());
         let mut finish = filled(m, 0u64);
         let mut release = filled(m, 0u64);
         // Per group: the link's work-conserving completion over the level.
         let mut drained = filled(self.group_total.len(), 0u64);
-        let mut by_release: Vec<(u64, u64)> = Vec::new();
+        let mut by_release: Vec<(u64, u32)> = Vec::new();
+        if let Some(order) = order.as_deref_mut() {
+            order.clear();
+            order.extend(0..self.group_owner.len() as u32);
+        }
         for lv in 0..self.level_start.len() - 1 {
             let transfers = &self.by_level[self.level_start[lv]..self.level_start[lv + 1]];
             for &id in transfers {
@@ -681,12 +692,15 @@ impl<'a> Model<'a> {
                     r0.saturating_add(bw.ns(self.group_total[gi]))
                 } else {
                     by_release.clear();
-                    by_release.extend(owners.iter().zip(bytes).map(|(&o, &b)| (release[o as usize], b)));
+                    by_release.extend(owners.iter().zip(g0 as u32..).map(|(&o, i)| (release[o as usize], i)));
                     // Latest release first; ties in any order give the same maximum.
                     by_release.sort_unstable_by(|a, b| b.0.cmp(&a.0));
+                    if let Some(order) = order.as_deref_mut() {
+                        order[g0..g1].iter_mut().zip(&by_release).for_each(|(o, x)| *o = x.1);
+                    }
                     let (mut acc, mut done) = (0u64, 0u64);
-                    for &(at, bytes) in &by_release {
-                        acc = acc.saturating_add(bytes);
+                    for &(at, i) in &by_release {
+                        acc = acc.saturating_add(bytes[i as usize - g0]);
                         done = done.max(at.saturating_add(bw.ns(acc)));
                     }
                     done
@@ -729,8 +743,8 @@ impl<'a> Model<'a> {
     /// binary search. Phases that are meant to overlap (FAST's own bytes beside
     /// balanced-in bytes, pipelined stages) slow each other down; the first pass only
     /// made later levels wait. None if no link carries several levels.
-    fn interference(&self, finish: &[u64], release: &[u64]) -> Option<Vec<u64>> {
-        self.interference_by(finish, release, |g0, g1| self.merge_pays(g0, g1, release))
+    fn interference(&self, finish: &[u64], release: &[u64], order: &[u32]) -> Option<Vec<u64>> {
+        self.interference_by(finish, release, order, |g0, g1| self.merge_pays(g0, g1, release))
     }
 
     /// Whether the merge path is the cheaper one on the link of groups `g0..g1`. It costs
@@ -761,7 +775,7 @@ impl<'a> Model<'a> {
     }
 
     /// `interference`, merging on the links (groups `g0..g1`) where `merge(g0, g1)` says so.
-    fn interference_by(&self, finish: &[u64], release: &[u64], merge: impl Fn(usize, usize) -> bool) -> Option<Vec<u64>> {
+    fn interference_by(&self, finish: &[u64], release: &[u64], order: &[u32], merge: impl Fn(usize, usize) -> bool) -> Option<Vec<u64>> {
         let slots = self.terms.len();
         let mut extra: Option<Vec<u64>> = None;
         let mut scratch = Interference::default();
@@ -774,7 +788,7 @@ impl<'a> Model<'a> {
                 extra.get_or_insert_with(|| filled(slots, 0u64))[self.group_slots[i] as usize] = bytes;
             };
             if merge(g0, g1) {
-                self.interference_merged(g0, g1, finish, release, &mut scratch, &mut add);
+                self.interference_merged(g0, g1, finish, release, order, &mut scratch, &mut add);
             } else {
                 self.interference_tree(g0, g1, finish, release, &mut scratch, &mut add);
             }
@@ -789,7 +803,8 @@ impl<'a> Model<'a> {
     /// pipelines nearly always: 98% of FAST's levels at 64 GPUs) is appended at the tail in
     /// O(its slots); otherwise it is merged in and the sums rebuilt. The sums are exact
     /// (u128) and saturated only when read, as a saturating prefix sum would give.
-    fn interference_merged(&self, g0: usize, g1: usize, finish: &[u64], release: &[u64], w: &mut Interference, add: &mut impl FnMut(usize, u64)) {
+    #[allow(clippy::too_many_arguments)]
+    fn interference_merged(&self, g0: usize, g1: usize, finish: &[u64], release: &[u64], order: &[u32], w: &mut Interference, add: &mut impl FnMut(usize, u64)) {
         let Interference { later, merged, level, sums, .. } = w;
         // later[k] in descending release; sums[k] = bytes of later[..k].
         later.clear();
@@ -815,9 +830,9 @@ impl<'a> Model<'a> {
                 }
             }
             if gi > g0 {
+                // The group latest release first, as the pass that gave `release` ordered it.
                 level.clear();
-                level.extend((s0..s1).map(|i| (release[self.group_owner[i] as usize], self.group_bytes[i])));
-                level.sort_unstable_by(|a, b| b.cmp(a));
+                level.extend(order[s0..s1].iter().map(|&i| (release[self.group_owner[i as usize] as usize], self.group_bytes[i as usize])));
                 if later.last().is_none_or(|&(earliest, _)| level[0].0 <= earliest) {
                     for &x in level.iter() {
                         sums.push(sums[sums.len() - 1] + x.1 as u128);
@@ -827,7 +842,7 @@ impl<'a> Model<'a> {
                     merged.clear();
                     let (mut i, mut j) = (0, 0);
                     while i < later.len() || j < level.len() {
-                        if j == level.len() || (i < later.len() && later[i] >= level[j]) {
+                        if j == level.len() || (i < later.len() && later[i].0 >= level[j].0) {
                             merged.push(later[i]);
                             i += 1;
                         } else {
@@ -935,11 +950,12 @@ mod tests {
             for alg in ["fast", "balanced_direct", "sabre_light", "sabre_skewed", "hierarchical"] {
                 let Ok(p) = crate::algo::plan_all_to_all(&t, &c, alg, &Options::new()) else { continue };
                 let model = Model::new(&p, &c);
-                let (finish, release) = model.run(None);
-                let merged = model.interference_by(&finish, &release, |_, _| true);
-                let tree = model.interference_by(&finish, &release, |_, _| false);
+                let mut order = Vec::new();
+                let (finish, release) = model.run(None, Some(&mut order));
+                let merged = model.interference_by(&finish, &release, &order, |_, _| true);
+                let tree = model.interference_by(&finish, &release, &order, |_, _| false);
                 assert_eq!(merged, tree, "{spec} {alg}");
-                assert_eq!(model.interference(&finish, &release), tree, "{spec} {alg}");
+                assert_eq!(model.interference(&finish, &release, &order), tree, "{spec} {alg}");
                 checked += merged.is_some() as usize;
             }
         }
