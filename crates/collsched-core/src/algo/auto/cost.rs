@@ -232,7 +232,7 @@ pub fn first_pass_and_prediction_within(plan: &Plan, cluster: &Cluster, give_up_
     }
     let model = Model::new(plan, cluster);
     let mut order = empty(0);
-    let (finish, release) = model.run(None, Some(&mut order));
+    let (finish, release) = model.run(None, &mut order);
     let first = finish.iter().copied().max().unwrap_or(0);
     if first > give_up_above() {
         give(finish);
@@ -242,21 +242,23 @@ pub fn first_pass_and_prediction_within(plan: &Plan, cluster: &Cluster, give_up_
     }
     let extra = model.interference(&finish, &release, &order);
     give(release);
-    give(order);
     let Some(extra) = extra else {
         give(finish);
+        give(order);
         return (first, Some(first));
     };
     give(finish);
     if first > give_up_above() {
         give(extra);
+        give(order);
         return (first, None);
     }
-    let (finish, release) = model.run(Some(&extra), None);
+    let (finish, release) = model.run(Some(&extra), &mut order);
     let most = finish.iter().copied().max().unwrap_or(0);
     give(finish);
     give(release);
     give(extra);
+    give(order);
     (first, Some(most))
 }
 
@@ -307,20 +309,21 @@ fn single_level_ns(plan: &Plan, cluster: &Cluster) -> Option<u64> {
 pub fn predict_finish_ns(plan: &Plan, cluster: &Cluster) -> Vec<u64> {
     let model = Model::new(plan, cluster);
     let mut order = empty(0);
-    let (finish, release) = model.run(None, Some(&mut order));
+    let (finish, release) = model.run(None, &mut order);
     let extra = model.interference(&finish, &release, &order);
     give(release);
-    give(order);
-    match extra {
+    let finish = match extra {
         Some(extra) => {
             give(finish);
-            let (finish, release) = model.run(Some(&extra), None);
+            let (finish, release) = model.run(Some(&extra), &mut order);
             give(release);
             give(extra);
             finish
         }
         None => finish,
-    }
+    };
+    give(order);
+    finish
 }
 
 /// Completion time (ns) of `plan` under the integer fluid model (`fluid::run_plan`):
@@ -659,17 +662,18 @@ impl<'a> Model<'a> {
     }
 
     /// Finish and release times, level by level. `extra[slot]`: bytes of later levels
-    /// that share the slot's link while its transfer runs (second pass). `order`: filled
-    /// with each group's entries (indices into `group_*`) latest release first, which the
-    /// drain needs and `interference` reuses.
-    fn run(&self, extra: Option<&[u64]>, mut order: Option<&mut Vec<u32>>) -> (Vec<u64>, Vec<u64>) {
+    /// that share the slot's link while its transfer runs (second pass). `order`: each
+    /// group's entries (indices into `group_*`) latest release first, which the drain needs
+    /// and `interference` reuses; the first pass fills it, the second starts from it (its
+    /// releases mostly keep their order, so the sort has little to do).
+    fn run(&self, extra: Option<&[u64]>, order: &mut Vec<u32>) -> (Vec<u64>, Vec<u64>) {
         let (plan, r, m) = (self.plan, &self.routes, self.plan.transfers.len());
         let mut finish = filled(m, 0u64);
         let mut release = filled(m, 0u64);
         // Per group: the link's work-conserving completion over the level.
         let mut drained = filled(self.group_total.len(), 0u64);
         let mut by_release: Vec<(u64, u32)> = Vec::new();
-        if let Some(order) = order.as_deref_mut() {
+        if extra.is_none() || order.len() != self.group_owner.len() {
             order.clear();
             order.extend(0..self.group_owner.len() as u32);
         }
@@ -692,12 +696,24 @@ impl<'a> Model<'a> {
                     r0.saturating_add(bw.ns(self.group_total[gi]))
                 } else {
                     by_release.clear();
-                    by_release.extend(owners.iter().zip(g0 as u32..).map(|(&o, i)| (release[o as usize], i)));
-                    // Latest release first; ties in any order give the same maximum.
-                    by_release.sort_unstable_by(|a, b| b.0.cmp(&a.0));
-                    if let Some(order) = order.as_deref_mut() {
-                        order[g0..g1].iter_mut().zip(&by_release).for_each(|(o, x)| *o = x.1);
+                    by_release.extend(order[g0..g1].iter().map(|&i| (release[self.group_owner[i as usize] as usize], i)));
+                    // Latest release first; ties in any order give the same maximum. Short
+                    // groups by insertion, which is quick on the second pass's nearly
+                    // sorted start.
+                    if by_release.len() <= 32 {
+                        for k in 1..by_release.len() {
+                            let x = by_release[k];
+                            let mut j = k;
+                            while j > 0 && by_release[j - 1].0 < x.0 {
+                                by_release[j] = by_release[j - 1];
+                                j -= 1;
+                            }
+                            by_release[j] = x;
+                        }
+                    } else {
+                        by_release.sort_unstable_by_key(|x| std::cmp::Reverse(x.0));
                     }
+                    order[g0..g1].iter_mut().zip(&by_release).for_each(|(o, x)| *o = x.1);
                     let (mut acc, mut done) = (0u64, 0u64);
                     for &(at, i) in &by_release {
                         acc = acc.saturating_add(bytes[i as usize - g0]);
@@ -951,7 +967,7 @@ mod tests {
                 let Ok(p) = crate::algo::plan_all_to_all(&t, &c, alg, &Options::new()) else { continue };
                 let model = Model::new(&p, &c);
                 let mut order = Vec::new();
-                let (finish, release) = model.run(None, Some(&mut order));
+                let (finish, release) = model.run(None, &mut order);
                 let merged = model.interference_by(&finish, &release, &order, |_, _| true);
                 let tree = model.interference_by(&finish, &release, &order, |_, _| false);
                 assert_eq!(merged, tree, "{spec} {alg}");
