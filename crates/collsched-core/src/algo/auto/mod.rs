@@ -189,7 +189,7 @@ pub fn plan(traffic: &Traffic, cluster: &Cluster, opts: &Options) -> Result<Plan
             }
             let made = match spare[i].take().map(|e| e.against(close_limit)) {
                 Some(Ok(e)) => Some(e),
-                Some(Err(plan)) => evaluate(i, Some(plan), chains[i], traffic, cluster, &AtomicU64::new(close_limit))?,
+                Some(Err((plan, chain))) => evaluate(i, Some(plan), Some(chain), traffic, cluster, &AtomicU64::new(close_limit))?,
                 None => evaluate(i, plans[i].take(), chains[i], traffic, cluster, &AtomicU64::new(close_limit))?,
             };
             match made {
@@ -510,19 +510,19 @@ struct Evaluation {
 
 impl Evaluation {
     /// What `evaluate` against the fixed limit `limit` returns, derived from an evaluation
-    /// made against another limit; `Err(plan)` when that needs the model again (the plan
-    /// is kept). `evaluate` skips the model's first pass when the chain bound exceeds its
-    /// limit (first = 0) and the prediction when the first pass does.
-    fn against(self, limit: u64) -> std::result::Result<Evaluation, Plan> {
+    /// made against another limit; `Err((plan, chain))` when that needs the model again.
+    /// `evaluate` skips the model's first pass when the chain bound exceeds its limit
+    /// (first = 0) and the prediction when the first pass does.
+    fn against(self, limit: u64) -> std::result::Result<Evaluation, (Plan, u64)> {
         let Evaluation { plan, chain, first, prediction } = self;
         if chain > limit {
             return Ok(Evaluation { plan, chain, first: 0, prediction: None });
         }
         match prediction {
             Some(ns) => Ok(Evaluation { plan, chain, first, prediction: (first <= limit).then_some(ns) }),
-            // The first pass ran and exceeded the earlier limit.
-            None if first > 0 && first > limit => Ok(Evaluation { plan, chain, first, prediction: None }),
-            None => Err(plan),
+            // The first pass ran (it is 0 only when skipped) and exceeds this limit too.
+            None if first > limit => Ok(Evaluation { plan, chain, first, prediction: None }),
+            None => Err((plan, chain)),
         }
     }
 }
@@ -662,16 +662,21 @@ fn finish(mut plan: Plan, d: &cache::Decision) -> Plan {
     let runner_up = |v: &[Option<u64>]| {
         v.iter().enumerate().filter(|&(i, p)| i != d.winner && p.is_some()).map(|(i, p)| (p.unwrap_or(0), i)).min()
     };
+    // Why the close calls (if any) were not refined.
+    let unrefined = match d.how {
+        How::ModelRefineOff => Some("refinement off".to_string()),
+        How::ModelOverBudget { estimate_ns } => Some(format!("refinement skipped: estimated simulation {estimate_ns} ns over {REFINE_BUDGET_PERCENT}% of the predicted time")),
+        How::FluidOverBudget { budget_ns } => Some(format!("fluid refinement skipped: over its budget of {budget_ns} ns of counted work")),
+        How::Model | How::Simulated | How::Fluid => None,
+    };
     let reason = match (d.how, runner_up(&d.predicted_ns)) {
-        (how, None) => match runner_up(&d.pruned_ns) {
+        (_, None) => match runner_up(&d.pruned_ns) {
             Some((ns, i)) => {
                 let pruned = format!("smallest predicted time {best} ns; every other candidate pruned by a lower bound above it (lowest: {} at {ns} ns)", CANDIDATES[i]);
-                match how {
-                    // Some pruned ones may have been within the margin, left uncompleted.
-                    How::ModelRefineOff => format!("{pruned}; refinement off"),
-                    How::ModelOverBudget { estimate_ns } => format!("{pruned}; refinement skipped: estimated simulation {estimate_ns} ns over {REFINE_BUDGET_PERCENT}% of the predicted time"),
-                    How::FluidOverBudget { budget_ns } => format!("{pruned}; fluid refinement skipped: over its budget of {budget_ns} ns of counted work"),
-                    _ => pruned,
+                // Some pruned ones may have been within the margin, left uncompleted.
+                match unrefined {
+                    Some(why) => format!("{pruned}; {why}"),
+                    None => pruned,
                 }
             }
             None => format!("only supported candidate (predicted {best} ns)"),
@@ -688,18 +693,8 @@ fn finish(mut plan: Plan, d: &cache::Decision) -> Plan {
                 None => format!("{what} time {sim} ns"),
             }
         }
-        (how, Some((ns, i))) => {
-            let why = match how {
-                How::Model => "no other candidate predicted within the refinement margin".to_string(),
-                How::ModelRefineOff => "refinement off".to_string(),
-                How::ModelOverBudget { estimate_ns } => {
-                    format!("refinement skipped: estimated simulation {estimate_ns} ns over {REFINE_BUDGET_PERCENT}% of the predicted time")
-                }
-                How::FluidOverBudget { budget_ns } => {
-                    format!("fluid refinement skipped: over its budget of {budget_ns} ns of counted work")
-                }
-                How::Simulated | How::Fluid => unreachable!(),
-            };
+        (_, Some((ns, i))) => {
+            let why = unrefined.unwrap_or_else(|| "no other candidate predicted within the refinement margin".to_string());
             format!("smallest predicted time {best} ns; next {} at {ns} ns; {why}", CANDIDATES[i])
         }
     };
