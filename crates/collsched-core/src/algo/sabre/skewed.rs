@@ -88,17 +88,15 @@ fn for_each_assignment(traffic: &Traffic, cluster: &Cluster, alpha_permille: u64
 }
 
 /// Bytes each NIC sends and receives in the plan `plan` makes (scale-out step: proxy p of
-/// node u → GPU p of node w), without emitting it: per global NIC, (up, down).
+/// node u → GPU p of node w), without emitting it: per global NIC, (up, down). Summed from
+/// `scaleout_messages`, so the test that these equal the plan's loads checks the messages too.
 pub fn nic_loads(traffic: &Traffic, cluster: &Cluster, alpha_permille: u64) -> (Vec<u64>, Vec<u64>) {
-    let g = cluster.gpus_per_server;
     let nics = (cluster.servers * cluster.nics_per_server) as usize;
     let (mut up, mut down) = (vec![0u64; nics], vec![0u64; nics]);
-    for_each_assignment(traffic, cluster, alpha_permille, |u, w, out| {
-        for &(proxy, piece) in out {
-            up[cluster.global_nic_of(u as u32 * g + proxy) as usize] += piece.len;
-            down[cluster.global_nic_of(w as u32 * g + proxy) as usize] += piece.len;
-        }
-    });
+    for m in scaleout_messages(traffic, cluster, alpha_permille) {
+        up[cluster.global_nic_of(m.src) as usize] += m.bytes;
+        down[cluster.global_nic_of(m.dst) as usize] += m.bytes;
+    }
     (up, down)
 }
 
