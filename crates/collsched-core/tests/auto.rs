@@ -4,6 +4,7 @@
 mod sabre_common;
 use collsched_core::algo::auto::{self, cost, CANDIDATES};
 use collsched_core::algo::plan_all_to_all;
+use collsched_core::algo::fast;
 use collsched_core::plan::Options;
 use collsched_core::traffic::generators;
 use collsched_core::Cluster;
@@ -395,6 +396,19 @@ proptest::proptest! {
             if *alg == "sabre_skewed" {
                 let phases = cost::sabre_skewed_lower_bound_ns(&t, &c);
                 proptest::prop_assert!(b <= phases && phases <= pred, "sabre_skewed on {spec}: NIC bound {b}, phase bound {phases}, prediction {pred}");
+            }
+            if *alg == "fast" {
+                // Before assembly: the same NIC bound, a chain bound below the plan's; and a
+                // plan that goes on after the preview is the plan.
+                let stopped = fast::plan_unless(&t, &c, &Options::new(), |pv| Some(cost::fast_preview_bounds_ns(pv, &c))).unwrap();
+                let (pre_chain, pre_nic) = stopped.unwrap_err();
+                proptest::prop_assert_eq!(pre_nic, b, "fast on {}", spec);
+                proptest::prop_assert!(pre_chain <= chain, "fast on {spec}: preview chain {pre_chain} > plan's chain bound {chain}");
+                let went_on = fast::plan_unless(&t, &c, &Options::new(), |pv| {
+                    cost::fast_preview_bounds_ns(pv, &c);
+                    None::<()>
+                });
+                proptest::prop_assert_eq!(went_on.unwrap().unwrap().hash(), fast::plan(&t, &c, &Options::new()).unwrap().hash(), "fast on {}", spec);
             }
         }
     }

@@ -2,7 +2,7 @@
 //! prune candidates before they are predicted: from the NIC loads of a plan or of the
 //! matrix alone, and along a plan's dependency chains. Property-tested never to exceed
 //! the prediction (tests/auto.rs).
-use super::cost::drain_ns;
+use super::cost::{drain_ns, Drain};
 use crate::plan::Plan;
 use crate::topology::{Cluster, ScaleUp, Tier};
 
@@ -178,4 +178,42 @@ fn nic_bound(cluster: &Cluster, up: &[u64], down: &[u64]) -> u64 {
         return 0;
     }
     cluster.alpha_scaleout_ns.saturating_add(drain_ns(most, cluster.nic_bw))
+}
+
+/// Lower bounds on `predict_ns` of FAST's plan from its scale-out transfers before it is
+/// assembled (`fast::plan_unless`): `(chain, nic)`. `nic` is `nic_lower_bound_ns` of the plan
+/// (its scale-out bytes per NIC are the transfers' bytes). `chain` follows the per-NIC round
+/// order alone: a transfer depends on every transfer of its sending NIC's previous sending
+/// round and of its receiving NIC's previous receiving round, so
+/// `cp(t) = max(those cp) + alpha + bytes / nic_bw` is the plan's critical path restricted to
+/// those dependencies (balancing and redistribution left out), hence ≤
+/// `critical_path_lower_bound_ns` of the plan ≤ the prediction. Each round adds a scale-out
+/// alpha on every NIC's chain: FAST's many stages cost latency that one-round plans do not.
+pub fn fast_preview_bounds_ns(preview: &crate::algo::fast::ScaleoutPreview, cluster: &Cluster) -> (u64, u64) {
+    let nics = (cluster.servers * cluster.nics_per_server) as usize;
+    let (alpha, bw) = (cluster.alpha_scaleout_ns, Drain::new(cluster.nic_bw));
+    // Per NIC and side (sends at 2·nic, receives at 2·nic + 1): the latest finish over the
+    // last round it was active in before the current one (`last`), over its latest round
+    // (`cur`), and that round's number (`round`; usize::MAX: none yet).
+    let (mut last, mut cur, mut round) = (vec![0u64; 2 * nics], vec![0u64; 2 * nics], vec![usize::MAX; 2 * nics]);
+    let (mut up, mut down) = (vec![0u64; nics], vec![0u64; nics]);
+    let mut most = 0u64;
+    preview.for_each_transfer(|k, snic, rnic, bytes| {
+        let (a, b) = (2 * snic, 2 * rnic + 1);
+        let before = |x: usize| if round[x] == k { last[x] } else { cur[x] };
+        let cp = before(a).max(before(b)).saturating_add(alpha).saturating_add(bw.ns(bytes));
+        most = most.max(cp);
+        for x in [a, b] {
+            if round[x] == k {
+                cur[x] = cur[x].max(cp);
+            } else {
+                last[x] = cur[x];
+                cur[x] = cp;
+                round[x] = k;
+            }
+        }
+        up[snic] += bytes;
+        down[rnic] += bytes;
+    });
+    (most, nic_bound(cluster, &up, &down))
 }

@@ -18,7 +18,7 @@ use super::fluid;
 use crate::reuse::{empty, filled, give, pooled};
 use crate::plan::Plan;
 use crate::topology::{Cluster, ScaleUp, Tier};
-pub use super::bounds::{critical_path_lower_bound_ns, matrix_nic_lower_bound_ns, nic_lower_bound_ns, plan_nic_loads, sabre_skewed_lower_bound_ns, Route};
+pub use super::bounds::{critical_path_lower_bound_ns, fast_preview_bounds_ns, matrix_nic_lower_bound_ns, nic_lower_bound_ns, plan_nic_loads, sabre_skewed_lower_bound_ns, Route};
 
 const KIND_PORT_OUT: u64 = 1;
 const KIND_PORT_IN: u64 = 2;
@@ -166,18 +166,18 @@ pub(super) fn drain_ns(bytes: u64, bw: u64) -> u64 {
 /// comparison of the remainder fixes it: exact, the same result as `drain_ns`
 /// (property-tested), several times cheaper than a 64-bit `div` here.
 #[derive(Debug, Clone, Copy)]
-struct Drain {
+pub(super) struct Drain {
     bw: u64,
     magic: u64,
 }
 
 impl Drain {
-    fn new(bw: u64) -> Drain {
+    pub(super) fn new(bw: u64) -> Drain {
         let bw = bw.max(1);
         Drain { bw, magic: u64::MAX / bw }
     }
     #[inline]
-    fn ns(self, bytes: u64) -> u64 {
+    pub(super) fn ns(self, bytes: u64) -> u64 {
         const NS: u64 = 1_000_000_000;
         if bytes > u64::MAX / NS {
             return drain_ns(bytes, self.bw);

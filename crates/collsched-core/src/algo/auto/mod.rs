@@ -376,8 +376,10 @@ fn evaluate_pruned(chosen: &[usize], traffic: &Traffic, cluster: &Cluster, threa
                 // Both bounds are ≤ the prediction; the chain one prunes FAST early when a
                 // one-round plan is faster (its stages are sequential per NIC).
                 bound[i] = Some(b.nic.max(b.chain));
-                chains[i] = Some(b.chain);
-                plans[i] = Some(b.plan);
+                // A plan stopped before assembly is planned in full at its turn, and its
+                // chain bound computed from the plan then (it prunes more).
+                chains[i] = b.plan.is_some().then_some(b.chain);
+                plans[i] = b.plan;
             }
             Err(Error::Unsupported(_)) => {}
             Err(e) => return Err(e),
@@ -603,18 +605,40 @@ fn fluid_all(runs: &[&Plan], cluster: &Cluster, units: u64, threads: usize) -> V
 
 /// A plan with its NIC and critical-path lower bounds.
 struct Bounded {
-    plan: Plan,
+    /// None when FAST stopped before assembly (`FAST_STOP_PERCENT`): `nic` and `chain`
+    /// are then its pre-assembly bounds (`cost::fast_preview_bounds_ns`).
+    plan: Option<Plan>,
     nic: u64,
     chain: u64,
+}
+
+/// FAST stops before assembly when its pre-assembly chain bound exceeds its NIC bound by
+/// more than this percentage: its stages' latency then likely puts it behind a one-round
+/// plan (balanced_direct's prediction is typically 3–7% above the same NIC bound), and it
+/// is pruned without the assembly, the most costly part of its planning. Only a guess about
+/// work: a FAST stopped here and not pruned after all is planned in full at its turn, so
+/// the decision is the same either way.
+const FAST_STOP_PERCENT: u64 = 5;
+
+fn plan_and_bound(i: usize, traffic: &Traffic, cluster: &Cluster) -> Result<Bounded> {
+    if CANDIDATES[i] == "fast" {
+        let stop = |preview: &algo::fast::ScaleoutPreview| {
+            let (chain, nic) = cost::fast_preview_bounds_ns(preview, cluster);
+            (chain as u128 * 100 > nic as u128 * (100 + FAST_STOP_PERCENT) as u128).then_some((chain, nic))
+        };
+        return Ok(match algo::fast::plan_unless(traffic, cluster, &Options::new(), stop)? {
+            Ok(plan) => Bounded { nic: cost::nic_lower_bound_ns(&plan, cluster), chain: cost::critical_path_lower_bound_ns(&plan, cluster), plan: Some(plan) },
+            Err((chain, nic)) => Bounded { plan: None, nic, chain },
+        });
+    }
+    plan_candidate(CANDIDATES[i], traffic, cluster).map(|plan| Bounded { nic: cost::nic_lower_bound_ns(&plan, cluster), chain: cost::critical_path_lower_bound_ns(&plan, cluster), plan: Some(plan) })
 }
 
 /// Plan (and bound) each chosen candidate, on up to `threads` threads, and run `beside` meanwhile (on
 /// the calling thread). Each result depends only on its candidate, so the threads'
 /// interleaving cannot change anything.
 fn plan_all<R: Send>(chosen: &[usize], traffic: &Traffic, cluster: &Cluster, threads: usize, beside: impl FnOnce() -> R + Send) -> (Vec<Result<Bounded>>, R) {
-    let one = |i: usize| {
-        plan_candidate(CANDIDATES[i], traffic, cluster).map(|plan| Bounded { nic: cost::nic_lower_bound_ns(&plan, cluster), chain: cost::critical_path_lower_bound_ns(&plan, cluster), plan })
-    };
+    let one = |i: usize| plan_and_bound(i, traffic, cluster);
     if threads <= 1 || chosen.len() <= 1 {
         return (chosen.iter().map(|&i| one(i)).collect(), beside());
     }
@@ -624,11 +648,15 @@ fn plan_all<R: Send>(chosen: &[usize], traffic: &Traffic, cluster: &Cluster, thr
     let mut slots: Vec<Option<Result<Bounded>>> = (0..chosen.len()).map(|_| None).collect();
     let extra = if workers == 2 {
         // The calling thread's warm helper (`crate::beside`) instead of a fresh thread.
-        let (odd, (even, extra)) = crate::beside::join(|| share(1), || (share(0), beside()));
+        // `beside` goes to whichever finishes its share first (FAST stopped before assembly
+        // is done long before balanced_direct's plan; a FAST planned in full is not).
+        let beside = std::sync::Mutex::new(Some(beside));
+        let take = || beside.lock().map_or(None, |mut f| f.take()).map(|f| f());
+        let ((odd, a), (even, b)) = crate::beside::join(|| (share(1), take()), || (share(0), take()));
         for (k, r) in even.into_iter().chain(odd) {
             slots[k] = Some(r);
         }
-        extra
+        a.or(b).expect("one of the two ran it")
     } else {
         std::thread::scope(|scope| {
             let handles: Vec<_> = (0..workers)

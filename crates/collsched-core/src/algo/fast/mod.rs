@@ -281,7 +281,7 @@ fn plan_threads(traffic: &Traffic, cluster: &Cluster, opts: &Options, overlap: b
     if !overlap {
         return Ok(balance::with_balanced(traffic, cluster, |bal| {
             let sched = schedule(traffic, &bal.server, n, cluster, &o);
-            finish_plan(Collective::AllToAll { traffic: traffic.clone() }, cluster, &o, bal, &sched, false)
+            finish_plan(Collective::AllToAll { traffic: traffic.clone() }, cluster, &o, bal, &sched, false, false)
         }));
     }
     // Balancing and the Birkhoff schedule are independent pure functions of the matrix
@@ -302,11 +302,49 @@ fn plan_threads(traffic: &Traffic, cluster: &Cluster, opts: &Options, overlap: b
                 // Err only if the helper panicked before sending: `join` then resumes that panic.
                 let (server, sched, collective) = schedule_done.recv().expect("the schedule's helper panicked");
                 debug_assert_eq!(server, bal.server);
-                finish_plan(collective, cluster, &o, bal, &sched, true)
+                finish_plan(collective, cluster, &o, bal, &sched, true, false)
             })
         },
     );
     Ok(plan)
+}
+
+/// FAST's scale-out transfers as the plan will hold them, before it is assembled (see
+/// `plan_unless`).
+pub struct ScaleoutPreview<'a> {
+    cluster: &'a Cluster,
+    bal: &'a balance::Balanced,
+    rounds: &'a [Round],
+    /// Whether `for_each_transfer` ran: its cuts are then reused by the assembly.
+    cut: std::cell::Cell<bool>,
+}
+
+impl ScaleoutPreview<'_> {
+    /// Every scale-out transfer in plan order: `each(round, sending NIC, receiving NIC,
+    /// bytes)`, global NIC ids. A transfer depends on every transfer of the last earlier
+    /// round in which its sending NIC sent and of the last in which its receiving NIC
+    /// received (`pipeline::for_each_scaleout_transfer`).
+    pub fn for_each_transfer(&self, each: impl FnMut(usize, usize, usize, u64)) {
+        pipeline::for_each_scaleout_transfer(self.cluster, self.bal, self.rounds, each);
+        self.cut.set(true);
+    }
+}
+
+/// `plan` (the same plan), unless `stop`, shown the scale-out transfers once balancing and
+/// the schedule are done, returns `Some(x)`: then `Err(x)` without assembling the plan
+/// (most of the planning time). For `auto`, which can often prune FAST by a bound
+/// computed from them. Runs on the calling thread only.
+pub fn plan_unless<X>(traffic: &Traffic, cluster: &Cluster, opts: &Options, stop: impl FnOnce(&ScaleoutPreview) -> Option<X>) -> Result<std::result::Result<Plan, X>> {
+    let o = FastOptions::parse(opts, cluster, "fast", &[])?;
+    let n = cluster.servers as usize;
+    Ok(balance::with_balanced(traffic, cluster, |bal| {
+        let sched = schedule(traffic, &bal.server, n, cluster, &o);
+        let preview = ScaleoutPreview { cluster, bal, rounds: &sched.rounds, cut: std::cell::Cell::new(false) };
+        if let Some(x) = stop(&preview) {
+            return Err(x);
+        }
+        Ok(finish_plan(Collective::AllToAll { traffic: traffic.clone() }, cluster, &o, bal, &sched, false, preview.cut.get()))
+    }))
 }
 
 /// The scale-out rounds and the counts the plan's meta reports.
@@ -406,10 +444,10 @@ fn schedule(traffic: &Traffic, server: &[u64], n: usize, cluster: &Cluster, o: &
     Schedule { rounds, birkhoff_stages, decomposed, exact_stages }
 }
 
-fn finish_plan(collective: Collective, cluster: &Cluster, o: &FastOptions, bal: &balance::Balanced, sched: &Schedule, threads: bool) -> Plan {
+fn finish_plan(collective: Collective, cluster: &Cluster, o: &FastOptions, bal: &balance::Balanced, sched: &Schedule, threads: bool, cuts_ready: bool) -> Plan {
     let n = cluster.servers as usize;
     let rounds = &sched.rounds;
-    let (mut b, loads) = pipeline::assemble_threads("fast", collective, cluster, bal, rounds, true, threads);
+    let (mut b, loads) = pipeline::assemble_threads("fast", collective, cluster, bal, rounds, true, threads, cuts_ready);
     b.set_meta("stages", sched.birkhoff_stages);
     b.set_meta("scaleout_rounds", rounds.len());
     b.set_meta("decomposition_stages", sched.decomposed);

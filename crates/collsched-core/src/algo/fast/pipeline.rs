@@ -253,17 +253,19 @@ pub fn assemble(name: &str, traffic: &Traffic, cluster: &Cluster, bal: &Balanced
 /// caller: copying a large matrix can then happen elsewhere, e.g. on another thread.
 pub fn assemble_collective(name: &str, collective: Collective, cluster: &Cluster, bal: &Balanced, rounds: &[Round], chain_nics: bool) -> (PlanBuilder, Loads) {
     let threads = bal.servers >= super::OVERLAP_MIN_SERVERS as usize && crate::beside::worth_forking();
-    assemble_threads(name, collective, cluster, bal, rounds, chain_nics, threads)
+    assemble_threads(name, collective, cluster, bal, rounds, chain_nics, threads, false)
 }
 
 /// `assemble_collective`, with the cut pass on the helper thread (`threads`) or not: the
-/// same plan either way.
-pub(crate) fn assemble_threads(name: &str, collective: Collective, cluster: &Cluster, bal: &Balanced, rounds: &[Round], chain_nics: bool, threads: bool) -> (PlanBuilder, Loads) {
-    with_reused(&SCRATCH, |scratch| assemble_with(scratch, name, collective, cluster, bal, rounds, chain_nics, threads))
+/// same plan either way. `cuts_ready`: this thread's last `for_each_scaleout_transfer`,
+/// of the same `bal` and `rounds`, left the cuts in its working arrays (not redone).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn assemble_threads(name: &str, collective: Collective, cluster: &Cluster, bal: &Balanced, rounds: &[Round], chain_nics: bool, threads: bool, cuts_ready: bool) -> (PlanBuilder, Loads) {
+    with_reused(&SCRATCH, |scratch| assemble_with(scratch, name, collective, cluster, bal, rounds, chain_nics, threads && !cuts_ready, cuts_ready))
 }
 
 #[allow(clippy::too_many_arguments)]
-fn assemble_with(scratch: &mut AssembleScratch, name: &str, collective: Collective, cluster: &Cluster, bal: &Balanced, rounds: &[Round], chain_nics: bool, overlap: bool) -> (PlanBuilder, Loads) {
+fn assemble_with(scratch: &mut AssembleScratch, name: &str, collective: Collective, cluster: &Cluster, bal: &Balanced, rounds: &[Round], chain_nics: bool, overlap: bool, cuts_ready: bool) -> (PlanBuilder, Loads) {
     let AssembleScratch {
         tile_class,
         by_class,
@@ -416,7 +418,9 @@ fn assemble_with(scratch: &mut AssembleScratch, name: &str, collective: Collecti
         loads.intra_max = intra_load.iter().copied().max().unwrap_or(0);
     };
     let cut = move || {
-        cut_visits(bal, rounds, visits, cuts);
+        if !cuts_ready {
+            cut_visits(bal, rounds, visits, cuts);
+        }
         cuts
     };
     let cuts: &mut Vec<Cut> = if overlap {
@@ -645,6 +649,50 @@ fn cut_visits(bal: &Balanced, rounds: &[Round], vs: &mut Visits, cuts: &mut Vec<
             }
         }
     }
+}
+
+/// The scale-out transfers `assemble_with` writes, in plan order, without writing them:
+/// `each(round, sending NIC, receiving NIC, bytes)` (global NIC ids) for every carrier's
+/// share of every pair of every round, split as the assembler splits it — the carrier's
+/// own bytes (its stream's leading pieces) first, then its balanced-in bytes, each a
+/// transfer when non-empty. With `chain_nics` a transfer of round k depends on every
+/// transfer of the previous round in which its sending NIC sent and of the previous round
+/// in which its receiving NIC received (and balanced-in bytes on balancing transfers).
+/// Costs the cut pass and one look at each stream's own pieces: a fraction of assembly.
+pub(crate) fn for_each_scaleout_transfer(cluster: &Cluster, bal: &Balanced, rounds: &[Round], mut each: impl FnMut(usize, usize, usize, u64)) {
+    let (n, g) = (bal.servers, bal.gpus);
+    let nics = cluster.nics_per_server as usize;
+    with_reused(&SCRATCH, |scratch| {
+        cut_visits(bal, rounds, &mut scratch.visits, &mut scratch.cuts);
+        // Per stream: its own bytes not yet sent (a carrier's own pieces lead its stream).
+        let own_left = &mut scratch.recv_cursor;
+        own_left.clear();
+        own_left.extend(bal.stream_range.iter().enumerate().map(|(k, &(b, e))| {
+            bal.pieces[b as usize..e as usize].iter().take_while(|p| p.a as usize == k % g).map(|p| p.len).sum::<u64>()
+        }));
+        let mut visit = 0;
+        for (k, round) in rounds.iter().enumerate() {
+            for &(s, d, _) in &round.pairs {
+                let (s, d) = (s as usize, d as usize);
+                for c in 0..g {
+                    let x = scratch.cuts[visit * g + c].bytes;
+                    if x == 0 {
+                        continue;
+                    }
+                    let left = &mut own_left[(s * n + d) * g + c];
+                    let own = (*left).min(x);
+                    *left -= own;
+                    let (snic, rnic) = (s * nics + c % nics, d * nics + c % nics);
+                    for bytes in [own, x - own] {
+                        if bytes > 0 {
+                            each(k, snic, rnic, bytes);
+                        }
+                    }
+                }
+                visit += 1;
+            }
+        }
+    })
 }
 
 /// The most pairs any server sends or receives in one round (1 for one-to-one rounds).
