@@ -634,9 +634,9 @@ fn plan_and_bound(i: usize, traffic: &Traffic, cluster: &Cluster) -> Result<Boun
     plan_candidate(CANDIDATES[i], traffic, cluster).map(|plan| Bounded { nic: cost::nic_lower_bound_ns(&plan, cluster), chain: cost::critical_path_lower_bound_ns(&plan, cluster), plan: Some(plan) })
 }
 
-/// Plan (and bound) each chosen candidate, on up to `threads` threads, and run `beside` meanwhile (on
-/// the calling thread). Each result depends only on its candidate, so the threads'
-/// interleaving cannot change anything.
+/// Plan (and bound) each chosen candidate, on up to `threads` threads, and run `beside` meanwhile (with
+/// two threads on whichever finishes its plans first, else on the calling thread). Each
+/// result depends only on its candidate, so the threads' interleaving cannot change anything.
 fn plan_all<R: Send>(chosen: &[usize], traffic: &Traffic, cluster: &Cluster, threads: usize, beside: impl FnOnce() -> R + Send) -> (Vec<Result<Bounded>>, R) {
     let one = |i: usize| plan_and_bound(i, traffic, cluster);
     if threads <= 1 || chosen.len() <= 1 {
