@@ -223,6 +223,8 @@ pub struct AssembleScratch {
     visits: Visits,
     cuts: Vec<Cut>,
     recv_cursor: Vec<u64>,
+    /// Per stream, its own bytes not yet previewed (`for_each_scaleout_transfer`).
+    own_left: Vec<u64>,
     sends: RoundLists,
     recvs: RoundLists,
     nic_send_bytes: Vec<u64>,
@@ -235,7 +237,7 @@ impl Footprint for AssembleScratch {
     fn footprint(&self) -> usize {
         vec_bytes(&self.bal_id) + vec_bytes(&self.cuts) + 16 * self.visits.tile.capacity() + vec_bytes(&self.tile_class)
             + vec_bytes(&self.sends.lists.ids) + vec_bytes(&self.recvs.lists.ids) + vec_bytes(&self.urgent_from.ids) + vec_bytes(&self.urgent_into.ids)
-            + 8 * (self.bal_out.capacity() + self.bal_in.capacity() + self.intra_load.capacity() + self.recv_cursor.capacity())
+            + 8 * (self.bal_out.capacity() + self.bal_in.capacity() + self.intra_load.capacity() + self.recv_cursor.capacity() + self.own_left.capacity())
     }
 }
 
@@ -280,6 +282,7 @@ fn assemble_with(scratch: &mut AssembleScratch, name: &str, collective: Collecti
         visits,
         cuts,
         recv_cursor,
+        own_left: _,
         sends,
         recvs,
         nic_send_bytes,
@@ -665,7 +668,7 @@ pub(crate) fn for_each_scaleout_transfer(cluster: &Cluster, bal: &Balanced, roun
     with_reused(&SCRATCH, |scratch| {
         cut_visits(bal, rounds, &mut scratch.visits, &mut scratch.cuts);
         // Per stream: its own bytes not yet sent (a carrier's own pieces lead its stream).
-        let own_left = &mut scratch.recv_cursor;
+        let own_left = &mut scratch.own_left;
         own_left.clear();
         own_left.extend(bal.stream_range.iter().enumerate().map(|(k, &(b, e))| {
             bal.pieces[b as usize..e as usize].iter().take_while(|p| p.a as usize == k % g).map(|p| p.len).sum::<u64>()
