@@ -4,7 +4,7 @@
 //! print its bounds; `CAND=<name>` for one candidate); with `hit`, a decision-cache hit next
 //! to hashing the matrix and cloning the plan; with `bounds`, the cost of auto's lower
 //! bounds and of planning the candidates it always plans. `AUTO_THREADS=N` sets auto's
-//! `threads` option.
+//! `threads` option; `GAP_US=N` pauses N µs between calls.
 use collsched_core::algo::auto::{cost, CANDIDATES};
 use collsched_core::algo::plan_all_to_all;
 use collsched_core::plan::Options;
@@ -76,12 +76,21 @@ fn main() {
     if let Ok(t) = std::env::var("AUTO_THREADS") { opts.insert("threads".into(), t); }
     let mut times = Vec::new();
     let (mut choice, mut reason) = (String::new(), String::new());
+    // `GAP_US=N`: pause N µs between calls, as a training step does between all-to-alls,
+    // so that a helper thread's short polling after one call does not serve the next.
+    let gap = std::env::var("GAP_US").ok().and_then(|s| s.parse().ok()).map(Duration::from_micros);
     for _ in 0..reps {
+        if let Some(gap) = gap {
+            std::thread::sleep(gap);
+        }
         let t0 = Instant::now();
         let p = plan_all_to_all(&t, &c, "auto", &opts).unwrap();
         times.push(t0.elapsed());
         choice = p.meta.get("choice").cloned().unwrap_or_default();
         reason = p.meta.iter().filter(|(k, _)| !k.contains('.')).map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join("\n");
     }
-    println!("auto {servers} servers, {mib} MiB/GPU: choice {choice}, median {:?}\n{reason}", median(times));
+    let mut sorted = times.clone();
+    sorted.sort();
+    let at = |q: usize| sorted[(sorted.len() - 1) * q / 100];
+    println!("auto {servers} servers, {mib} MiB/GPU: choice {choice}, median {:?} (p10 {:?}, p90 {:?})\n{reason}", median(times), at(10), at(90));
 }

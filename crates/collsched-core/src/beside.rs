@@ -38,15 +38,62 @@ pub fn on_helper() -> bool {
 /// and not inside a `join` of this thread (whose job may still occupy the helper: a second
 /// job would queue behind it and this thread would wait for both).
 pub fn worth_forking() -> bool {
-    !on_helper() && !IN_JOIN.with(|j| j.get()) && std::thread::available_parallelism().is_ok_and(|c| c.get() > 1)
+    !on_helper() && !IN_JOIN.with(|j| j.get()) && cores() > 1
+}
+
+/// The cores this process may use, read once: `available_parallelism` reads the cgroup
+/// quota from files on every call (10–15 µs on Linux), too slow for a per-plan question.
+pub fn cores() -> usize {
+    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
+/// How long a waiting side of `join` polls before it sleeps. Waking a sleeping thread
+/// took 25–60 µs on the 2-vCPU container (futex wake plus the hypervisor's scheduling),
+/// several times per `auto` call; a short poll on an otherwise idle core avoids it.
+const CALLER_SPIN: std::time::Duration = std::time::Duration::from_micros(500);
+/// The helper polls this long for its next job after each one (auto forks twice in a row).
+const HELPER_SPIN: std::time::Duration = std::time::Duration::from_micros(200);
+
+/// `rx.recv()`, polling for up to `spin` first.
+fn recv_soon<T>(rx: &Receiver<T>, spin: std::time::Duration) -> Result<T, std::sync::mpsc::RecvError> {
+    let start = std::time::Instant::now();
+    loop {
+        for _ in 0..64 {
+            match rx.try_recv() {
+                Ok(x) => return Ok(x),
+                Err(std::sync::mpsc::TryRecvError::Disconnected) => return Err(std::sync::mpsc::RecvError),
+                Err(std::sync::mpsc::TryRecvError::Empty) => std::hint::spin_loop(),
+            }
+        }
+        if start.elapsed() >= spin {
+            return rx.recv();
+        }
+    }
 }
 
 fn serve(jobs: Receiver<Job>) {
     IS_HELPER.with(|h| h.set(true));
     // Ends when the calling thread exits (its sender is dropped).
-    while let Ok(job) = jobs.recv() {
+    while let Ok(job) = recv_soon(&jobs, HELPER_SPIN) {
         job();
     }
+}
+
+/// Wake the calling thread's helper (if it has one and it is idle) so that it is polling by
+/// the time the next `join` hands it a job: call this a little before a `join` that follows
+/// an idle period. Never blocks and never starts a helper.
+pub fn wake() {
+    if !worth_forking() {
+        return;
+    }
+    HELPER.with(|h| {
+        if let Some(x) = h.borrow().as_ref().filter(|x| x.pid == std::process::id()) {
+            // A full queue means the helper has work queued already: nothing to do. `join`
+            // never waits for the helper to take this one (it hands over with `try_send`).
+            let _ = x.jobs.try_send(Box::new(|| {}));
+        }
+    });
 }
 
 /// The calling thread's helper channel, started on first use (or after a fork).
@@ -59,7 +106,7 @@ fn helper_jobs() -> Option<SyncSender<Job>> {
             std::mem::forget(h.take());
         }
         if h.is_none() {
-            let (tx, rx) = sync_channel::<Job>(1);
+            let (tx, rx) = sync_channel::<Job>(4);
             let spawned = std::thread::Builder::new().name("collsched-helper".into()).spawn(move || serve(rx));
             if spawned.is_err() {
                 return None; // no thread to be had: the caller runs both jobs itself
@@ -71,32 +118,46 @@ fn helper_jobs() -> Option<SyncSender<Job>> {
 }
 
 /// Run `a` on the helper thread and `b` here; both results, or the first panic resumed
-/// (after both have finished). Falls back to running `a` here when no helper can run it.
+/// (after both have finished). `a` runs here instead when no helper can take it, and is
+/// taken back when the helper has not started it by the time `b` is done (a helper whose
+/// core was idle took up to 1 ms to wake on the 2-vCPU container): never slower than
+/// running both here, apart from handing `a` over.
 pub fn join<RA: Send, RB>(a: impl FnOnce() -> RA + Send, b: impl FnOnce() -> RB) -> (RA, RB) {
     let (done_tx, done_rx) = sync_channel::<std::thread::Result<RA>>(1);
+    // Whoever takes `a` out of the slot first runs it.
+    let slot = std::sync::Arc::new(std::sync::Mutex::new(Some(a)));
+    let theirs = slot.clone();
     let job = Box::new(move || {
-        let _ = done_tx.send(catch_unwind(AssertUnwindSafe(a)));
-    }) as Box<dyn FnOnce() + Send + '_>;
-    // SAFETY: the job only borrows what `a` borrows. Below, this function waits on `done_rx`
-    // until the job has run (it sends before finishing) or has been dropped unrun (its
-    // sender dropped: recv errors), on every path including a panic of `b`, so nothing
-    // the job borrows ends before the job does.
-    let job: Job = unsafe { std::mem::transmute::<Box<dyn FnOnce() + Send + '_>, Job>(job) };
-    match helper_jobs() {
-        Some(jobs) => {
-            if let Err(unsent) = jobs.send(job) {
-                (unsent.0)(); // the helper is gone: run it here
-            }
+        let taken = theirs.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(a) = taken {
+            let _ = done_tx.send(catch_unwind(AssertUnwindSafe(a)));
         }
-        None => job(),
+    }) as Box<dyn FnOnce() + Send + '_>;
+    // SAFETY: the job only borrows what `a` borrows, and touches it only if it takes `a`
+    // out of the slot. If the helper takes it, this function waits on `done_rx` until the
+    // job has sent its result (or was dropped: recv errors), on every path including a panic
+    // of `b`. If this thread takes `a` back, a job the helper runs later finds the slot
+    // empty and only drops an empty slot, a sender that never sent and an `Arc`: nothing
+    // it borrows is touched after this function returns.
+    let job: Job = unsafe { std::mem::transmute::<Box<dyn FnOnce() + Send + '_>, Job>(job) };
+    if let Some(jobs) = helper_jobs() {
+        // A full queue (a helper that has not woken for earlier jobs) or a gone helper:
+        // keep `a`, taken back below.
+        let _ = jobs.try_send(job);
     }
     let was_in_join = IN_JOIN.with(|j| j.replace(true));
     let rb = catch_unwind(AssertUnwindSafe(b));
-    let ra = done_rx.recv().expect("the helper runs every job it receives to completion");
+    let mine = slot.lock().unwrap_or_else(|e| e.into_inner()).take();
+    let ra = match mine {
+        // Not started by the helper: run it here (unless `b` panicked: then drop it unrun).
+        Some(a) if rb.is_ok() => catch_unwind(AssertUnwindSafe(a)),
+        Some(_) => Err(Box::new("not run: the other job panicked") as Box<dyn std::any::Any + Send>),
+        None => recv_soon(&done_rx, CALLER_SPIN).expect("a job that took its work sends its result"),
+    };
     IN_JOIN.with(|j| j.set(was_in_join));
     match (ra, rb) {
         (Ok(ra), Ok(rb)) => (ra, rb),
-        (Err(p), _) | (_, Err(p)) => resume_unwind(p),
+        (_, Err(p)) | (Err(p), _) => resume_unwind(p),
     }
 }
 
@@ -109,9 +170,48 @@ mod tests {
         let data: Vec<u64> = (0..1000).collect();
         let (a, b) = join(|| data[..500].iter().sum::<u64>(), || data[500..].iter().sum::<u64>());
         assert_eq!(a + b, 999 * 1000 / 2);
-        // The helper persists: a second call reuses it.
-        let (x, y) = join(|| std::thread::current().name().map(String::from), || 7);
+        // The helper persists: a second call reuses it (here `b` waits until `a` has
+        // started, so that `a` is not taken back).
+        let started = std::sync::atomic::AtomicBool::new(false);
+        let (x, y) = join(
+            || {
+                started.store(true, std::sync::atomic::Ordering::SeqCst);
+                std::thread::current().name().map(String::from)
+            },
+            || {
+                let t0 = std::time::Instant::now();
+                while !started.load(std::sync::atomic::Ordering::SeqCst) && t0.elapsed().as_secs() < 10 {
+                    std::thread::yield_now();
+                }
+                7
+            },
+        );
         assert_eq!((x.as_deref(), y), (Some("collsched-helper"), 7));
+    }
+
+    #[test]
+    fn a_job_the_busy_helper_has_not_started_is_taken_back() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::Arc;
+        // Keep this thread's helper busy until the join below has returned.
+        let gate = Arc::new(AtomicBool::new(false));
+        let held = gate.clone();
+        let Some(jobs) = super::helper_jobs() else { return }; // no threads here: nothing to test
+        jobs.send(Box::new(move || {
+            let t0 = std::time::Instant::now();
+            while !held.load(Ordering::SeqCst) && t0.elapsed().as_secs() < 10 {
+                std::thread::yield_now();
+            }
+        }))
+        .unwrap();
+        let data = [1u64, 2, 3];
+        let here = std::thread::current().id();
+        let (a, b) = join(|| (std::thread::current().id(), data.iter().sum::<u64>()), || data.len());
+        assert_eq!(a, (here, 6), "run on the calling thread");
+        assert_eq!(b, 3);
+        gate.store(true, Ordering::SeqCst);
+        // The helper later finds the taken job empty and goes on serving.
+        assert_eq!(join(|| 2, || 3), (2, 3));
     }
 
     #[test]
@@ -127,6 +227,7 @@ mod tests {
     #[test]
     fn no_forking_from_a_helper_or_inside_a_join() {
         let cores = std::thread::available_parallelism().is_ok_and(|c| c.get() > 1);
+        assert_eq!(super::cores() > 1, cores);
         assert_eq!(super::worth_forking(), cores);
         let (on_helper, inside) = join(super::worth_forking, super::worth_forking);
         assert!(!on_helper && !inside);

@@ -446,7 +446,7 @@ struct Model<'a> {
     by_level: Vec<u32>,
     level_start: Vec<usize>,
     /// Slots carrying bytes, grouped by (link, level): link-major, levels ascending, each
-    /// group sorted by bytes. Group `k` is `group_slots[group_start[k]..group_start[k + 1]]`,
+    /// group's entries in level order (by transfer id). Group `k` is `group_slots[group_start[k]..group_start[k + 1]]`,
     /// with its slots' transfers and bytes alongside (`group_owner`, `group_bytes`: read
     /// in order, not through the slot); link `l`'s groups are `link_groups[l]..link_groups[l + 1]`.
     group_slots: Vec<u32>,
@@ -561,28 +561,9 @@ impl<'a> Model<'a> {
         let (level_start, by_level) = counting_sort(0..m as u32, levels, |id| level[id as usize] as usize);
         let links = routes.link_bw.len();
         let slots = routes.slot_link.len();
-        // Lower-level bytes per slot, in one pass over the transfers in level order.
-        let mut terms = filled(slots, SlotTerms { group: NO_GROUP, ..SlotTerms::default() });
-        let (mut cur, mut below, mut acc) = (filled(links, u32::MAX), filled(links, 0u64), filled(links, 0u64));
-        for &id in &by_level {
-            let id = id as usize;
-            for k in routes.slot_begin[id]..routes.slot_begin[id + 1] {
-                let l = routes.slot_link[k] as usize;
-                if cur[l] != level[id] {
-                    cur[l] = level[id];
-                    below[l] = below[l].saturating_add(acc[l]);
-                    acc[l] = 0;
-                }
-                terms[k].below = below[l];
-                terms[k].link = l as u32;
-                acc[l] = acc[l].saturating_add(routes.slot_bytes[k]);
-            }
-        }
-        give(cur);
-        give(below);
-        give(acc);
-        // Slots with bytes as (bytes, slot, transfer), by link: a counting sort, filled in
-        // level order so levels ascend within a link.
+        // Slots with bytes by link (a counting sort), filled in level order so levels
+        // ascend within a link: these arrays become the groups' (a group's entries stay in
+        // level order, by transfer id; nothing reads them in any other order).
         let mut link_start: Vec<usize> = filled(links + 1, 0);
         for k in 0..slots {
             if routes.slot_bytes[k] > 0 {
@@ -592,72 +573,100 @@ impl<'a> Model<'a> {
         for l in 0..links {
             link_start[l + 1] += link_start[l];
         }
+        let items = link_start[links];
         let mut fill: Vec<usize> = empty(links);
         fill.extend_from_slice(&link_start[..links]);
-        let mut items: Vec<(u64, u32, u32)> = vec![(0, 0, 0); link_start[links]];
+        let (mut group_slots, mut group_owner, mut group_bytes, mut item_level) = (filled(items, 0u32), filled(items, 0u32), filled(items, 0u64), filled(items, 0u32));
         for &id in &by_level {
+            let lv = level[id as usize];
             for k in routes.slot_begin[id as usize]..routes.slot_begin[id as usize + 1] {
                 let bytes = routes.slot_bytes[k];
                 if bytes > 0 {
                     let l = routes.slot_link[k] as usize;
-                    items[fill[l]] = (bytes, k as u32, id);
+                    let at = fill[l];
                     fill[l] += 1;
+                    (group_slots[at], group_owner[at], group_bytes[at], item_level[at]) = (k as u32, id, bytes, lv);
                 }
             }
         }
         give(fill);
+        give(level);
+        // Split each link's run into (link, level) groups and fill every slot's terms.
+        let drain = routes.drains();
+        let mut terms = filled(slots, SlotTerms { group: NO_GROUP, ..SlotTerms::default() });
         let mut group_start: Vec<usize> = empty(links + 1);
         let mut group_level: Vec<u32> = empty(links + 1);
         let mut link_groups: Vec<usize> = empty(links + 1);
+        let mut group_total: Vec<u64> = empty(links + 1);
+        let mut group_link: Vec<u32> = empty(links + 1);
+        let (mut sorted, mut below_sorted): (Vec<u64>, Vec<u64>) = (empty(0), empty(0));
         for l in 0..links {
             link_groups.push(group_start.len());
+            let (bw, end) = (drain[l], link_start[l + 1]);
+            // Bytes of the link's lower levels (saturating, as every sum here).
+            let mut below = 0u64;
             let mut i = link_start[l];
-            while i < link_start[l + 1] {
-                let lv = level[items[i].2 as usize];
-                group_start.push(i);
-                group_level.push(lv);
-                while i < link_start[l + 1] && level[items[i].2 as usize] == lv {
+            while i < end {
+                let (g0, lv) = (i, item_level[i]);
+                while i < end && item_level[i] == lv {
                     i += 1;
                 }
+                let gi = group_start.len() as u32;
+                group_start.push(g0);
+                group_level.push(lv);
+                group_link.push(l as u32);
+                // Processor-sharing bytes of an entry of b bytes: Σ_j min(b_j, b) over the
+                // group = (bytes of entries below b) + b · (entries of at least b).
+                let bytes = &group_bytes[g0..i];
+                let n = bytes.len();
+                let first = bytes[0];
+                let total;
+                if bytes.iter().all(|&b| b == first) {
+                    total = first.saturating_mul(n as u64);
+                    sorted.clear();
+                } else {
+                    sorted.clear();
+                    sorted.extend_from_slice(bytes);
+                    sorted.sort_unstable();
+                    below_sorted.clear();
+                    let mut acc = 0u64;
+                    for &b in sorted.iter() {
+                        below_sorted.push(acc);
+                        acc = acc.saturating_add(b);
+                    }
+                    total = acc;
+                }
+                for j in g0..i {
+                    let b = group_bytes[j];
+                    let shared = if sorted.is_empty() {
+                        total
+                    } else {
+                        let p = sorted.partition_point(|&x| x < b);
+                        below_sorted[p].saturating_add(b.saturating_mul((n - p) as u64))
+                    };
+                    let alpha = cluster.alpha_ns(plan.transfers[group_owner[j] as usize].tier);
+                    terms[group_slots[j] as usize] = SlotTerms {
+                        shared,
+                        below,
+                        shared_ns: bw.ns(shared),
+                        behind_ns: alpha.saturating_add(bw.ns(below.saturating_add(shared))),
+                        link: l as u32,
+                        group: gi,
+                    };
+                }
+                group_total.push(total);
+                below = below.saturating_add(total);
             }
         }
         link_groups.push(group_start.len());
         let groups = group_level.len();
-        group_start.push(items.len());
+        group_start.push(items);
         give(link_start);
-        let mut group_total = filled(groups, 0u64);
-        let mut group_link = filled(groups, 0u32);
-        let (mut group_slots, mut group_owner, mut group_bytes) = (empty(items.len()), empty(items.len()), empty(items.len()));
-        for gi in 0..groups {
-            let group = &mut items[group_start[gi]..group_start[gi + 1]];
-            // Ties in bytes give equal sharing terms, so an unstable sort is exact.
-            group.sort_unstable_by_key(|x| x.0);
-            let n = group.len() as u64;
-            let mut before = 0u64;
-            for (i, &(b, k, owner)) in group.iter().enumerate() {
-                let t = &mut terms[k as usize];
-                t.shared = before.saturating_add(b.saturating_mul(n - i as u64));
-                t.group = gi as u32;
-                group_slots.push(k);
-                group_owner.push(owner);
-                group_bytes.push(b);
-                before = before.saturating_add(b);
-            }
-            group_total[gi] = before;
-            group_link[gi] = routes.slot_link[group[0].1 as usize];
-        }
+        give(item_level);
+        give(sorted);
+        give(below_sorted);
         let (level_group_start, level_group) = counting_sort(0..groups as u32, levels, |gi| group_level[gi as usize] as usize);
         give(group_level);
-        give(level);
-        let drain = routes.drains();
-        for (k, t) in terms.iter_mut().enumerate() {
-            if t.group != NO_GROUP {
-                let bw = drain[t.link as usize];
-                let alpha = cluster.alpha_ns(plan.transfers[routes.slot_owner[k] as usize].tier);
-                t.shared_ns = bw.ns(t.shared);
-                t.behind_ns = alpha.saturating_add(bw.ns(t.below.saturating_add(t.shared)));
-            }
-        }
         Model { plan, cluster, by_level, level_start, group_slots, group_owner, group_bytes, group_start, link_groups, level_group, level_group_start, group_total, group_link, terms, drain, routes }
     }
 

@@ -143,6 +143,9 @@ pub fn plan(traffic: &Traffic, cluster: &Cluster, opts: &Options) -> Result<Plan
             return Ok(finish(plan, &d));
         }
     }
+    if threads > 1 {
+        crate::beside::wake();
+    }
     let chosen: Vec<usize> = (0..CANDIDATES.len()).filter(|&i| mask[i]).collect();
     // First only what decides the closed-form winner: every candidate that could beat the
     // best prediction so far (margin 0). The close calls are completed below only if a
@@ -412,7 +415,7 @@ fn evaluate_pruned(chosen: &[usize], traffic: &Traffic, cluster: &Cluster, threa
         let (this, beside) = match (ready, next) {
             (Some(r), _) => (r?, None),
             (None, None) => (evaluate(i, plans[i].take(), chains[i], traffic, cluster, &AtomicU64::new(give_up_above))?, None),
-            (None, Some((_, j))) => {
+            (None, Some((bj, j))) => {
                 at += 1;
                 // The candidate after these two (k) is evaluated ahead too, by whichever thread
                 // is free first, when it is likely to be evaluated next (not pruned yet, its
@@ -446,7 +449,14 @@ fn evaluate_pruned(chosen: &[usize], traffic: &Traffic, cluster: &Cluster, threa
                 };
                 let ((rj, kj), (ri, ki)) = crate::beside::join(
                     || {
-                        let r = evaluate(j, pj, cj, traffic, cluster, &limit_j);
+                        // Started after i's prediction is below j's bound (the calling thread
+                        // took this job back, or i was quick): the replay prunes j by that
+                        // bound whatever this returns, so only keep its plan as a spare.
+                        let r = if bj > limit_j.load(Ordering::Relaxed) {
+                            Ok(pj.map(|plan| Evaluation { plan, chain: cj.expect("a plan comes with its chain bound"), first: 0, prediction: None }))
+                        } else {
+                            evaluate(j, pj, cj, traffic, cluster, &limit_j)
+                        };
                         share(&r, &[&limit_k]);
                         (r, take_k())
                     },
@@ -558,7 +568,7 @@ fn evaluate(i: usize, plan: Option<Plan>, chain: Option<u64>, traffic: &Traffic,
 /// 32 to 256 GPUs (every plan is alive at once); else one (below 32 GPUs a candidate costs
 /// less than starting a thread and warming its working memory).
 fn default_threads(ranks: usize) -> usize {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let cores = crate::beside::cores();
     if !(MIN_RANKS_FOR_THREADS..=256).contains(&ranks) {
         return 1;
     }
@@ -649,10 +659,13 @@ fn plan_all<R: Send>(chosen: &[usize], traffic: &Traffic, cluster: &Cluster, thr
     let extra = if workers == 2 {
         // The calling thread's warm helper (`crate::beside`) instead of a fresh thread.
         // `beside` goes to whichever finishes its share first (FAST stopped before assembly
-        // is done long before balanced_direct's plan; a FAST planned in full is not).
+        // is done long before balanced_direct's plan; a FAST planned in full is not). The
+        // caller takes the later share (FAST's, with the default candidates), the longer one
+        // when FAST is planned in full: it starts at once, while a helper that was asleep
+        // starts 30–60 µs later on the 2-vCPU container.
         let beside = std::sync::Mutex::new(Some(beside));
         let take = || beside.lock().map_or(None, |mut f| f.take()).map(|f| f());
-        let ((odd, a), (even, b)) = crate::beside::join(|| (share(1), take()), || (share(0), take()));
+        let ((even, a), (odd, b)) = crate::beside::join(|| (share(0), take()), || (share(1), take()));
         for (k, r) in even.into_iter().chain(odd) {
             slots[k] = Some(r);
         }
