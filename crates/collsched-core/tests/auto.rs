@@ -409,6 +409,21 @@ proptest::proptest! {
                     None::<()>
                 });
                 proptest::prop_assert_eq!(went_on.unwrap().unwrap().hash(), fast::plan(&t, &c, &Options::new()).unwrap().hash(), "fast on {}", spec);
+                // The preview shows exactly the plan's scale-out transfers, in plan order.
+                let mut shown: Vec<(usize, usize, u64)> = Vec::new();
+                fast::plan_unless(&t, &c, &Options::new(), |pv| {
+                    pv.for_each_transfer(|_, s, r, bytes| shown.push((s, r, bytes)));
+                    Some(())
+                })
+                .unwrap()
+                .unwrap_err();
+                let planned: Vec<(usize, usize, u64)> = p
+                    .transfers
+                    .iter()
+                    .filter(|x| x.tier == collsched_core::topology::Tier::ScaleOut)
+                    .map(|x| (c.global_nic_of(x.src) as usize, c.global_nic_of(x.dst) as usize, p.transfer_bytes(x)))
+                    .collect();
+                proptest::prop_assert_eq!(shown, planned, "fast on {}", spec);
             }
         }
     }
