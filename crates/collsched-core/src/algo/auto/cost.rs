@@ -381,10 +381,9 @@ struct Routes {
     half: Vec<bool>,
     /// Transfer id → its slots (`slot_begin[id]..slot_begin[id + 1]`): one per link it uses.
     slot_begin: Vec<usize>,
-    /// Per slot: dense link id, bytes the transfer puts on the link, the transfer.
+    /// Per slot: dense link id and the bytes the transfer puts on the link.
     slot_link: Vec<u32>,
     slot_bytes: Vec<u64>,
-    slot_owner: Vec<u32>,
     /// Per dense link: its bandwidth.
     link_bw: Vec<u64>,
 }
@@ -404,18 +403,16 @@ impl Routes {
             slot_begin: empty(m + 1),
             slot_link: empty(2 * m),
             slot_bytes: empty(2 * m),
-            slot_owner: empty(2 * m),
             link_bw: empty(0),
         };
         let mut dense = DenseLinks::new(cluster);
         for (id, t) in plan.transfers.iter().enumerate() {
             let bytes = plan.transfer_bytes(t);
             r.slot_begin.push(r.slot_link.len());
-            let Routes { half, slot_link, slot_bytes, slot_owner, link_bw, .. } = &mut r;
+            let Routes { half, slot_link, slot_bytes, link_bw, .. } = &mut r;
             route(cluster, t.src, t.dst, t.tier, |kind, server, a, b, bw, h| {
                 slot_link.push(dense.get(kind, server, a, b, bw, link_bw));
                 slot_bytes.push(if h { bytes.div_ceil(2) } else { bytes });
-                slot_owner.push(id as u32);
                 half[id] |= h;
             });
         }
@@ -431,7 +428,6 @@ impl Drop for Routes {
         give(std::mem::take(&mut self.slot_begin));
         give(std::mem::take(&mut self.slot_link));
         give(std::mem::take(&mut self.slot_bytes));
-        give(std::mem::take(&mut self.slot_owner));
         give(std::mem::take(&mut self.link_bw));
     }
 }
@@ -619,11 +615,10 @@ impl<'a> Model<'a> {
                 // group = (bytes of entries below b) + b · (entries of at least b).
                 let bytes = &group_bytes[g0..i];
                 let n = bytes.len();
-                let first = bytes[0];
+                let equal = bytes.iter().all(|&b| b == bytes[0]);
                 let total;
-                if bytes.iter().all(|&b| b == first) {
-                    total = first.saturating_mul(n as u64);
-                    sorted.clear();
+                if equal {
+                    total = bytes[0].saturating_mul(n as u64);
                 } else {
                     sorted.clear();
                     sorted.extend_from_slice(bytes);
@@ -638,7 +633,7 @@ impl<'a> Model<'a> {
                 }
                 for j in g0..i {
                     let b = group_bytes[j];
-                    let shared = if sorted.is_empty() {
+                    let shared = if equal {
                         total
                     } else {
                         let p = sorted.partition_point(|&x| x < b);
