@@ -20,11 +20,14 @@ pub fn nic_lower_bound_ns(plan: &Plan, cluster: &Cluster) -> u64 {
 pub fn plan_nic_loads(plan: &Plan, cluster: &Cluster) -> (Vec<u64>, Vec<u64>) {
     let nics = (cluster.servers * cluster.nics_per_server) as usize;
     let (mut up, mut down) = (vec![0u64; nics], vec![0u64; nics]);
+    // A per-rank table: `global_nic_of` divides twice per call.
+    let nic: Vec<u32> = (0..cluster.num_gpus() as u32).map(|r| cluster.global_nic_of(r)).collect();
+    let nic_of = |r: u32| nic.get(r as usize).copied().unwrap_or_else(|| cluster.global_nic_of(r)) as usize;
     for t in &plan.transfers {
         if t.tier == Tier::ScaleOut {
             let b = plan.transfer_bytes(t);
-            up[cluster.global_nic_of(t.src) as usize] += b;
-            down[cluster.global_nic_of(t.dst) as usize] += b;
+            up[nic_of(t.src)] += b;
+            down[nic_of(t.dst)] += b;
         }
     }
     (up, down)
@@ -40,12 +43,34 @@ pub fn plan_nic_loads(plan: &Plan, cluster: &Cluster) -> (Vec<u64>, Vec<u64>) {
 pub fn critical_path_lower_bound_ns(plan: &Plan, cluster: &Cluster) -> u64 {
     let mut cp = vec![0u64; plan.transfers.len()];
     let mut most = 0;
+    // Per tier (`Tier as usize`): alpha, the fastest link's divider, and whether a ring
+    // halves the bytes (`min_run_ns` without a hardware division per transfer).
+    let per_tier = [Tier::Local, Tier::ScaleUp, Tier::ScaleOut].map(|tier| {
+        let (bw, halve) = fastest_link(cluster, tier);
+        (cluster.alpha_ns(tier), Drain::new(bw), halve)
+    });
     for (id, t) in plan.transfers.iter().enumerate() {
         let ready = plan.deps_of(t).iter().filter(|&&d| (d as usize) < id).map(|&d| cp[d as usize]).max().unwrap_or(0);
-        cp[id] = ready.saturating_add(cluster.alpha_ns(t.tier)).saturating_add(min_run_ns(cluster, t.tier, plan.transfer_bytes(t)));
+        let (alpha, bw, halve) = per_tier[t.tier as usize];
+        let bytes = plan.transfer_bytes(t);
+        cp[id] = ready.saturating_add(alpha).saturating_add(bw.ns(if halve { bytes.div_ceil(2) } else { bytes }));
         most = most.max(cp[id]);
     }
     most
+}
+
+/// The fastest link a transfer of `tier` uses, and whether only half of its bytes must
+/// cross it (a ring, where an antipodal transfer splits over both directions).
+fn fastest_link(cluster: &Cluster, tier: Tier) -> (u64, bool) {
+    match tier {
+        Tier::Local => (cluster.local_copy_bw, false),
+        Tier::ScaleOut => (cluster.nic_bw, false),
+        Tier::ScaleUp => match cluster.scaleup {
+            ScaleUp::Switch { port_bw } => (port_bw, false),
+            ScaleUp::Ring { link_bw } => (link_bw, true),
+            ScaleUp::FullMesh { link_bw } | ScaleUp::HybridCubeMesh { link_bw } => (link_bw, false),
+        },
+    }
 }
 
 /// The least time the model lets a transfer of `bytes` on `tier` run after its release:
@@ -53,16 +78,8 @@ pub fn critical_path_lower_bound_ns(plan: &Plan, cluster: &Cluster) -> u64 {
 /// antipodal transfer splits over both directions). Both the processor-sharing and the
 /// drain terms of the model include the transfer's own bytes on every link it uses.
 fn min_run_ns(cluster: &Cluster, tier: Tier, bytes: u64) -> u64 {
-    let (bw, bytes) = match tier {
-        Tier::Local => (cluster.local_copy_bw, bytes),
-        Tier::ScaleOut => (cluster.nic_bw, bytes),
-        Tier::ScaleUp => match cluster.scaleup {
-            ScaleUp::Switch { port_bw } => (port_bw, bytes),
-            ScaleUp::Ring { link_bw } => (link_bw, bytes.div_ceil(2)),
-            ScaleUp::FullMesh { link_bw } | ScaleUp::HybridCubeMesh { link_bw } => (link_bw, bytes),
-        },
-    };
-    drain_ns(bytes, bw)
+    let (bw, halve) = fastest_link(cluster, tier);
+    drain_ns(if halve { bytes.div_ceil(2) } else { bytes }, bw)
 }
 
 /// A lower bound on `predict_ns` of `sabre_skewed`'s plan (default options) from the matrix,
