@@ -33,17 +33,33 @@ pub struct Piece {
 /// Per-proxy load limits for a subproblem of `total` bytes (integer, rounded up so the
 /// limits always sum to at least `total`).
 pub fn limits(total: u64, gpus: u32, nics: u32, alpha_permille: u64) -> Vec<u64> {
-    let mut per_nic = vec![0u128; nics as usize];
-    for g in 0..gpus {
-        per_nic[(g % nics) as usize] += 1;
+    let mut out = Vec::new();
+    limits_into(total, gpus, nics, alpha_permille, &mut out);
+    out
+}
+
+/// `limits` into `out`, reusing its allocation. With k GPUs per NIC on every NIC (the
+/// usual case) all limits are equal: one division instead of one per GPU, in 64 bits
+/// when the product fits (a 128-bit division costs tens of nanoseconds).
+fn limits_into(total: u64, gpus: u32, nics: u32, alpha_permille: u64, out: &mut Vec<u64>) {
+    let limit = |gpus_on_nic: u64| {
+        let den = 1000u128 * nics as u128 * gpus_on_nic as u128;
+        let num = alpha_permille as u128 * total as u128;
+        match (u64::try_from(num), u64::try_from(den)) {
+            (Ok(num), Ok(den)) => num.div_ceil(den),
+            _ => num.div_ceil(den).min(u64::MAX as u128) as u64,
+        }
+    };
+    out.clear();
+    if nics > 0 && gpus % nics == 0 {
+        out.resize(gpus as usize, limit((gpus / nics) as u64));
+        return;
     }
-    (0..gpus)
-        .map(|g| {
-            let den = 1000u128 * nics as u128 * per_nic[(g % nics) as usize];
-            let num = alpha_permille as u128 * total as u128;
-            num.div_ceil(den).min(u64::MAX as u128) as u64
-        })
-        .collect()
+    // GPU g uses NIC g mod nics: the first `gpus mod nics` NICs have one GPU more (with
+    // fewer GPUs than NICs, no GPU is on a NIC of `gpus / nics` = 0 GPUs).
+    let more = limit((gpus / nics + 1) as u64);
+    let fewer = if gpus / nics > 0 { limit((gpus / nics) as u64) } else { more };
+    out.extend((0..gpus).map(|g| if g % nics < gpus % nics { more } else { fewer }));
 }
 
 /// Reusable buffers for Algorithm 1 (one planner solves N·(N−1) subproblems).
@@ -51,6 +67,8 @@ pub fn limits(total: u64, gpus: u32, nics: u32, alpha_permille: u64) -> Vec<u64>
 pub struct Balancer {
     sorted: Vec<Block>,
     keys: Vec<u128>,
+    short_keys: Vec<u64>,
+    cap: Vec<u64>,
     queue: VecDeque<Piece>,
     load: Vec<u64>,
     out: Vec<(u32, Piece)>,
@@ -63,14 +81,27 @@ impl Balancer {
     pub fn assign(&mut self, blocks: &[Block], gpus: u32, nics: u32, alpha_permille: u64) -> &[(u32, Piece)] {
         let g = gpus as usize;
         self.out.clear();
-        // (size desc, source, destination) as one integer key: a plain integer sort.
-        self.keys.clear();
-        self.keys.extend(blocks.iter().filter(|b| b.len > 0).map(|b| ((!b.len as u128) << 64) | ((b.src_local as u128) << 32) | b.dst_local as u128));
-        self.keys.sort_unstable();
+        // (size desc, source, destination) as one integer key: a plain integer sort. In 64
+        // bits when the local indices take `bits` bits each and every size fits the rest
+        // (sizes below 2^58 with 8 GPUs), else in 128.
         self.sorted.clear();
-        self.sorted.extend(self.keys.iter().map(|&k| Block { src_local: (k >> 32) as u32, dst_local: k as u32, len: !((k >> 64) as u64) }));
+        let bits = (u32::BITS - gpus.saturating_sub(1).leading_zeros()).max(1);
+        let short = 2 * bits < 32 && blocks.iter().all(|b| b.len >> (64 - 2 * bits) == 0 && b.src_local < gpus && b.dst_local < gpus);
+        if short {
+            let (most, mask) = (u64::MAX >> (2 * bits), (1u64 << bits) - 1);
+            self.short_keys.clear();
+            self.short_keys.extend(blocks.iter().filter(|b| b.len > 0).map(|b| ((most - b.len) << (2 * bits)) | ((b.src_local as u64) << bits) | b.dst_local as u64));
+            self.short_keys.sort_unstable();
+            self.sorted.extend(self.short_keys.iter().map(|&k| Block { src_local: ((k >> bits) & mask) as u32, dst_local: (k & mask) as u32, len: most - (k >> (2 * bits)) }));
+        } else {
+            self.keys.clear();
+            self.keys.extend(blocks.iter().filter(|b| b.len > 0).map(|b| ((!b.len as u128) << 64) | ((b.src_local as u128) << 32) | b.dst_local as u128));
+            self.keys.sort_unstable();
+            self.sorted.extend(self.keys.iter().map(|&k| Block { src_local: (k >> 32) as u32, dst_local: k as u32, len: !((k >> 64) as u64) }));
+        }
         let total: u64 = self.sorted.iter().map(|b| b.len).sum();
-        let cap = limits(total, gpus, nics, alpha_permille.max(1000));
+        limits_into(total, gpus, nics, alpha_permille.max(1000), &mut self.cap);
+        let cap = &self.cap;
         self.load.clear();
         self.load.resize(g, 0);
         let load = &mut self.load;
@@ -148,6 +179,45 @@ mod tests {
         for (g, v) in a.iter().enumerate() {
             assert_eq!(v.len(), 1);
             assert_eq!(v[0].dst_local, g as u32);
+        }
+    }
+
+    /// The 64-bit sort key and the shared limits give what the 128-bit key and one limit
+    /// per GPU (the definitions) give, on random subproblems of every shape.
+    #[test]
+    fn fast_paths_match_the_definitions() {
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for case in 0..400 {
+            let gpus = 1 + (next() % 12) as u32;
+            let nics = 1 + (next() % 10) as u32;
+            let alpha = 1000 + next() % 200;
+            // Sizes up to 2^60 in some cases (at most 15 blocks: the total fits 64 bits):
+            // the 128-bit key path.
+            let (top, most) = if case % 5 == 0 { (60, 16) } else { (24, 40) };
+            let blocks: Vec<Block> = (0..next() % most).map(|_| Block { src_local: (next() % gpus as u64) as u32, dst_local: (next() % gpus as u64) as u32, len: next() >> (64 - top) }).collect();
+            let total: u64 = blocks.iter().map(|b| b.len).sum();
+            let per_nic: Vec<u128> = (0..nics).map(|n| (0..gpus).filter(|g| g % nics == n).count() as u128).collect();
+            let want: Vec<u64> = (0..gpus).map(|g| (alpha as u128 * total as u128).div_ceil(1000 * nics as u128 * per_nic[(g % nics) as usize]).min(u64::MAX as u128) as u64).collect();
+            assert_eq!(limits(total, gpus, nics, alpha), want, "gpus {gpus} nics {nics}");
+            let mut sorted: Vec<Block> = blocks.iter().copied().filter(|b| b.len > 0).collect();
+            sorted.sort_by_key(|b| (std::cmp::Reverse(b.len), b.src_local, b.dst_local));
+            let mut balancer = Balancer::default();
+            let out = balancer.assign(&blocks, gpus, nics, alpha).to_vec();
+            // Whole blocks are taken in key order; a block's first piece starts at offset 0.
+            let firsts: Vec<(u32, u32)> = out.iter().filter(|(_, p)| p.offset == 0).map(|(_, p)| (p.src_local, p.dst_local)).collect();
+            let by_key: Vec<(u32, u32)> = sorted.iter().map(|b| (b.src_local, b.dst_local)).collect();
+            assert_eq!(firsts, by_key, "case {case}");
+            let mut load = vec![0u64; gpus as usize];
+            out.iter().for_each(|(p, x)| load[*p as usize] += x.len);
+            assert_eq!(load.iter().sum::<u64>(), total);
+            // (With more NICs than GPUs the limits leave too little room: some proxy overflows.)
+            assert!(nics > gpus || load.iter().zip(&want).all(|(l, c)| l <= c), "case {case}: loads within the limits");
         }
     }
 

@@ -123,6 +123,8 @@ pub fn scaleout_messages(traffic: &Traffic, cluster: &Cluster, alpha_permille: u
     // [u][s][p] and distribution bytes [w][p][d], summed over every node pair.
     let mut pieces: Vec<(u32, u32, u32)> = Vec::new();
     let mut messages: Vec<ScaleOutMessage> = Vec::new();
+    // Per message: its (source node, destination node, proxy), kept to spare divisions.
+    let mut ends: Vec<(u32, u32, u32)> = Vec::new();
     let mut gather = vec![0u64; nodes * g * g];
     let mut distribution = vec![0u64; nodes * g * g];
     let mut per_proxy = vec![u32::MAX; g];
@@ -133,6 +135,7 @@ pub fn scaleout_messages(traffic: &Traffic, cluster: &Cluster, alpha_permille: u
             if per_proxy[pu] == u32::MAX {
                 per_proxy[pu] = messages.len() as u32;
                 messages.push(ScaleOutMessage { src: (u * g + pu) as u32, dst: (w * g + pu) as u32, bytes: 0, gather_max: 0, distribution_max: 0 });
+                ends.push((u as u32, w as u32, pu as u32));
             }
             messages[per_proxy[pu] as usize].bytes += piece.len;
             pieces.push((per_proxy[pu], piece.src_local, piece.dst_local));
@@ -146,7 +149,8 @@ pub fn scaleout_messages(traffic: &Traffic, cluster: &Cluster, alpha_permille: u
     });
     for &(m, s, d) in &pieces {
         let msg = &mut messages[m as usize];
-        let (u, w, p) = (msg.src as usize / g, msg.dst as usize / g, msg.src as usize % g);
+        let (u, w, p) = ends[m as usize];
+        let (u, w, p) = (u as usize, w as usize, p as usize);
         if s as usize != p {
             msg.gather_max = msg.gather_max.max(gather[(u * g + s as usize) * g + p]);
         }
