@@ -117,11 +117,12 @@ fn helper_jobs() -> Option<SyncSender<Job>> {
     })
 }
 
-/// Run `a` on the helper thread and `b` here; both results, or the first panic resumed
-/// (after both have finished). `a` runs here instead when no helper can take it, and is
-/// taken back when the helper has not started it by the time `b` is done (a helper whose
-/// core was idle took up to 1 ms to wake on the 2-vCPU container): never slower than
-/// running both here, apart from handing `a` over.
+/// Run `a` on the helper thread and `b` here; both results, or a panic resumed (`a`'s
+/// first: a `b` that waits for `a` fails because `a` did) once neither runs any more. `a`
+/// runs here first when no helper can take it (none, or its queue full), so `b` may wait
+/// for something `a` produces; and it is taken back when the helper has not started it by
+/// the time `b` is done (a helper whose core was idle took up to 1 ms to wake on the 2-vCPU
+/// container): never slower than running both here, apart from handing `a` over.
 pub fn join<RA: Send, RB>(a: impl FnOnce() -> RA + Send, b: impl FnOnce() -> RB) -> (RA, RB) {
     let (done_tx, done_rx) = sync_channel::<std::thread::Result<RA>>(1);
     // Whoever takes `a` out of the slot first runs it.
@@ -140,24 +141,35 @@ pub fn join<RA: Send, RB>(a: impl FnOnce() -> RA + Send, b: impl FnOnce() -> RB)
     // empty and only drops an empty slot, a sender that never sent and an `Arc`: nothing
     // it borrows is touched after this function returns.
     let job: Job = unsafe { std::mem::transmute::<Box<dyn FnOnce() + Send + '_>, Job>(job) };
-    if let Some(jobs) = helper_jobs() {
-        // A full queue (a helper that has not woken for earlier jobs) or a gone helper:
-        // keep `a`, taken back below.
-        let _ = jobs.try_send(job);
-    }
+    // A full queue (a helper that has not woken for earlier jobs) or a gone helper: the job
+    // is dropped unrun and `a` stays in the slot.
+    let handed = match helper_jobs() {
+        Some(jobs) => jobs.try_send(job).is_ok(),
+        None => false,
+    };
     let was_in_join = IN_JOIN.with(|j| j.replace(true));
-    let rb = catch_unwind(AssertUnwindSafe(b));
-    let mine = slot.lock().unwrap_or_else(|e| e.into_inner()).take();
-    let ra = match mine {
-        // Not started by the helper: run it here (unless `b` panicked: then drop it unrun).
-        Some(a) if rb.is_ok() => catch_unwind(AssertUnwindSafe(a)),
-        Some(_) => Err(Box::new("not run: the other job panicked") as Box<dyn std::any::Any + Send>),
-        None => recv_soon(&done_rx, CALLER_SPIN).expect("a job that took its work sends its result"),
+    let take = || slot.lock().unwrap_or_else(|e| e.into_inner()).take();
+    let (ra, rb) = if handed {
+        let rb = catch_unwind(AssertUnwindSafe(b));
+        let ra = match (take(), &rb) {
+            // Not started by the helper: run it here (unless `b` panicked: drop it unrun).
+            (Some(a), Ok(_)) => Some(catch_unwind(AssertUnwindSafe(a))),
+            (Some(_), Err(_)) => None,
+            (None, _) => Some(recv_soon(&done_rx, CALLER_SPIN).expect("a job that took its work sends its result")),
+        };
+        (ra, Some(rb))
+    } else {
+        // Not handed over: `a` first, then `b` (unless `a` panicked), so that a `b` waiting
+        // for `a` cannot wait forever.
+        let ra = catch_unwind(AssertUnwindSafe(take().expect("a job not handed over keeps its work")));
+        let rb = ra.is_ok().then(|| catch_unwind(AssertUnwindSafe(b)));
+        (Some(ra), rb)
     };
     IN_JOIN.with(|j| j.set(was_in_join));
     match (ra, rb) {
-        (Ok(ra), Ok(rb)) => (ra, rb),
-        (_, Err(p)) | (Err(p), _) => resume_unwind(p),
+        (Some(Ok(ra)), Some(Ok(rb))) => (ra, rb),
+        (Some(Err(p)), _) | (_, Some(Err(p))) => resume_unwind(p),
+        (None, _) | (_, None) => unreachable!("a job is left unrun only after the other panicked"),
     }
 }
 
@@ -211,6 +223,38 @@ mod tests {
         assert_eq!(b, 3);
         gate.store(true, Ordering::SeqCst);
         // The helper later finds the taken job empty and goes on serving.
+        assert_eq!(join(|| 2, || 3), (2, 3));
+    }
+
+    #[test]
+    fn a_caller_job_waiting_for_the_helper_job_completes_when_the_queue_is_full() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::Arc;
+        let Some(jobs) = super::helper_jobs() else { return }; // no threads here: nothing to test
+        // A helper busy until released, with its queue full behind it: `a` cannot be handed over.
+        let gate = Arc::new(AtomicBool::new(false));
+        let held = gate.clone();
+        jobs.send(Box::new(move || {
+            let t0 = std::time::Instant::now();
+            while !held.load(Ordering::SeqCst) && t0.elapsed().as_secs() < 10 {
+                std::thread::yield_now();
+            }
+        }))
+        .unwrap();
+        let mut queued = 0;
+        let t0 = std::time::Instant::now();
+        while t0.elapsed().as_secs() < 10 {
+            match jobs.try_send(Box::new(|| {})) {
+                Ok(()) => queued += 1,
+                Err(_) if queued > 0 => break, // full
+                Err(_) => std::thread::yield_now(),
+            }
+        }
+        // `b` waits (at most 10 s, so a regression fails instead of hanging) for `a`'s value.
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        let (a, got) = join(move || tx.send(5u32).is_ok(), || rx.recv_timeout(std::time::Duration::from_secs(10)).ok());
+        gate.store(true, Ordering::SeqCst);
+        assert_eq!((a, got), (true, Some(5)));
         assert_eq!(join(|| 2, || 3), (2, 3));
     }
 

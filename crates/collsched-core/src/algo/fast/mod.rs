@@ -292,6 +292,8 @@ fn plan_threads(traffic: &Traffic, cluster: &Cluster, opts: &Options, overlap: b
     let (ready, schedule_done) = std::sync::mpsc::sync_channel(1);
     let ((), plan) = crate::beside::join(
         || {
+            // Owned here, so a panic drops it and the `recv` below fails instead of waiting.
+            let ready = ready;
             let server = server_matrix::tile_totals(traffic.data(), n, g);
             let sched = schedule(traffic, &server, n, cluster, &o);
             // The receiver waits for this (or for the sender to drop on a panic).
