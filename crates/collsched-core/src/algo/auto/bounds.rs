@@ -21,7 +21,7 @@ pub fn plan_nic_loads(plan: &Plan, cluster: &Cluster) -> (Vec<u64>, Vec<u64>) {
     let nics = (cluster.servers * cluster.nics_per_server) as usize;
     let (mut up, mut down) = (vec![0u64; nics], vec![0u64; nics]);
     // A per-rank table: `global_nic_of` divides twice per call.
-    let nic: Vec<u32> = (0..cluster.num_gpus() as u32).map(|r| cluster.global_nic_of(r)).collect();
+    let nic: Vec<u32> = (0..cluster.num_gpus()).map(|r| cluster.global_nic_of(r)).collect();
     let nic_of = |r: u32| nic.get(r as usize).copied().unwrap_or_else(|| cluster.global_nic_of(r)) as usize;
     for t in &plan.transfers {
         if t.tier == Tier::ScaleOut {

@@ -395,7 +395,7 @@ impl Routes {
         let mut dense = DenseLinks::new(cluster);
         // Scale-out and switch transfers (nearly all of them) take their two links from a
         // per-rank NIC table: `global_nic_of` divides twice per rank, a fifth of this pass.
-        let ranks = cluster.num_gpus() as u32;
+        let ranks = cluster.num_gpus();
         let mut nic = empty(ranks as usize);
         nic.extend((0..ranks).map(|x| cluster.global_nic_of(x)));
         let port_bw = match cluster.scaleup {
