@@ -1,4 +1,6 @@
 """Simulator and lower bound from Python: analytic cases, errors, and the bound property."""
+import json
+
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -94,3 +96,21 @@ def test_fanout_never_beats_the_bound(spec, servers, seed, skew, barrier):
     assert r.time_s >= b.seconds * (1 - 1e-9), (c.spec(), r.time_s, b)
     assert r.lower_bound_s == pytest.approx(b.seconds)
     assert np.all(r.transfer_end_s >= r.transfer_start_s)
+
+
+def test_warm_connections_pay_alpha_once_per_stream():
+    """Three chained pieces of one stream 0->8: cold, each pays the 6 us alpha after the
+    previous one; warm, the stream pays it once (the Rust tests check the relay case)."""
+    c = collsched.Cluster.parse("h200:2")
+    p = collsched.Plan.from_json(json.dumps({
+        "algorithm": "test", "collective": {"kind": "all_gather", "ranks": 16, "shard_bytes": 0}, "gpus_per_server": 8,
+        "scratch_bytes": [50_000_000] * 16, "input_hash": 0, "meta": {},
+        "transfers": [{"src": 0, "dst": 8, "op": "copy", "tier": "scale_out", "step": i, "seg_begin": i, "seg_end": i + 1,
+                       "dep_begin": max(i - 1, 0), "dep_end": i} for i in range(3)],
+        "segments": [{"src_buf": "scratch", "src_off": 0, "dst_buf": "scratch", "dst_off": 0, "len": 50_000_000}] * 3,
+        "deps": [0, 1]}))
+    cold = sim.simulate(p, c, tolerance=0.0)
+    warm = sim.simulate(p, c, tolerance=0.0, warm_connections=True)
+    assert cold.time_s == pytest.approx(3 * (6e-6 + 1e-3), rel=1e-12)
+    assert warm.time_s == pytest.approx(6e-6 + 3e-3, rel=1e-12)
+    assert warm.transfer_start_s[1] == pytest.approx(warm.transfer_end_s[0], rel=1e-12)

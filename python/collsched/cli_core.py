@@ -300,6 +300,8 @@ def simulate_cmd(
                                              help=f"comma-separated from: {_ALGORITHMS}; default: every algorithm that plans"),
     seed: int = typer.Option(0, "--seed"),
     barrier_steps: bool = typer.Option(False, "--barrier-steps", help="simulate steps as global barriers"),
+    warm_connections: bool = typer.Option(False, "--warm-connections",
+                                          help="a stream's next piece hides its alpha behind the previous one (NCCL/MSCCL connections)"),
     json_out: bool = typer.Option(False, "--json", help="print exactly one JSON object on stdout"),
 ) -> None:
     """Plan and simulate an all-to-all with several algorithms; compare against the lower bound."""
@@ -335,14 +337,14 @@ def simulate_cmd(
                 notes.append(f"skipped {name}: {_one_line(e)}")
                 progress.advance(task)
                 continue
-            r = sim.simulate(plan, c, barrier_steps=barrier_steps)
+            r = sim.simulate(plan, c, barrier_steps=barrier_steps, warm_connections=warm_connections)
             results.append(_result_row(name, plan, r))
             progress.advance(task)
     if not results:
         raise ValueError("no algorithm produced a plan: " + "; ".join(notes))
     if json_out:
         doc = {"cluster": c.spec(), "cluster_spec": cluster, "workload": workload, "mean_bytes": int(m.sum()) // m.size,
-               "seed": seed, "barrier_steps": barrier_steps, "lower_bound_s": float(bound.seconds),
+               "seed": seed, "barrier_steps": barrier_steps, "warm_connections": warm_connections, "lower_bound_s": float(bound.seconds),
                "bound_term": str(bound.term), **skew, "results": results, "skipped": notes}
         print(json.dumps(doc))
         return
@@ -379,6 +381,8 @@ def draw_cmd(
     out: str = typer.Option("plan.png", "--out", "-o", help="Gantt chart output (.png, .svg, .pdf)"),
     links: Optional[str] = typer.Option(None, "--links", help="also draw per-link-class utilisation here"),
     barrier_steps: bool = typer.Option(False, "--barrier-steps", help="simulate steps as global barriers"),
+    warm_connections: bool = typer.Option(False, "--warm-connections",
+                                          help="a stream's next piece hides its alpha behind the previous one (NCCL/MSCCL connections)"),
 ) -> None:
     """Draw a plan's simulated execution (Gantt chart by tier, steps shaded) and link utilisation."""
     from collsched import draw
@@ -388,7 +392,7 @@ def draw_cmd(
     c = _cluster(cluster)
     _check_plan_fits(plan, c)
     sim = _sim()
-    r = sim.simulate(plan, c, barrier_steps=barrier_steps)
+    r = sim.simulate(plan, c, barrier_steps=barrier_steps, warm_connections=warm_connections)
     draw.gantt(plan, c, out, result=r)
     print(f"wrote {out} ({plan.algorithm}, {fmt_time(float(r.time_s))} simulated)")
     if links:

@@ -91,20 +91,26 @@ def lower_bound(traffic, cluster) -> Bound:
 
 
 def simulate(plan, cluster, *, barrier_steps: bool = False, tolerance: float = DEFAULT_TOLERANCE,
-             incast_threshold: int | None = None, incast_goodput: float = 0.5) -> SimResult:
+             incast_threshold: int | None = None, incast_goodput: float = 0.5,
+             warm_connections: bool = False) -> SimResult:
     """Simulate ``plan`` on ``cluster`` (a Cluster or a spec string like ``"h200:4"``).
 
     ``barrier_steps``: also hold every step until all earlier steps completed (the
     runtime's synchronous executor). ``tolerance``: event coalescing window (relative;
     0 = exact; events are only ever delayed). ``incast_threshold``: enable the incast
     model: a NIC downlink with more concurrent flows delivers ``incast_goodput`` of its bandwidth.
+    ``warm_connections``: a transfer that depends on an earlier transfer between the same
+    two ranks (the previous piece of its stream) pays its alpha overlapped with that
+    piece, as on a running NCCL connection (the closer model for MSCCL XML imports,
+    ``export.msccl.from_xml``; see docs/simulator.md). Off by default.
     """
     if not isinstance(plan, _core.Plan):
         raise TypeError(f"plan must be a collsched.Plan, got {type(plan).__name__}")
     if incast_threshold is not None and (isinstance(incast_threshold, bool) or int(incast_threshold) < 0):
         raise ValueError(f"incast_threshold must be a non-negative integer, got {incast_threshold!r}")
     d = _core.simulate(plan, _cluster(cluster), bool(barrier_steps), float(tolerance),
-                       None if incast_threshold is None else int(incast_threshold), float(incast_goodput))
+                       None if incast_threshold is None else int(incast_threshold), float(incast_goodput),
+                       bool(warm_connections))
     lb = d["lower_bound"]
     return SimResult(
         time_s=d["time_s"],

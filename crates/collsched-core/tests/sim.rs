@@ -107,6 +107,37 @@ fn dependencies_serialise() {
 }
 
 #[test]
+fn warm_connections_pay_alpha_once_per_stream() {
+    let c = Cluster::parse("h200:2").unwrap();
+    // Three pieces of one stream 0→8 (each waits for the previous), 50 MB each at 50 GB/s.
+    let p = plan_of(&c, &[(0, 8, 50 * MB, 0, &[]), (0, 8, 50 * MB, 1, &[0]), (0, 8, 50 * MB, 2, &[1])]);
+    let cold = simulate(&p, &c, &exact()).unwrap();
+    let warm = simulate(&p, &c, &SimOptions { warm_connections: true, ..exact() }).unwrap();
+    assert!(close(cold.time_s, 3.0 * (6e-6 + 1e-3)), "{}", cold.time_s);
+    assert!(close(warm.time_s, 6e-6 + 3e-3), "{}", warm.time_s);
+    assert!(close(warm.transfer_start[0], 6e-6));
+    assert!(close(warm.transfer_start[1], warm.transfer_end[0]));
+}
+
+#[test]
+fn warm_connections_still_pay_alpha_after_data_from_elsewhere() {
+    let c = Cluster::parse("h200:2").unwrap();
+    // 8 relays to 9 what 0 sent it (10 MB: arrives at 6 µs + 0.2 ms). Transfer 1 is the
+    // previous piece of the 8→9 stream (50 MB at 450 GB/s: ends at 3 µs + 0.111 ms, first),
+    // so the relay's alpha still runs from the arrival: 0.209 ms.
+    let p = plan_of(&c, &[(0, 8, 10 * MB, 0, &[]), (8, 9, 50 * MB, 0, &[]), (8, 9, 10 * MB, 1, &[0, 1])]);
+    let warm = simulate(&p, &c, &SimOptions { warm_connections: true, ..exact() }).unwrap();
+    let relay_ready = warm.transfer_end[0];
+    assert!(warm.transfer_end[1] < relay_ready, "the stream's previous piece ends first here");
+    assert!(close(warm.transfer_start[2], relay_ready + 3e-6), "{} vs {}", warm.transfer_start[2], relay_ready + 3e-6);
+    // A previous piece of 100 MB (ends at 0.225 ms) hides the alpha: the relay starts when it ends.
+    let p = plan_of(&c, &[(0, 8, 10 * MB, 0, &[]), (8, 9, 100 * MB, 0, &[]), (8, 9, 10 * MB, 1, &[0, 1])]);
+    let warm = simulate(&p, &c, &SimOptions { warm_connections: true, ..exact() }).unwrap();
+    assert!(warm.transfer_end[1] > warm.transfer_end[0] + 3e-6);
+    assert!(close(warm.transfer_start[2], warm.transfer_end[1]));
+}
+
+#[test]
 fn barrier_steps_orders_independent_steps() {
     let c = Cluster::parse("h200:2").unwrap();
     // No deps: steps overlap unless the barrier holds step 1 back.
@@ -289,7 +320,9 @@ proptest! {
         let p = plan_of(&c, &refs);
         let free = simulate(&p, &c, &exact()).unwrap();
         let bar = simulate(&p, &c, &SimOptions { barrier_steps: true, ..exact() }).unwrap();
-        for r in [&free, &bar] {
+        let warm = simulate(&p, &c, &SimOptions { warm_connections: true, ..exact() }).unwrap();
+        let warm_bar = simulate(&p, &c, &SimOptions { warm_connections: true, barrier_steps: true, ..exact() }).unwrap();
+        for r in [&free, &bar, &warm, &warm_bar] {
             for (i, t) in p.transfers.iter().enumerate() {
                 prop_assert!(r.transfer_end[i] >= r.transfer_start[i]);
                 for &d in p.deps_of(t) {
@@ -301,6 +334,7 @@ proptest! {
             for (j, u) in p.transfers.iter().enumerate() {
                 if u.step < t.step {
                     prop_assert!(bar.transfer_start[i] >= bar.transfer_end[j], "barrier: {i} started before {j} ended");
+                    prop_assert!(warm_bar.transfer_start[i] >= warm_bar.transfer_end[j], "warm barrier: {i} started before {j} ended");
                 }
             }
         }
@@ -308,5 +342,9 @@ proptest! {
         let b = lower_bound(&traffic, &c).unwrap();
         prop_assert!(free.time_s >= b.seconds * (1.0 - 1e-9));
         prop_assert!(bar.time_s >= b.seconds * (1.0 - 1e-9));
+        // Warm connections only hide alpha behind a stream's earlier piece; every transfer
+        // still starts at or after its alpha, so the bound (bytes plus one alpha) holds.
+        prop_assert!(warm.time_s >= b.seconds * (1.0 - 1e-9));
+        prop_assert!(warm_bar.time_s >= b.seconds * (1.0 - 1e-9));
     }
 }

@@ -36,7 +36,8 @@ fn lower_bound<'py>(py: Python<'py>, n: usize, data: &[u8], cluster: &PyCluster)
 
 /// Simulate a plan. Per-transfer start/end times come back as little-endian f64 bytes.
 #[pyfunction]
-#[pyo3(signature = (plan, cluster, barrier_steps=false, tolerance=DEFAULT_TOLERANCE, incast_threshold=None, incast_goodput=0.5))]
+#[allow(clippy::too_many_arguments)] // one per Python keyword
+#[pyo3(signature = (plan, cluster, barrier_steps=false, tolerance=DEFAULT_TOLERANCE, incast_threshold=None, incast_goodput=0.5, warm_connections=false))]
 fn simulate<'py>(
     py: Python<'py>,
     plan: &PyPlan,
@@ -45,8 +46,10 @@ fn simulate<'py>(
     tolerance: f64,
     incast_threshold: Option<u32>,
     incast_goodput: f64,
+    warm_connections: bool,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let opts = SimOptions { barrier_steps, tolerance, incast: incast_threshold.map(|threshold| Incast { threshold, goodput: incast_goodput }) };
+    let incast = incast_threshold.map(|threshold| Incast { threshold, goodput: incast_goodput });
+    let opts = SimOptions { barrier_steps, tolerance, incast, warm_connections };
     let c = &cluster.inner;
     let p = &plan.inner;
     let r = py.allow_threads(|| guarded(|| core_simulate(p, c, &opts)))?;

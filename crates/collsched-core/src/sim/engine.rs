@@ -203,8 +203,32 @@ impl<'a> Engine<'a> {
             self.parked[t.step as usize].push(id);
             return;
         }
-        let at = (time + self.alpha[t.tier as usize]).max(self.now);
-        self.starts.push(Start(at, id));
+        let alpha = self.alpha[t.tier as usize];
+        let at = if self.opts.warm_connections { self.warm_start(id, time, alpha) } else { time + alpha };
+        self.starts.push(Start(at.max(self.now), id));
+    }
+
+    /// Start of a transfer on a warm connection (`SimOptions::warm_connections`): its
+    /// dependencies between the same two ranks are the connection's previous pieces, whose
+    /// transmission hides its alpha; the alpha runs from the other dependencies' end (or a
+    /// later barrier release, `time`). Without such a dependency: `time + alpha`.
+    fn warm_start(&self, id: u32, time: f64, alpha: f64) -> f64 {
+        let t = &self.plan.transfers[id as usize];
+        let (mut conn, mut other) = (f64::NEG_INFINITY, 0f64);
+        for &d in self.plan.deps_of(t) {
+            let p = &self.plan.transfers[d as usize];
+            let end = self.end[d as usize];
+            if p.src == t.src && p.dst == t.dst {
+                conn = conn.max(end);
+            } else {
+                other = other.max(end);
+            }
+        }
+        if conn == f64::NEG_INFINITY {
+            return time + alpha;
+        }
+        let issued = if time > conn.max(other) { time } else { other };
+        conn.max(issued + alpha)
     }
 
     /// Move the barrier past every finished step and release what waited for it.

@@ -2,7 +2,8 @@
 //!
 //! A transfer becomes ready when its dependencies have completed (and, with
 //! `barrier_steps`, when every transfer of an earlier step has), pays its
-//! tier's alpha, then its bytes flow over every link of its route, sharing
+//! tier's alpha (with `warm_connections`, overlapped with the previous piece of its
+//! stream), then its bytes flow over every link of its route, sharing
 //! bandwidth max-min fairly with every other flowing transfer. It predicts; it
 //! does not plan, so it uses floating point, but it is single-threaded with
 //! fixed iteration orders and therefore deterministic. See docs/simulator.md.
@@ -38,6 +39,14 @@ pub struct SimOptions {
     /// than `tolerance` idle. Merging only delays events. 0 = exact.
     pub tolerance: f64,
     pub incast: Option<Incast>,
+    /// Warm connections: a transfer that depends on an earlier transfer between the same
+    /// two ranks (the previous piece of its stream, e.g. an MSCCL threadblock's previous
+    /// step) pays its alpha from its other dependencies, overlapped with that predecessor:
+    /// it starts at max(predecessor's end, other dependencies' end + alpha). NCCL's
+    /// connections run ahead of the receiver (8 FIFO slots), so a stream pays its start-up
+    /// latency once, not once per piece. Off by default: every transfer pays alpha after
+    /// all its dependencies (a runtime that posts each piece only when the last one is done).
+    pub warm_connections: bool,
 }
 
 /// Default coalescing tolerance: 0.1% (measured cost and error in docs/simulator.md).
@@ -45,7 +54,7 @@ pub const DEFAULT_TOLERANCE: f64 = 1e-3;
 
 impl Default for SimOptions {
     fn default() -> Self {
-        SimOptions { barrier_steps: false, tolerance: DEFAULT_TOLERANCE, incast: None }
+        SimOptions { barrier_steps: false, tolerance: DEFAULT_TOLERANCE, incast: None, warm_connections: false }
     }
 }
 
