@@ -3,9 +3,13 @@ baselines against ForestColl's forest and its optimum, nccl-tests style, plus
 the same ForestColl plan after a round trip through MSCCL XML: `forest_xml` is
 the XML made for a small symbolic size and run the way the executor runs it
 (passes of 2 MiB per XML chunk, pipelined), `forest_xml1` the XML refined for
-the run size so that one pass moves the plan's own pieces.
+the run size so that one pass moves the plan's own pieces. `--warm-connections`
+simulates the XML rows as NCCL connections run (a stream's next piece hides its
+alpha behind the previous one); `--split-multiplicity` exports a tree of
+multiplicity m as m streams.
 
     .venv/bin/python benchmarks/collectives.py [--topology mi250:2] [--sizes 1MiB,64MiB,1GiB]
+    .venv/bin/python benchmarks/collectives.py --topology h100:2 --sizes 1GiB --chunks 64 --split-multiplicity --warm-connections
 
 algbw = M / time with M the per-rank output of allgather (input of
 reduce-scatter, buffer of allreduce), as ForestColl and nccl-tests define it;
@@ -34,7 +38,7 @@ def _with_tiers(plan, gps: int):
     return _core.Plan.from_json(json.dumps(d))
 
 
-def _via_xml(kind: str, n: int, per: int, elem: int, cluster, chunks: int, one_pass: bool = False):
+def _via_xml(kind: str, n: int, per: int, elem: int, cluster, chunks: int, one_pass: bool = False, split: bool = False):
     """The ForestColl plan exported to MSCCL XML for a small symbolic size and read back
     for `per` bytes (the XML is size-independent), or None if `per` does not fit its chunks."""
     import re
@@ -47,7 +51,8 @@ def _via_xml(kind: str, n: int, per: int, elem: int, cluster, chunks: int, one_p
     small = unit * (n if kind == "allreduce" else 1)
     label = "forest_xml1" if one_pass else "forest_xml"
     try:
-        symbolic = C.plan_collective(kind, n, small, "forest", elem_bytes=elem, topology=cluster, chunks=chunks, merge=False)
+        symbolic = C.plan_collective(kind, n, small, "forest", elem_bytes=elem, topology=cluster, chunks=chunks, merge=False,
+                                     split_multiplicity=split)
         xml = to_xml(symbolic)
         total = int(re.search(r'nchunksperloop="(\d+)"', xml).group(1))
         m = per * (n if kind != "allreduce" else 1)
@@ -69,6 +74,8 @@ def main() -> None:
     ap.add_argument("--sizes", default="1MiB,64MiB,1GiB", help="total M per collective")
     ap.add_argument("--chunks", type=int, default=8)
     ap.add_argument("--json", help="write the rows here")
+    ap.add_argument("--warm-connections", action="store_true", help="simulate the XML rows with warm connections")
+    ap.add_argument("--split-multiplicity", action="store_true", help="export trees of multiplicity m as m streams")
     args = ap.parse_args()
     from collsched import sim
 
@@ -91,14 +98,14 @@ def main() -> None:
             per -= per % (elem * n * args.chunks)
             for algo in algos:
                 if algo.startswith("forest_xml"):
-                    plan = _via_xml(kind, n, per, elem, cluster, args.chunks, one_pass=algo == "forest_xml1")
+                    plan = _via_xml(kind, n, per, elem, cluster, args.chunks, one_pass=algo == "forest_xml1", split=args.split_multiplicity)
                     if plan is None:
                         continue
                 else:
                     plan = C.plan_collective(kind, n, per, algo, elem_bytes=elem, topology=cluster, chunks=args.chunks)
                     if plan.gpus_per_server == 0:
                         plan = _with_tiers(plan, cluster.gpus_per_server)
-                r = sim.simulate(plan, cluster)
+                r = sim.simulate(plan, cluster, warm_connections=args.warm_connections and algo.startswith("forest_xml"))
                 mb = _m_bytes(kind, n, per)
                 algbw = mb / r.time_s / 1e9
                 bus = algbw * (n - 1) / n * (2 if kind == "allreduce" else 1)

@@ -70,13 +70,13 @@ def _fake_forest():
     def schedule(g, k=None, optimal=False):
         return Schedule(g, k or 1)
 
-    def plan_allgather(sch, shard_bytes, chunks=8, merge=True):
+    def plan_allgather(sch, shard_bytes, chunks=8, merge=True, split_multiplicity=False):
         return _core.plan_collective("allgather", "ring", sch.ranks, shard_bytes, 1, None, {"chunks": str(chunks)})
 
-    def plan_reduce_scatter(sch, shard_bytes, elem_bytes=4, chunks=8, merge=True):
+    def plan_reduce_scatter(sch, shard_bytes, elem_bytes=4, chunks=8, merge=True, split_multiplicity=False):
         return _core.plan_collective("reduce_scatter", "ring", sch.ranks, shard_bytes, elem_bytes, None, {"chunks": str(chunks)})
 
-    def plan_allreduce(sch, nbytes, elem_bytes=4, chunks=8, merge=True):
+    def plan_allreduce(sch, nbytes, elem_bytes=4, chunks=8, merge=True, split_multiplicity=False):
         return _core.plan_collective("allreduce", "ring", sch.ranks, nbytes, elem_bytes, None, {"chunks": str(chunks)})
 
     m.Graph, m.as_graph, m.optimal, m.schedule = Graph, as_graph, optimal, schedule
@@ -154,3 +154,23 @@ def test_real_forest(tmp_path):
     assert s["algbw_gbps"] == pytest.approx(num / den, rel=1e-9)
     assert s["k"] >= 1 and s["trees"] and s["bottleneck_cut"]
     assert validate_msccl_xml(out.read_text()) == []
+
+
+def test_real_forest_xml_with_pieces_and_split_streams(tmp_path):
+    """--pieces cuts each tree's data into that many pieces (more steps, the same chunk
+    layout per piece); --split-multiplicity sends a tree of multiplicity m as m streams:
+    a100:2's schedule has trees of multiplicity up to 6, so the split file has more steps
+    (one per stream and piece; 976 / 3 856 / 13 456 measured)."""
+    pytest.importorskip("collsched.forest")
+    shapes = {}
+    for flags in ([], ["--pieces", "4"], ["--pieces", "4", "--split-multiplicity"]):
+        out = tmp_path / f"ag{len(flags)}.xml"
+        r = runner.invoke(app, ["forest", "-t", "a100:2", "--json", "--xml", str(out), *flags])
+        assert r.exit_code == 0, r.output
+        s = json.loads(r.output)
+        xml = out.read_text()
+        assert s["xml"]["problems"] == [] and validate_msccl_xml(xml) == []
+        assert s["xml"]["pieces"] == (4 if flags else 1) and s["xml"]["split_multiplicity"] == ("--split-multiplicity" in flags)
+        shapes[len(flags)] = (xml.count("<step "), s["xml"]["threadblocks"])
+    assert shapes[2][0] >= 4 * shapes[0][0] * 0.9, shapes
+    assert shapes[3][0] > 2 * shapes[2][0], shapes

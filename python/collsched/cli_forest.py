@@ -59,14 +59,18 @@ def summary(topology: str, k: Optional[int]) -> tuple[dict, object, object]:
     return out, graph, sched
 
 
-def export_xml(sched, collective: str, nranks: int, channels: Optional[int] = None) -> tuple[str, list[str]]:
+def export_xml(sched, collective: str, nranks: int, channels: Optional[int] = None, pieces: int = 1,
+               split_multiplicity: bool = False) -> tuple[str, list[str]]:
     """MSCCL XML of the schedule's `collective`, and the validator's verdict.
 
     The XML is size-independent (the runtime cuts the user's buffer into
     ``nchunksperloop`` chunks), so the plan is made for the smallest shard that
     splits into whole chunks over the trees: k × 2^j elements, j = 0, 1, ...
     Unmerged, so each tree's data on an edge is a stream of its own, on a channel of
-    its own: the executor's loops then pipeline every tree independently.
+    its own: the executor's loops then pipeline every tree independently. ``pieces``
+    per tree (``split_multiplicity``: per unit of multiplicity, each its own stream)
+    make the relays forward finer units than the executor's 2 MiB passes when the
+    pieces are smaller (docs/msccl.md); more pieces mean more steps per threadblock.
     """
     from collsched import forest
     from collsched.export.msccl import to_xml
@@ -75,14 +79,15 @@ def export_xml(sched, collective: str, nranks: int, channels: Optional[int] = No
     elem = 1 if collective == "allgather" else 4
     k = max(1, int(getattr(sched, "k", 1)))
     last = None
+    kw = {"chunks": pieces, "merge": False, "split_multiplicity": split_multiplicity}
     for j in range(12):
-        shard = k * (1 << j) * elem
+        shard = k * pieces * (1 << j) * elem
         if collective == "allgather":
-            plan = forest.plan_allgather(sched, shard, chunks=1, merge=False)
+            plan = forest.plan_allgather(sched, shard, **kw)
         elif collective == "reduce_scatter":
-            plan = forest.plan_reduce_scatter(sched, shard, elem_bytes=elem, chunks=1, merge=False)
+            plan = forest.plan_reduce_scatter(sched, shard, elem_bytes=elem, **kw)
         else:
-            plan = forest.plan_allreduce(sched, shard * nranks, elem_bytes=elem, chunks=1, merge=False)
+            plan = forest.plan_allreduce(sched, shard * nranks, elem_bytes=elem, **kw)
         try:
             xml = to_xml(plan, name=f"forestcoll_{collective}_{nranks}", channels=channels)
         except ValueError as e:
@@ -228,6 +233,8 @@ def register(app: typer.Typer) -> None:
         collective: str = typer.Option("allgather", "--collective", "-c", help="allgather, reduce_scatter or allreduce (for --xml)"),
         xml: Optional[Path] = typer.Option(None, "--xml", help="write the schedule as MSCCL XML to this file"),
         channels: Optional[int] = typer.Option(None, "--channels", min=1, max=32, help="MSCCL channels for parallel trees (--xml)"),
+        pieces: int = typer.Option(1, "--pieces", min=1, max=64, help="pipeline pieces per tree in the XML (--xml; at most 64 steps per threadblock)"),
+        split_multiplicity: bool = typer.Option(False, "--split-multiplicity", help="a tree of multiplicity m as m streams in the XML (--xml)"),
         as_json: bool = typer.Option(False, "--json", help="print the summary as JSON"),
         draw: Optional[Path] = typer.Option(None, "--draw", help="draw one tree over the topology to this PNG"),
         tree: int = typer.Option(0, "--tree", min=0, help="which tree --draw shows"),
@@ -239,9 +246,10 @@ def register(app: typer.Typer) -> None:
             s, graph, sched = summary(topology, k)
             nranks = s["gpus"]
             if xml is not None:
-                text, problems = export_xml(sched, collective, nranks, channels)
+                text, problems = export_xml(sched, collective, nranks, channels, pieces, split_multiplicity)
                 xml.write_text(text)
-                s["xml"] = {"path": str(xml), "collective": collective, "problems": problems, **_xml_shape(text)}
+                s["xml"] = {"path": str(xml), "collective": collective, "pieces": pieces, "split_multiplicity": split_multiplicity,
+                            "problems": problems, **_xml_shape(text)}
             if draw is not None:
                 draw_tree(s, tree, draw, graph)
                 s["draw"] = str(draw)

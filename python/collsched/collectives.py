@@ -65,12 +65,12 @@ def _piece_latency_ns(topology) -> int | None:
 
 
 def _forest_plan(kind: str, ranks: int, nbytes: int, elem_bytes: int, topology, chunks: int | None, k: int | None,
-                 merge: bool = True):
+                 merge: bool = True, split_multiplicity: bool = False):
     from collsched import forest
 
     g = _graph(topology, ranks)
     sch = forest.schedule(g, k=k)
-    kw = {"chunks": chunks, "latency_ns": _piece_latency_ns(topology), "merge": merge}
+    kw = {"chunks": chunks, "latency_ns": _piece_latency_ns(topology), "merge": merge, "split_multiplicity": split_multiplicity}
     if kind == "allgather":
         plan = forest.plan_allgather(sch, nbytes, **kw)
     elif kind == "reduce_scatter":
@@ -83,12 +83,14 @@ def _forest_plan(kind: str, ranks: int, nbytes: int, elem_bytes: int, topology, 
 
 
 def plan_collective(kind: str, ranks: int, nbytes: int, algorithm: str = "forest", *, elem_bytes: int = 1,
-                    topology=None, chunks: int | None = None, k: int | None = None, merge: bool = True):
+                    topology=None, chunks: int | None = None, k: int | None = None, merge: bool = True,
+                    split_multiplicity: bool = False):
     """Plan ``kind`` over ``ranks`` ranks. ``topology``: a Cluster or spec
     (``"mi250:2"``) for tiers and for ForestColl's graph, or a ``forest.Graph``.
     ``chunks`` pipelines each shard in that many pieces; ``k`` fixes ForestColl's
     trees per root; ``merge=False`` keeps each tree's piece a message of its own
-    (ForestColl only: what an MSCCL export wants, one stream per tree and edge)."""
+    (ForestColl only: what an MSCCL export wants, one stream per tree and edge);
+    ``split_multiplicity=True`` makes a tree of multiplicity m m streams (ForestColl only)."""
     kind = _kind(kind)
     if algorithm not in ALGORITHMS:
         raise ValueError(f"unknown algorithm {algorithm!r} (known: {', '.join(ALGORITHMS)})")
@@ -97,11 +99,13 @@ def plan_collective(kind: str, ranks: int, nbytes: int, algorithm: str = "forest
     if nbytes < 0:
         raise ValueError(f"nbytes must be non-negative, got {nbytes}")
     if algorithm == "forest":
-        return _forest_plan(kind, ranks, nbytes, elem_bytes, topology, chunks, k, merge)
+        return _forest_plan(kind, ranks, nbytes, elem_bytes, topology, chunks, k, merge, split_multiplicity)
     if k is not None:
         raise ValueError("k (trees per root) only applies to algorithm='forest'")
     if not merge:
         raise ValueError("merge=False only applies to algorithm='forest'")
+    if split_multiplicity:
+        raise ValueError("split_multiplicity=True only applies to algorithm='forest'")
     opts = {"chunks": str(chunks)} if chunks else None
     return _core.plan_collective(kind, algorithm, ranks, nbytes, elem_bytes, _cluster(topology), opts)
 

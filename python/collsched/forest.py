@@ -55,20 +55,26 @@ def optimal(graph) -> dict:
     return _core.forest_optimal(as_graph(graph))
 
 
-def schedule(graph, k: int | None = None, optimal: bool = False, spread_fan: int | None = None) -> ForestSchedule:
+def schedule(graph, k: int | None = None, optimal: bool = False, spread_fan: int | None = None,
+             interleave: bool | None = None) -> ForestSchedule:
     """Build the spanning-tree schedule.
 
     ``k=None``: the optimal k when it is below 10, else the best k in 1..9 (paper §5.5);
     ``optimal=True``: the exactly optimal k however large; ``k=n``: exactly n trees per root
     with the best bandwidth for that n. ``spread_fan``: edge splitting first spreads each
     egress of a small switch over that many partners (shallower trees, slower generation);
-    default 8 up to 256 GPUs, 1 above.
+    default 8 up to 256 GPUs, 1 above. ``interleave``: the packing grows the trees in turns
+    instead of one after another, so no tree takes all the short edges and the trees are
+    shallower (h100:2 depth 6 -> 3) at the same throughput, for a costlier generation;
+    default on up to 64 GPUs.
     """
     if k is not None and (not isinstance(k, int) or isinstance(k, bool) or k < 1):
         raise ValueError(f"k must be a positive integer, got {k!r}")
     if spread_fan is not None and (not isinstance(spread_fan, int) or isinstance(spread_fan, bool) or spread_fan < 1):
         raise ValueError(f"spread_fan must be a positive integer, got {spread_fan!r}")
-    return _core.forest_schedule(as_graph(graph), k, optimal, spread_fan)
+    if interleave is not None and not isinstance(interleave, bool):
+        raise ValueError(f"interleave must be True, False or None, got {interleave!r}")
+    return _core.forest_schedule(as_graph(graph), k, optimal, spread_fan, interleave)
 
 
 def _schedule(s) -> ForestSchedule:
@@ -87,31 +93,34 @@ def _chunks(schedule: ForestSchedule, chunks, output_bytes: int, latency_ns) -> 
 
 
 def plan_allgather(schedule, shard_bytes: int, chunks: int | None = None, merge: bool = True,
-                   latency_ns: int | None = None) -> _core.Plan:
+                   latency_ns: int | None = None, split_multiplicity: bool = False) -> _core.Plan:
     """Allgather plan: every rank contributes ``shard_bytes``; ranks are the graph's compute
     nodes in order. ``schedule`` may also be a graph (the automatic schedule is built).
     ``chunks``: pipeline chunks per tree; None picks them for the size
     (``ForestSchedule.auto_chunks``: ⌊√(bandwidth time / per-piece latency)⌋, 1..64, with
     ``latency_ns`` per piece, default 6 µs across boxes, 3 µs in one); ``merge``: one
-    multi-segment message per rank pair and step instead of one per tree."""
+    multi-segment message per rank pair and step instead of one per tree;
+    ``split_multiplicity``: a tree of multiplicity m travels as m streams of one share each
+    (a stream gets one fair share of a link; see docs/forestcoll.md)."""
     s = _schedule(schedule)
     chunks = _chunks(s, chunks, int(shard_bytes) * s.num_ranks, latency_ns)
-    return _core.forest_plan_allgather(s, int(shard_bytes), chunks, bool(merge))
+    return _core.forest_plan_allgather(s, int(shard_bytes), chunks, bool(merge), bool(split_multiplicity))
 
 
 def plan_reduce_scatter(schedule, shard_bytes: int, elem_bytes: int = 4, chunks: int | None = None, merge: bool = True,
-                        latency_ns: int | None = None) -> _core.Plan:
+                        latency_ns: int | None = None, split_multiplicity: bool = False) -> _core.Plan:
     """Reduce-scatter plan along the reversed trees: input ``ranks × shard_bytes``
-    (``chunks``/``latency_ns`` as for :func:`plan_allgather`)."""
+    (``chunks``/``latency_ns``/``split_multiplicity`` as for :func:`plan_allgather`)."""
     s = _schedule(schedule)
     chunks = _chunks(s, chunks, int(shard_bytes) * s.num_ranks, latency_ns)
-    return _core.forest_plan_reduce_scatter(s, int(shard_bytes), int(elem_bytes), chunks, bool(merge))
+    return _core.forest_plan_reduce_scatter(s, int(shard_bytes), int(elem_bytes), chunks, bool(merge), bool(split_multiplicity))
 
 
 def plan_allreduce(schedule, bytes: int, elem_bytes: int = 4, chunks: int | None = None, merge: bool = True,
-                   latency_ns: int | None = None) -> _core.Plan:
+                   latency_ns: int | None = None, split_multiplicity: bool = False) -> _core.Plan:
     """Allreduce plan: reduce-scatter along the in-trees, then allgather along the out-trees
-    (``chunks``/``latency_ns`` as for :func:`plan_allgather`, each phase moving ``bytes``)."""
+    (``chunks``/``latency_ns``/``split_multiplicity`` as for :func:`plan_allgather`, each phase
+    moving ``bytes``)."""
     s = _schedule(schedule)
     chunks = _chunks(s, chunks, int(bytes), latency_ns)
-    return _core.forest_plan_allreduce(s, int(bytes), int(elem_bytes), chunks, bool(merge))
+    return _core.forest_plan_allreduce(s, int(bytes), int(elem_bytes), chunks, bool(merge), bool(split_multiplicity))

@@ -1,6 +1,6 @@
 //! ForestColl core: paper numbers, brute-force agreement, schedule invariants, plans.
 use collsched_core::forest::optimal::brute_force_inv_x;
-use collsched_core::forest::{self, fixed_k_scale, optimal, schedule, schedule_with, ForestOptions, ForestSchedule, KChoice, Ratio};
+use collsched_core::forest::{self, fixed_k_scale, optimal, schedule, schedule_with, ForestOptions, ForestSchedule, Growth, KChoice, Ratio};
 use collsched_core::plan::{Buf, Collective, Op, Plan};
 use collsched_core::topology::graph::{Graph, GraphBuilder, NodeKind};
 use proptest::prelude::*;
@@ -47,6 +47,45 @@ fn a100_and_h100_optima() {
     assert!(s.k <= 9 && s.algbw <= a.algbw);
 }
 
+#[test]
+fn interleaved_growth_packs_shallower_trees_at_the_same_optimum() {
+    for (spec, seq_depth, int_depth) in [("h100:2", 6, 3), ("a100:2", 5, 3), ("mi250:2", 21, 11)] {
+        let g = Graph::parse_preset(spec).unwrap();
+        let base = ForestOptions::for_graph(&g);
+        assert_eq!(base.growth, Growth::Interleaved, "{spec}: small graphs interleave by default");
+        let seq = schedule_with(&g, KChoice::Auto, &ForestOptions { growth: Growth::Sequential, ..base }).unwrap();
+        let int = schedule_with(&g, KChoice::Auto, &base).unwrap();
+        for s in [&seq, &int] {
+            s.check().unwrap();
+            independent_checks(s).unwrap();
+        }
+        assert_eq!((seq.k, seq.algbw), (int.k, int.algbw), "{spec}");
+        assert_eq!((seq.max_depth(), int.max_depth()), (seq_depth, int_depth), "{spec}");
+    }
+    assert_eq!(ForestOptions::for_graph(&Graph::parse_preset("a100:16").unwrap()).growth, Growth::Sequential);
+}
+
+#[test]
+fn split_multiplicity_sends_one_stream_per_unit_of_multiplicity() {
+    // h100:2's sequentially grown schedule has trees of multiplicity 2 beside unit trees.
+    let g = Graph::parse_preset("h100:2").unwrap();
+    let s = schedule_with(&g, KChoice::Auto, &ForestOptions { growth: Growth::Sequential, ..ForestOptions::for_graph(&g) }).unwrap();
+    assert!(s.trees.iter().any(|t| t.multiplicity > 1));
+    let (chunks, n) = (3u64, s.num_ranks() as u64);
+    let network = |p: &Plan| p.transfers.iter().filter(|t| t.src != t.dst).count() as u64;
+    let edges = |weight: &dyn Fn(u64) -> u64| s.trees.iter().map(|t| weight(t.multiplicity) * t.edges.len() as u64).sum::<u64>() * chunks;
+    let unmerged = forest::PlanOptions { chunks: chunks as u32, merge: false, split_multiplicity: false };
+    let split = forest::PlanOptions { split_multiplicity: true, ..unmerged };
+    let (one, many) = (forest::plan_allgather_with(&s, 96 * n, &unmerged).unwrap(), forest::plan_allgather_with(&s, 96 * n, &split).unwrap());
+    assert_eq!(network(&one), edges(&|_| 1));
+    assert_eq!(network(&many), edges(&|m| m));
+    assert_ne!(one.input_hash, many.input_hash);
+    assert_eq!(many.meta.get("split_multiplicity").map(String::as_str), Some("true"));
+    for p in [one, many] {
+        execute_and_check(&p).unwrap();
+    }
+}
+
 /// Random Eulerian graph: a cycle through every node (connectivity) plus random cycles.
 fn random_graph(compute: usize, switches: usize, cycles: &[(Vec<usize>, u64)], bidirectional: bool, multicast: bool) -> Graph {
     let n = compute + switches;
@@ -88,7 +127,8 @@ proptest! {
 
     #[test]
     fn optimum_matches_brute_force_and_schedule_is_valid(
-        compute in 2usize..6, switches in 0usize..4, cycles in cycles_strategy(), bidir in any::<bool>(), mc in any::<bool>()
+        compute in 2usize..6, switches in 0usize..4, cycles in cycles_strategy(), bidir in any::<bool>(), mc in any::<bool>(),
+        interleave in any::<bool>()
     ) {
         let g = random_graph(compute, switches, &cycles, bidir, mc);
         let brute = brute_force_inv_x(&g).unwrap();
@@ -101,7 +141,7 @@ proptest! {
         let out: u128 = g.links.iter().filter(|l| inside[l.src as usize] && !inside[l.dst as usize]).map(|l| l.bw as u128).sum();
         prop_assert_eq!(Ratio::new(n_in, out), brute);
         prop_assert_eq!(opt.tree_bw.mul_int(opt.k as u128), opt.x);
-        let s = schedule_with(&g, KChoice::Optimal, &ForestOptions { spread_fan: if bidir { 1 } else { 8 } }).unwrap();
+        let s = schedule_with(&g, KChoice::Optimal, &ForestOptions { spread_fan: if bidir { 1 } else { 8 }, growth: if interleave { Growth::Interleaved } else { Growth::Sequential } }).unwrap();
         s.check().map_err(|e| TestCaseError::fail(e.to_string()))?;
         prop_assert_eq!(s.k, opt.k);
         independent_checks(&s).map_err(TestCaseError::fail)?;
@@ -111,9 +151,11 @@ proptest! {
         let auto = schedule(&g, KChoice::Auto).unwrap();
         independent_checks(&auto).map_err(TestCaseError::fail)?;
         prop_assert!(auto.algbw <= opt.algbw && (auto.k <= 9 || auto.k == opt.k));
-        let unmerged = forest::PlanOptions { chunks: 2, merge: false };
+        let unmerged = forest::PlanOptions { chunks: 2, merge: false, split_multiplicity: false };
+        let split = forest::PlanOptions { split_multiplicity: true, ..unmerged };
         for p in [forest::plan_allgather(&s, 24, 3).unwrap(), forest::plan_reduce_scatter(&s, 24, 4, 2).unwrap(), forest::plan_allreduce(&s, 8 * 13, 8, 3).unwrap(),
-                  forest::plan_allgather_with(&s, 7, &unmerged).unwrap(), forest::plan_reduce_scatter_with(&s, 8, 2, &unmerged).unwrap(), forest::plan_allreduce_with(&s, 40, 4, &unmerged).unwrap()] {
+                  forest::plan_allgather_with(&s, 7, &unmerged).unwrap(), forest::plan_reduce_scatter_with(&s, 8, 2, &unmerged).unwrap(), forest::plan_allreduce_with(&s, 40, 4, &unmerged).unwrap(),
+                  forest::plan_allgather_with(&s, 11, &split).unwrap(), forest::plan_reduce_scatter_with(&s, 12, 2, &split).unwrap(), forest::plan_allreduce_with(&s, 44, 4, &split).unwrap()] {
             execute_and_check(&p).map_err(TestCaseError::fail)?;
         }
     }
@@ -329,7 +371,12 @@ fn generation_trend() {
         let t = std::time::Instant::now();
         let g = Graph::parse_preset(spec).unwrap();
         let fan = std::env::var("FOREST_FAN").ok().and_then(|v| v.parse().ok()).unwrap_or(ForestOptions::for_graph(&g).spread_fan);
-        let s = schedule_with(&g, KChoice::Auto, &ForestOptions { spread_fan: fan }).unwrap();
+        let growth = match std::env::var("FOREST_GROWTH").as_deref() {
+            Ok("sequential") => Growth::Sequential,
+            Ok("interleaved") => Growth::Interleaved,
+            _ => ForestOptions::for_graph(&g).growth,
+        };
+        let s = schedule_with(&g, KChoice::Auto, &ForestOptions { spread_fan: fan, growth }).unwrap();
         let el = t.elapsed().as_secs_f64();
         s.check().unwrap();
         eprintln!("{spec}: {el:.3}s k={} trees={} depth={} algbw={:.2} opt={:.2} {:?}", s.k, s.trees.len(), s.max_depth(), s.algbw.to_f64() / 1e9, s.optimum.algbw.to_f64() / 1e9, s.stats);

@@ -220,10 +220,11 @@ impl PySchedule {
 
 /// `k=None`: automatic (optimal k if < 10, else the best k in 1..9); `optimal=True`: the
 /// optimal k however large; else exactly `k` trees per root. `spread_fan`: see
-/// `ForestOptions` (None: 8 up to 256 compute nodes, else 1).
+/// `ForestOptions` (None: 8 up to 256 compute nodes, else 1). `interleave`: grow trees in
+/// turns (shallower; None: up to 64 compute nodes).
 #[pyfunction]
-#[pyo3(signature = (graph, k = None, optimal = false, spread_fan = None))]
-fn forest_schedule(py: Python<'_>, graph: &PyGraph, k: Option<u64>, optimal: bool, spread_fan: Option<u64>) -> PyResult<PySchedule> {
+#[pyo3(signature = (graph, k = None, optimal = false, spread_fan = None, interleave = None))]
+fn forest_schedule(py: Python<'_>, graph: &PyGraph, k: Option<u64>, optimal: bool, spread_fan: Option<u64>, interleave: Option<bool>) -> PyResult<PySchedule> {
     let choice = match (k, optimal) {
         (Some(_), true) => return Err(pyo3::exceptions::PyValueError::new_err("give either k or optimal=True, not both")),
         (Some(k), false) => KChoice::Fixed(k),
@@ -238,28 +239,31 @@ fn forest_schedule(py: Python<'_>, graph: &PyGraph, k: Option<u64>, optimal: boo
         }
         opts.spread_fan = f;
     }
+    if let Some(i) = interleave {
+        opts.growth = if i { forest::Growth::Interleaved } else { forest::Growth::Sequential };
+    }
     let s = py.allow_threads(move || guarded(|| forest::schedule_with(&g, choice, &opts)))?;
     Ok(PySchedule { inner: s })
 }
 
 #[pyfunction]
-#[pyo3(signature = (schedule, shard_bytes, chunks = 8, merge = true))]
-fn forest_plan_allgather(py: Python<'_>, schedule: &PySchedule, shard_bytes: u64, chunks: u32, merge: bool) -> PyResult<PyPlan> {
-    let p = py.allow_threads(|| guarded(|| forest::plan_allgather_with(&schedule.inner, shard_bytes, &forest::PlanOptions { chunks, merge })))?;
+#[pyo3(signature = (schedule, shard_bytes, chunks = 8, merge = true, split_multiplicity = false))]
+fn forest_plan_allgather(py: Python<'_>, schedule: &PySchedule, shard_bytes: u64, chunks: u32, merge: bool, split_multiplicity: bool) -> PyResult<PyPlan> {
+    let p = py.allow_threads(|| guarded(|| forest::plan_allgather_with(&schedule.inner, shard_bytes, &forest::PlanOptions { chunks, merge, split_multiplicity })))?;
     Ok(PyPlan { inner: p })
 }
 
 #[pyfunction]
-#[pyo3(signature = (schedule, shard_bytes, elem_bytes = 4, chunks = 8, merge = true))]
-fn forest_plan_reduce_scatter(py: Python<'_>, schedule: &PySchedule, shard_bytes: u64, elem_bytes: u32, chunks: u32, merge: bool) -> PyResult<PyPlan> {
-    let p = py.allow_threads(|| guarded(|| forest::plan_reduce_scatter_with(&schedule.inner, shard_bytes, elem_bytes, &forest::PlanOptions { chunks, merge })))?;
+#[pyo3(signature = (schedule, shard_bytes, elem_bytes = 4, chunks = 8, merge = true, split_multiplicity = false))]
+fn forest_plan_reduce_scatter(py: Python<'_>, schedule: &PySchedule, shard_bytes: u64, elem_bytes: u32, chunks: u32, merge: bool, split_multiplicity: bool) -> PyResult<PyPlan> {
+    let p = py.allow_threads(|| guarded(|| forest::plan_reduce_scatter_with(&schedule.inner, shard_bytes, elem_bytes, &forest::PlanOptions { chunks, merge, split_multiplicity })))?;
     Ok(PyPlan { inner: p })
 }
 
 #[pyfunction]
-#[pyo3(signature = (schedule, bytes, elem_bytes = 4, chunks = 8, merge = true))]
-fn forest_plan_allreduce(py: Python<'_>, schedule: &PySchedule, bytes: u64, elem_bytes: u32, chunks: u32, merge: bool) -> PyResult<PyPlan> {
-    let p = py.allow_threads(|| guarded(|| forest::plan_allreduce_with(&schedule.inner, bytes, elem_bytes, &forest::PlanOptions { chunks, merge })))?;
+#[pyo3(signature = (schedule, bytes, elem_bytes = 4, chunks = 8, merge = true, split_multiplicity = false))]
+fn forest_plan_allreduce(py: Python<'_>, schedule: &PySchedule, bytes: u64, elem_bytes: u32, chunks: u32, merge: bool, split_multiplicity: bool) -> PyResult<PyPlan> {
+    let p = py.allow_threads(|| guarded(|| forest::plan_allreduce_with(&schedule.inner, bytes, elem_bytes, &forest::PlanOptions { chunks, merge, split_multiplicity })))?;
     Ok(PyPlan { inner: p })
 }
 

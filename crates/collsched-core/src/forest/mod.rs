@@ -15,9 +15,10 @@ pub mod split;
 
 pub use fixed_k::fixed_k_scale;
 pub use optimal::{optimal, Optimum};
+pub use pack::Growth;
 pub use plan::{
     auto_chunks, auto_chunks_default, default_piece_latency_ns, plan_allgather, plan_allgather_with, plan_allreduce, plan_allreduce_with, plan_reduce_scatter, plan_reduce_scatter_with, predicted_time,
     predicted_time_chunks, PlanOptions,
 };
 pub use ratio::Ratio;
-pub use schedule::{schedule, schedule_with, ForestOptions, ForestSchedule, ForestTree, KChoice, TreeEdge};
+pub use schedule::{schedule, schedule_with, ForestOptions, ForestSchedule, ForestTree, KChoice, TreeEdge, INTERLEAVE_MAX_COMPUTE};

@@ -24,11 +24,16 @@ pub struct PlanOptions {
     /// Merge a step's transfers between the same two ranks into one multi-segment message
     /// (3-19x fewer messages on the testbeds; in the fluid simulator within a few % at 1 GiB).
     pub merge: bool,
+    /// Send a tree of multiplicity m as m unit streams (each its own chain of pieces per
+    /// edge) instead of one stream carrying m shares. A stream gets one fair share of a
+    /// link, so an unsplit tree of multiplicity 2 gets half its bandwidth where it meets
+    /// unit trees; split, every stream wants the same rate y, as the packing assumes.
+    pub split_multiplicity: bool,
 }
 
 impl PlanOptions {
     pub fn new(chunks: u32) -> PlanOptions {
-        PlanOptions { chunks, merge: true }
+        PlanOptions { chunks, merge: true, split_multiplicity: false }
     }
 }
 
@@ -109,10 +114,12 @@ fn chunk_ranges(offset: u64, len: u64, chunks: u32) -> Vec<(u64, u64)> {
         .collect()
 }
 
-/// One tree's slice of a root's data: (tree index, offset, len) in units of elements.
-fn tree_parts(s: &ForestSchedule, root: u32, total: u64) -> Vec<(usize, u64, u64)> {
-    let idx: Vec<usize> = (0..s.trees.len()).filter(|&i| s.trees[i].root == root).collect();
-    let w: Vec<u64> = idx.iter().map(|&i| s.trees[i].multiplicity).collect();
+/// One tree's slice of a root's data: (tree index, offset, len) in units of elements; with
+/// `split`, a tree of multiplicity m has m slices of one share each (m streams).
+fn tree_parts(s: &ForestSchedule, root: u32, total: u64, split: bool) -> Vec<(usize, u64, u64)> {
+    let trees = (0..s.trees.len()).filter(|&i| s.trees[i].root == root);
+    let idx: Vec<usize> = if split { trees.flat_map(|i| std::iter::repeat_n(i, s.trees[i].multiplicity as usize)).collect() } else { trees.collect() };
+    let w: Vec<u64> = idx.iter().map(|&i| if split { 1 } else { s.trees[i].multiplicity }).collect();
     let mut off = 0;
     idx.iter()
         .zip(apportion(total, &w))
@@ -275,7 +282,8 @@ impl<'a> Emitter<'a> {
     /// several segments (Fusco-style descriptors): far fewer messages, same data movement.
     /// Every dependency points to an earlier step, so grouping within a step keeps the ids
     /// topologically ordered.
-    fn finish(self, collective: Collective, chunks: u32, name: &str, merge: bool) -> Plan {
+    fn finish(self, collective: Collective, chunks: u32, name: &str, o: &PlanOptions) -> Plan {
+        let merge = o.merge;
         let p = &self.pending;
         let key = |i: usize| {
             let (step, src, dst, op, tier, ..) = p[i];
@@ -311,6 +319,9 @@ impl<'a> Emitter<'a> {
         b.set_meta("trees", s.trees.len());
         b.set_meta("chunks", chunks);
         b.set_meta("merged", merge);
+        if o.split_multiplicity {
+            b.set_meta("split_multiplicity", true);
+        }
         b.set_meta("max_depth", s.max_depth());
         b.set_meta("allgather_algbw_bytes_per_s", s.algbw);
         b.set_meta("optimal_allgather_algbw_bytes_per_s", s.optimum.algbw);
@@ -330,6 +341,9 @@ impl<'a> Emitter<'a> {
             }
         }
         h.write(name.as_bytes());
+        if o.split_multiplicity {
+            h.write(b"split");
+        }
         b.set_input_hash(h.finish());
         b.finish()
     }
@@ -356,13 +370,13 @@ pub fn plan_allgather_with(s: &ForestSchedule, shard_bytes: u64, o: &PlanOptions
         em.local(r, Buf::Input, 0, Buf::Output, r as u64 * shard_bytes, shard_bytes);
     }
     for r in 0..n {
-        for (ti, off, len) in tree_parts(s, r, shard_bytes) {
+        for (ti, off, len) in tree_parts(s, r, shard_bytes, o.split_multiplicity) {
             let ch = chunk_ranges(off, len, chunks);
             let ready = vec![Vec::new(); ch.len()];
             em.broadcast(&s.trees[ti], &ch, Buf::Input, 0, r as u64 * shard_bytes, &vec![0; ch.len()], &ready);
         }
     }
-    Ok(em.finish(Collective::AllGather { ranks: n, shard_bytes }, chunks, "allgather", o.merge))
+    Ok(em.finish(Collective::AllGather { ranks: n, shard_bytes }, chunks, "allgather", o))
 }
 
 fn elems(bytes: u64, elem_bytes: u32, what: &str) -> Result<u64> {
@@ -393,12 +407,12 @@ pub fn plan_reduce_scatter_with(s: &ForestSchedule, shard_bytes: u64, elem_bytes
     let mut em = Emitter::new(s);
     let mut scratch = vec![0u64; n as usize];
     for r in 0..n {
-        for (ti, off, len) in tree_parts(s, r, shard_elems) {
+        for (ti, off, len) in tree_parts(s, r, shard_elems, o.split_multiplicity) {
             let ch = scale(chunk_ranges(off, len, chunks), e);
             em.reduce(&s.trees[ti], &ch, r as u64 * shard_bytes, 0, &mut scratch, len * e);
         }
     }
-    let mut plan = em.finish(Collective::ReduceScatter { ranks: n, shard_bytes, elem_bytes }, chunks, "reduce_scatter", o.merge);
+    let mut plan = em.finish(Collective::ReduceScatter { ranks: n, shard_bytes, elem_bytes }, chunks, "reduce_scatter", o);
     plan.scratch_bytes = scratch;
     Ok(plan)
 }
@@ -420,7 +434,7 @@ pub fn plan_allreduce_with(s: &ForestSchedule, bytes: u64, elem_bytes: u32, o: &
     let mut scratch = vec![0u64; n as usize];
     let mut base = 0u64;
     for r in 0..n {
-        for (ti, off, len) in tree_parts(s, r, shards[r as usize]) {
+        for (ti, off, len) in tree_parts(s, r, shards[r as usize], o.split_multiplicity) {
             let ch = scale(chunk_ranges(base + off, len, chunks), e);
             let ready = em.reduce(&s.trees[ti], &ch, 0, 0, &mut scratch, len * e);
             let step0: Vec<u32> = ready.iter().map(|ids| ids.iter().map(|&i| em.pending[i].0).max().unwrap_or(0)).collect();
@@ -430,7 +444,7 @@ pub fn plan_allreduce_with(s: &ForestSchedule, bytes: u64, elem_bytes: u32, o: &
         }
         base += shards[r as usize];
     }
-    let mut plan = em.finish(Collective::AllReduce { ranks: n, bytes, elem_bytes }, chunks, "allreduce", o.merge);
+    let mut plan = em.finish(Collective::AllReduce { ranks: n, bytes, elem_bytes }, chunks, "allreduce", o);
     plan.scratch_bytes = scratch;
     Ok(plan)
 }
