@@ -75,7 +75,8 @@ fn build_net(n: usize, elist: &[(u32, u32)], gcap: &[u64], states: &[State], cur
 
 /// How trees grow. `Sequential` completes one batch before the next (Algorithm 4 as
 /// written, fewest max-flows). `Interleaved` takes turns: each incomplete batch in turn
-/// adds every feasible edge out of its shallowest vertex that has one, then yields. The
+/// adds every feasible edge out of its earliest-added vertex that has one (the root
+/// first, then in BFS order), then yields. The
 /// first trees no longer take all the short edges, so the trees come out shallower (h100:2
 /// max depth 6 → 3, a100:2 5 → 3, mi250:2 21 → 11): a store-and-forward pipeline drains
 /// one piece per level, so this is worth about 1% at the optimum on h100:2 (docs/forestcoll.md).
@@ -190,8 +191,8 @@ impl Packer<'_> {
         Ok(())
     }
 
-    /// One turn of interleaved growth: the shallowest vertex of batch `cur` with a feasible
-    /// edge adds all of its feasible edges.
+    /// One turn of interleaved growth: the earliest-added vertex of batch `cur` with a
+    /// feasible edge adds all of its feasible edges.
     fn turn(&mut self, cur: usize) -> Result<()> {
         let mut mu = self.net(cur);
         let mut pos = 0;
