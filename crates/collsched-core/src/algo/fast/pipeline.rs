@@ -447,6 +447,9 @@ fn assemble_with(scratch: &mut AssembleScratch, name: &str, collective: Collecti
     for (k, round) in rounds.iter().enumerate() {
         let step = k as u32 + 1;
         touched_nics.clear();
+        // The predictor needs the redistribution loads of the last round only.
+        let last_round = k + 1 == rounds.len();
+        redistributor.track_loads(last_round);
         for &(s, d, _) in &round.pairs {
             // The pieces a later visit starts at (the cuts are read in order, so their
             // addresses are at hand): fetch them while this visit is assembled.
@@ -557,7 +560,9 @@ fn assemble_with(scratch: &mut AssembleScratch, name: &str, collective: Collecti
             }
         }
         loads.round_nic_max.push(round_max);
-        loads.last_redistribution_max = redistributor.finish_round();
+        if last_round {
+            loads.last_redistribution_max = redistributor.finish_round();
+        }
     }
     for (r, &bytes) in recv_cursor.iter().enumerate() {
         b.need_scratch(r as u32, bytes);

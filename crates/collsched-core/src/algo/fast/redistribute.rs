@@ -17,6 +17,9 @@ pub struct Redistributor {
     /// the others a few owners): emission visits only those, in owner order.
     nonempty: Vec<u64>,
     any: bool,
+    /// Whether this round's loads are kept: the predictor needs only the last round's, and
+    /// tracking them costs a branchy update per transfer.
+    tracking: bool,
     out_load: Vec<u64>,
     in_load: Vec<u64>,
     touched: Vec<u32>,
@@ -37,6 +40,7 @@ impl Redistributor {
         super::balance::refill(&mut self.bucket_bytes, gpus, 0);
         super::balance::refill(&mut self.nonempty, gpus.div_ceil(64), 0);
         self.any = false;
+        self.tracking = false;
         super::balance::refill(&mut self.out_load, ranks, 0);
         super::balance::refill(&mut self.in_load, ranks, 0);
         self.touched.clear();
@@ -83,6 +87,9 @@ impl Redistributor {
         deps.push(producer);
         b.close_transfer(holder, owner, Op::Copy, Tier::ScaleUp, step, seg_begin, dep_begin);
         bucket.clear();
+        if !self.tracking {
+            return;
+        }
         for (r, load) in [(holder, &mut self.out_load), (owner, &mut self.in_load)] {
             if load[r as usize] == 0 {
                 self.touched.push(r);
@@ -91,7 +98,13 @@ impl Redistributor {
         }
     }
 
-    /// Close a round: the largest bytes any GPU sent or received in its redistribution.
+    /// Keep the loads of the round about to be emitted (for `finish_round`), or not.
+    pub fn track_loads(&mut self, on: bool) {
+        self.tracking = on;
+    }
+
+    /// Close a round: the largest bytes any GPU sent or received in its redistribution
+    /// (0 unless its loads were tracked).
     pub fn finish_round(&mut self) -> u64 {
         let mut max = 0;
         for &r in &self.touched {
