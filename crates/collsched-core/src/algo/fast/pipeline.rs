@@ -229,7 +229,6 @@ pub struct AssembleScratch {
     recvs: RoundLists,
     nic_send_bytes: Vec<u64>,
     nic_recv_bytes: Vec<u64>,
-    touched_nics: Vec<usize>,
     redistributor: Redistributor,
 }
 
@@ -287,7 +286,6 @@ fn assemble_with(scratch: &mut AssembleScratch, name: &str, collective: Collecti
         recvs,
         nic_send_bytes,
         nic_recv_bytes,
-        touched_nics,
         redistributor,
     } = scratch;
     let n = bal.servers;
@@ -441,12 +439,10 @@ fn assemble_with(scratch: &mut AssembleScratch, name: &str, collective: Collecti
     recvs.reset(n * nics, nic_cap);
     refill(nic_send_bytes, n * nics, 0);
     refill(nic_recv_bytes, n * nics, 0);
-    touched_nics.clear();
     redistributor.reset(p, g);
     let mut visit = 0;
     for (k, round) in rounds.iter().enumerate() {
         let step = k as u32 + 1;
-        touched_nics.clear();
         // The predictor needs the redistribution loads of the last round only.
         let last_round = k + 1 == rounds.len();
         redistributor.track_loads(last_round);
@@ -533,13 +529,7 @@ fn assemble_with(scratch: &mut AssembleScratch, name: &str, collective: Collecti
                     let id = b.close_transfer(src_rank as u32, dst_rank as u32, Op::Copy, Tier::ScaleOut, step, seg_begin, dep_begin);
                     // Its redistribution: step k+2, beside the next round's scale-out.
                     redistributor.emit(&mut b, dst_rank as u32, (d * g) as u32, id, step + 1);
-                    if nic_send_bytes[snic] == 0 && nic_recv_bytes[snic] == 0 {
-                        touched_nics.push(snic);
-                    }
                     nic_send_bytes[snic] += bytes;
-                    if nic_send_bytes[rnic] == 0 && nic_recv_bytes[rnic] == 0 {
-                        touched_nics.push(rnic);
-                    }
                     nic_recv_bytes[rnic] += bytes;
                     if chain_nics {
                         sends.push_cur(snic, id);
@@ -549,14 +539,20 @@ fn assemble_with(scratch: &mut AssembleScratch, name: &str, collective: Collecti
             }
             visit += 1;
         }
+        // Every NIC this round can have touched: those of its pairs' servers (read from the
+        // round, not tracked per transfer: that bookkeeping branched unpredictably). A NIC
+        // seen twice (a server in two pairs) was reset after its first look; closing a
+        // round twice is a no-op.
         let mut round_max = 0;
-        for &nic in touched_nics.iter() {
-            round_max = round_max.max(nic_send_bytes[nic]).max(nic_recv_bytes[nic]);
-            nic_send_bytes[nic] = 0;
-            nic_recv_bytes[nic] = 0;
-            if chain_nics {
-                sends.close_round(nic);
-                recvs.close_round(nic);
+        for &(s, d, _) in &round.pairs {
+            for nic in (s as usize * nics..(s as usize + 1) * nics).chain(d as usize * nics..(d as usize + 1) * nics) {
+                round_max = round_max.max(nic_send_bytes[nic]).max(nic_recv_bytes[nic]);
+                nic_send_bytes[nic] = 0;
+                nic_recv_bytes[nic] = 0;
+                if chain_nics {
+                    sends.close_round(nic);
+                    recvs.close_round(nic);
+                }
             }
         }
         loads.round_nic_max.push(round_max);
