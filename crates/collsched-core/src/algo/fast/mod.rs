@@ -483,6 +483,53 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(24))]
+        /// Writing the later scale-out rounds on the helper and appending them gives, at
+        /// every split round, the plan (and the predictor's loads) of one thread writing
+        /// them all: ids, receive offsets and the NIC order across the split are mended.
+        #[test]
+        fn split_assembly_gives_the_same_plan_at_every_round(servers in 2u32..7, gpus in 1u32..5, nics_pick in 0u32..4, kind in 0usize..3, seed in 0u64..1000) {
+            use super::pipeline::{assemble_split, Split};
+            use crate::plan::Collective;
+            let nics = 1 + nics_pick % gpus;
+            let cluster = Cluster::parse(&format!("h200:{servers},gpus={gpus},nics={nics}")).unwrap();
+            let p = cluster.num_gpus() as usize;
+            let t = match kind {
+                0 => generators::zipf(p, 0.99, 3 << 20, seed).unwrap(),
+                1 => generators::uniform(p, 1 << 20, seed).unwrap(),
+                _ => {
+                    // Sparse: a few hot pairs and zeros elsewhere.
+                    let mut t = crate::Traffic::new(p, vec![0; p * p]).unwrap();
+                    for k in 0..p as u64 {
+                        let (i, j) = (((seed + 7 * k) % p as u64) as usize, ((seed * 3 + 5 * k) % p as u64) as usize);
+                        t.set(i, j, (k + 1) * 1_000_003);
+                    }
+                    t
+                }
+            };
+            let o = super::FastOptions::parse(&Options::new(), &cluster, "fast", &[]).unwrap();
+            super::balance::with_balanced(&t, &cluster, |bal| {
+                let sched = super::schedule(&t, &bal.server, servers as usize, &cluster, &o);
+                let rounds = &sched.rounds;
+                let all_to_all = || Collective::AllToAll { traffic: t.clone() };
+                let (one, one_loads) = assemble_split("fast", all_to_all(), &cluster, bal, rounds, true, Split::No);
+                let one = one.finish();
+                verify(&one).unwrap();
+                for k in 1..rounds.len() {
+                    let (two, two_loads) = assemble_split("fast", all_to_all(), &cluster, bal, rounds, true, Split::At(k));
+                    let two = two.finish();
+                    // The first difference, not two whole plans.
+                    let t = one.transfers.iter().zip(&two.transfers).position(|(x, y)| x != y || one.segments_of(x) != two.segments_of(y) || one.deps_of(x) != two.deps_of(y));
+                    proptest::prop_assert!(t.is_none(), "split at round {} of {}: transfer {:?} differs", k, rounds.len(), t);
+                    proptest::prop_assert!(two == one, "split at round {} of {}: plans differ (lengths or scratch)", k, rounds.len());
+                    proptest::prop_assert_eq!(&two_loads, &one_loads);
+                }
+                Ok(())
+            })?;
+        }
+    }
+
     /// The start idle of a first stage: a carrier with none of its own bytes in the tile waits
     /// for all its balanced-in bytes over scale-up; a tile whose GPUs send equally never
     /// waits; the pick moves a stage without idle to the front and keeps the others' order.

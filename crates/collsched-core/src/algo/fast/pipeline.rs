@@ -23,7 +23,7 @@ pub struct Round {
 }
 
 /// Loads the predictor needs, collected while assembling.
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Loads {
     /// Max scale-up bytes any GPU sends or receives while balancing.
     pub balance_max: u64,
@@ -222,21 +222,18 @@ pub struct AssembleScratch {
     intra_load: Vec<u64>,
     visits: Visits,
     cuts: Vec<Cut>,
-    recv_cursor: Vec<u64>,
     /// Per stream, its own bytes not yet previewed (`for_each_scaleout_transfer`).
     own_left: Vec<u64>,
-    sends: RoundLists,
-    recvs: RoundLists,
-    nic_send_bytes: Vec<u64>,
-    nic_recv_bytes: Vec<u64>,
-    redistributor: Redistributor,
+    rounds_state: RoundState,
+    later: Later,
 }
 
 impl Footprint for AssembleScratch {
     fn footprint(&self) -> usize {
         vec_bytes(&self.bal_id) + vec_bytes(&self.cuts) + 16 * self.visits.tile.capacity() + vec_bytes(&self.tile_class)
-            + vec_bytes(&self.sends.lists.ids) + vec_bytes(&self.recvs.lists.ids) + vec_bytes(&self.urgent_from.ids) + vec_bytes(&self.urgent_into.ids)
-            + 8 * (self.bal_out.capacity() + self.bal_in.capacity() + self.intra_load.capacity() + self.recv_cursor.capacity() + self.own_left.capacity())
+            + self.rounds_state.footprint() + self.later.state.footprint() + vec_bytes(&self.urgent_from.ids) + vec_bytes(&self.urgent_into.ids)
+            + vec_bytes(&self.later.transfers) + vec_bytes(&self.later.segments) + vec_bytes(&self.later.deps) + vec_bytes(&self.later.boundary)
+            + 8 * (self.bal_out.capacity() + self.bal_in.capacity() + self.intra_load.capacity() + self.own_left.capacity())
     }
 }
 
@@ -262,11 +259,31 @@ pub fn assemble_collective(name: &str, collective: Collective, cluster: &Cluster
 /// of the same `bal` and `rounds`, left the cuts in its working arrays (not redone).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn assemble_threads(name: &str, collective: Collective, cluster: &Cluster, bal: &Balanced, rounds: &[Round], chain_nics: bool, threads: bool, cuts_ready: bool) -> (PlanBuilder, Loads) {
-    with_reused(&SCRATCH, |scratch| assemble_with(scratch, name, collective, cluster, bal, rounds, chain_nics, threads && !cuts_ready, cuts_ready))
+    let split = if threads { Split::Balanced } else { Split::No };
+    with_reused(&SCRATCH, |scratch| assemble_with(scratch, name, collective, cluster, bal, rounds, chain_nics, threads && !cuts_ready, cuts_ready, split))
 }
 
+/// Whether the scale-out rounds are split between this thread and its helper.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Split {
+    No,
+    /// At the round that balances the two threads' work (`split_round`).
+    Balanced,
+    /// The helper writes rounds from this one on (tests: any split gives the same plan).
+    #[cfg(test)]
+    At(usize),
+}
+
+/// `assemble` with the rounds split as `split` says (the cut pass on this thread).
+#[cfg(test)]
+pub(crate) fn assemble_split(name: &str, collective: Collective, cluster: &Cluster, bal: &Balanced, rounds: &[Round], chain_nics: bool, split: Split) -> (PlanBuilder, Loads) {
+    with_reused(&SCRATCH, |scratch| assemble_with(scratch, name, collective, cluster, bal, rounds, chain_nics, false, false, split))
+}
+
+/// `assemble_with`: the cut pass on the helper (`overlap`) or not, the rounds split between
+/// the threads or not; the same plan in every case.
 #[allow(clippy::too_many_arguments)]
-fn assemble_with(scratch: &mut AssembleScratch, name: &str, collective: Collective, cluster: &Cluster, bal: &Balanced, rounds: &[Round], chain_nics: bool, overlap: bool, cuts_ready: bool) -> (PlanBuilder, Loads) {
+fn assemble_with(scratch: &mut AssembleScratch, name: &str, collective: Collective, cluster: &Cluster, bal: &Balanced, rounds: &[Round], chain_nics: bool, overlap: bool, cuts_ready: bool, split: Split) -> (PlanBuilder, Loads) {
     let AssembleScratch {
         tile_class,
         by_class,
@@ -280,13 +297,9 @@ fn assemble_with(scratch: &mut AssembleScratch, name: &str, collective: Collecti
         intra_load,
         visits,
         cuts,
-        recv_cursor,
         own_left: _,
-        sends,
-        recvs,
-        nic_send_bytes,
-        nic_recv_bytes,
-        redistributor,
+        rounds_state,
+        later,
     } = scratch;
     let n = bal.servers;
     let g = bal.gpus;
@@ -430,18 +443,160 @@ fn assemble_with(scratch: &mut AssembleScratch, name: &str, collective: Collecti
         write_balancing_and_intra();
         cut()
     };
-    recv_cursor.clear();
-    recv_cursor.extend_from_slice(&bal.balance_in);
     // A NIC's transfers in one round: two per carrier on it, per pair its server is in.
     let pairs_per_server = if chain_nics { max_pairs_per_server(rounds, n) } else { 0 };
     let nic_cap = 2 * g.div_ceil(nics) * pairs_per_server;
-    sends.reset(n * nics, nic_cap);
-    recvs.reset(n * nics, nic_cap);
-    refill(nic_send_bytes, n * nics, 0);
-    refill(nic_recv_bytes, n * nics, 0);
-    redistributor.reset(p, g);
-    let mut visit = 0;
-    for (k, round) in rounds.iter().enumerate() {
+    let cx = RoundCtx { bal, rounds, cuts, bal_id, tile_class, classes, nics, chain_nics };
+    rounds_state.reset(Some(&bal.balance_in), p, g, n * nics, nic_cap);
+    let split = match split {
+        Split::No => None,
+        Split::Balanced => split_round(rounds, cuts, g),
+        #[cfg(test)]
+        Split::At(k) => (k > 0 && k < rounds.len()).then_some(k),
+    };
+    match split {
+        None => write_rounds(&cx, rounds_state, &mut b, 0..rounds.len(), 0, None),
+        Some(k) => {
+            // Rounds k.. on the helper, into a detached builder, while this thread writes
+            // rounds ..k; then they are appended (`append_later`): the same plan.
+            let first_visit = rounds[..k].iter().map(|r| r.pairs.len()).sum();
+            let bufs = std::mem::take(later);
+            let cx = &cx;
+            let (done, ()) = crate::beside::join(
+                move || {
+                    let Later { mut state, transfers, segments, deps, mut boundary } = bufs;
+                    state.reset(None, p, g, n * nics, nic_cap);
+                    boundary.clear();
+                    let mut lb = PlanBuilder::detached(LATER_ID, transfers, segments, deps);
+                    write_rounds(cx, &mut state, &mut lb, k..cx.rounds.len(), first_visit, Some(&mut boundary));
+                    let (transfers, segments, deps) = lb.into_arrays();
+                    Later { state, transfers, segments, deps, boundary }
+                },
+                || write_rounds(cx, rounds_state, &mut b, 0..k, 0, None),
+            );
+            append_later(&mut b, &done, rounds_state, g, nics);
+            rounds_state.round_nic_max.extend_from_slice(&done.state.round_nic_max);
+            rounds_state.last_redistribution_max = done.state.last_redistribution_max;
+            for (cursor, &more) in rounds_state.recv_cursor.iter_mut().zip(&done.state.recv_cursor) {
+                *cursor += more;
+            }
+            *later = done;
+        }
+    }
+    loads.round_nic_max = std::mem::take(&mut rounds_state.round_nic_max);
+    loads.last_redistribution_max = rounds_state.last_redistribution_max;
+    for (r, &bytes) in rounds_state.recv_cursor.iter().enumerate() {
+        b.need_scratch(r as u32, bytes);
+    }
+    (b, loads)
+}
+
+/// Ids from here up are a detached builder's own (`Later`): ids of the plan it joins are
+/// below (no plan holds 2³¹ transfers).
+const LATER_ID: u32 = 1 << 31;
+
+/// Scale-out state carried from round to round.
+#[derive(Default)]
+struct RoundState {
+    /// Per rank, where the next bytes parked in its Scratch go.
+    recv_cursor: Vec<u64>,
+    /// Per NIC, its transfers in the last round it sent / received in.
+    sends: RoundLists,
+    recvs: RoundLists,
+    /// Per NIC, bytes sent / received in the round being written.
+    nic_send_bytes: Vec<u64>,
+    nic_recv_bytes: Vec<u64>,
+    redistributor: Redistributor,
+    /// Loads for the predictor (see `Loads`).
+    round_nic_max: Vec<u64>,
+    last_redistribution_max: u64,
+}
+
+impl Footprint for RoundState {
+    fn footprint(&self) -> usize {
+        vec_bytes(&self.sends.lists.ids) + vec_bytes(&self.recvs.lists.ids) + 8 * (self.recv_cursor.capacity() + self.nic_send_bytes.capacity() + self.nic_recv_bytes.capacity())
+    }
+}
+
+impl RoundState {
+    /// Empty state; receive cursors from `cursor` (each rank's balanced-in bytes) or 0.
+    fn reset(&mut self, cursor: Option<&[u64]>, ranks: usize, gpus: usize, nic_keys: usize, nic_cap: usize) {
+        match cursor {
+            Some(c) => {
+                self.recv_cursor.clear();
+                self.recv_cursor.extend_from_slice(c);
+            }
+            None => refill(&mut self.recv_cursor, ranks, 0),
+        }
+        self.sends.reset(nic_keys, nic_cap);
+        self.recvs.reset(nic_keys, nic_cap);
+        refill(&mut self.nic_send_bytes, nic_keys, 0);
+        refill(&mut self.nic_recv_bytes, nic_keys, 0);
+        self.redistributor.reset(ranks, gpus);
+        self.round_nic_max.clear();
+        self.last_redistribution_max = 0;
+    }
+}
+
+/// The later rounds of a split assembly, written on the helper: their state, their
+/// transfers (ids from `LATER_ID`, parked bytes at Scratch offsets counted from 0), and
+/// `boundary`: (id, bits) of each scale-out transfer whose sending (bit 0) or receiving
+/// (bit 1) NIC had no earlier round among them, so it also waits for that NIC's last
+/// round before the split. Kept between calls for its allocations.
+#[derive(Default)]
+struct Later {
+    state: RoundState,
+    transfers: Vec<crate::plan::Transfer>,
+    segments: Vec<Segment>,
+    deps: Vec<u32>,
+    boundary: Vec<(u32, u8)>,
+}
+
+/// What the scale-out rounds read.
+struct RoundCtx<'a> {
+    bal: &'a Balanced,
+    rounds: &'a [Round],
+    cuts: &'a [Cut],
+    /// Per (balancing sender, carrier, class), the balancing transfer's id.
+    bal_id: &'a [u32],
+    tile_class: &'a [u8],
+    classes: usize,
+    nics: usize,
+    chain_nics: bool,
+}
+
+/// The round where the helper's part of a split assembly starts: about `LATER_SHARE_PERCENT`
+/// of the work is after it (this thread also appends that part), counted as the pieces the
+/// cuts span. Rounds come largest first, so the early ones hold most pieces. None with
+/// fewer than two rounds.
+fn split_round(rounds: &[Round], cuts: &[Cut], g: usize) -> Option<usize> {
+    let work = |c: &Cut| if c.bytes > 0 { 1 + c.pieces as u64 } else { 0 };
+    let total: u64 = cuts.iter().map(work).sum();
+    let target = total - total * LATER_SHARE_PERCENT / 100;
+    let (mut seen, mut visit) = (0, 0);
+    for (k, r) in rounds.iter().enumerate() {
+        if seen >= target {
+            return (k > 0).then_some(k);
+        }
+        seen += cuts[visit * g..(visit + r.pairs.len()) * g].iter().map(work).sum::<u64>();
+        visit += r.pairs.len();
+    }
+    None
+}
+
+/// Percent of the scale-out work a split assembly leaves to the helper.
+const LATER_SHARE_PERCENT: u64 = 45;
+
+/// Write the scale-out transfers of rounds `range` (the first of which starts at visit
+/// `first_visit`) and their redistribution. `boundary`: this is the later part of a split
+/// assembly (see `Later`).
+fn write_rounds(cx: &RoundCtx, st: &mut RoundState, b: &mut PlanBuilder, range: std::ops::Range<usize>, first_visit: usize, mut boundary: Option<&mut Vec<(u32, u8)>>) {
+    let RoundCtx { bal, rounds, cuts, bal_id, tile_class, classes, nics, chain_nics } = *cx;
+    let RoundState { recv_cursor, sends, recvs, nic_send_bytes, nic_recv_bytes, redistributor, round_nic_max, last_redistribution_max } = st;
+    let (n, g) = (bal.servers, bal.gpus);
+    let mut visit = first_visit;
+    for k in range {
+        let round = &rounds[k];
         let step = k as u32 + 1;
         // The predictor needs the redistribution loads of the last round only.
         let last_round = k + 1 == rounds.len();
@@ -527,8 +682,14 @@ fn assemble_with(scratch: &mut AssembleScratch, name: &str, collective: Collecti
                         merge_unique(sends.last(snic), recvs.last(rnic), pdeps);
                     }
                     let id = b.close_transfer(src_rank as u32, dst_rank as u32, Op::Copy, Tier::ScaleOut, step, seg_begin, dep_begin);
+                    if let Some(bd) = boundary.as_deref_mut() {
+                        let bits = u8::from(sends.last(snic).is_empty()) | u8::from(recvs.last(rnic).is_empty()) << 1;
+                        if chain_nics && bits != 0 {
+                            bd.push((id, bits));
+                        }
+                    }
                     // Its redistribution: step k+2, beside the next round's scale-out.
-                    redistributor.emit(&mut b, dst_rank as u32, (d * g) as u32, id, step + 1);
+                    redistributor.emit(b, dst_rank as u32, (d * g) as u32, id, step + 1);
                     nic_send_bytes[snic] += bytes;
                     nic_recv_bytes[rnic] += bytes;
                     if chain_nics {
@@ -555,15 +716,74 @@ fn assemble_with(scratch: &mut AssembleScratch, name: &str, collective: Collecti
                 }
             }
         }
-        loads.round_nic_max.push(round_max);
+        round_nic_max.push(round_max);
         if last_round {
-            loads.last_redistribution_max = redistributor.finish_round();
+            *last_redistribution_max = redistributor.finish_round();
         }
     }
-    for (r, &bytes) in recv_cursor.iter().enumerate() {
-        b.need_scratch(r as u32, bytes);
+}
+
+/// Append the later part of a split assembly (`Later`) to `b`, which holds everything
+/// before it (`st`: its state after its last round): ids moved to follow b's, parked bytes
+/// moved behind each rank's receive cursor at the split, and the NIC lists of the last
+/// rounds before the split added where the later part had none. The result is the plan
+/// one thread writing every round would have written. Only the transfers up to the last
+/// such boundary one take the slow path; the rest are bulk copies with fixed shifts.
+fn append_later(b: &mut PlanBuilder, later: &Later, st: &RoundState, g: usize, nics: usize) {
+    let id_shift = b.num_transfers() as u32;
+    assert!(id_shift < LATER_ID && later.transfers.len() < (u32::MAX - id_shift) as usize, "plan too large to split");
+    let base = &st.recv_cursor;
+    // Ids of b (balancing transfers) stay; the later part's own move to follow b's.
+    let id = move |d: u32| if d >= LATER_ID { d - LATER_ID + id_shift } else { d };
+    let slow = later.boundary.last().map_or(0, |&(t, _)| (t - LATER_ID) as usize + 1);
+    let mut boundary = later.boundary.iter().peekable();
+    let (transfers, segments, deps) = b.arrays_mut();
+    let moved_segments = |t: &crate::plan::Transfer, out: &mut Vec<Segment>| {
+        let segs = &later.segments[t.seg_range()];
+        // Scale-out transfers park bytes in the receiver's Scratch; redistribution reads
+        // them from the holder's. (Balanced-in bytes a carrier sends lie below every
+        // receive cursor and were written at their final offsets.)
+        if t.tier == Tier::ScaleOut {
+            let shift = base[t.dst as usize];
+            out.extend(segs.iter().map(|seg| Segment { dst_off: seg.dst_off + if seg.dst_buf == Buf::Scratch { shift } else { 0 }, ..*seg }));
+        } else {
+            let shift = base[t.src as usize];
+            out.extend(segs.iter().map(|seg| Segment { src_off: seg.src_off + if seg.src_buf == Buf::Scratch { shift } else { 0 }, ..*seg }));
+        }
+    };
+    for (i, t) in later.transfers[..slow].iter().enumerate() {
+        let (seg_begin, dep_begin) = (segments.len() as u32, deps.len() as u32);
+        moved_segments(t, segments);
+        // Sorted: ids of b first, then the later part's own.
+        let ds = &later.deps[t.dep_range()];
+        let own = ds.partition_point(|&d| d < LATER_ID);
+        deps.extend_from_slice(&ds[..own]);
+        if let Some(&(_, bits)) = boundary.next_if(|&&(b, _)| b == LATER_ID + i as u32) {
+            let (src, dst) = (t.src as usize, t.dst as usize);
+            let snic = src / g * nics + src % g % nics;
+            let rnic = dst / g * nics + dst % g % nics;
+            let none: &[u32] = &[];
+            merge_unique(if bits & 1 != 0 { st.sends.last(snic) } else { none }, if bits & 2 != 0 { st.recvs.last(rnic) } else { none }, deps);
+        }
+        deps.extend(ds[own..].iter().map(|&d| id(d)));
+        transfers.push(crate::plan::Transfer { seg_begin, seg_end: segments.len() as u32, dep_begin, dep_end: deps.len() as u32, ..*t });
     }
-    (b, loads)
+    debug_assert!(boundary.next().is_none());
+    let rest = &later.transfers[slow..];
+    let Some(first) = rest.first() else { return };
+    let seg_shift = segments.len() as u32 - first.seg_begin;
+    let dep_shift = deps.len() as u32 - first.dep_begin;
+    for t in rest {
+        moved_segments(t, segments);
+    }
+    deps.extend(later.deps[first.dep_begin as usize..].iter().map(|&d| id(d)));
+    transfers.extend(rest.iter().map(|t| crate::plan::Transfer {
+        seg_begin: t.seg_begin + seg_shift,
+        seg_end: t.seg_end + seg_shift,
+        dep_begin: t.dep_begin + dep_shift,
+        dep_end: t.dep_end + dep_shift,
+        ..*t
+    }));
 }
 
 /// Visits of tiles (a pair of a round, numbered in round order), grouped by tile.
@@ -585,6 +805,8 @@ pub struct Visits {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Cut {
     at: u32,
+    /// Pieces it spans (a measure of the work of writing it; fills padding).
+    pieces: u32,
     off: u64,
     bytes: u64,
 }
@@ -639,7 +861,8 @@ fn cut_visits(bal: &Balanced, rounds: &[Round], vs: &mut Visits, cuts: &mut Vec<
                 let hi = if cum == total { t } else { mul_div(cum, t, total) };
                 let mut x = hi - *given;
                 *given = hi;
-                cuts[v * g + c] = Cut { at: *at, off: *off, bytes: x };
+                let (start, start_off) = (*at, *off);
+                let bytes = x;
                 while x > 0 {
                     let len = bal.pieces[*at as usize].len;
                     let y = (len - *off).min(x);
@@ -650,6 +873,8 @@ fn cut_visits(bal: &Balanced, rounds: &[Round], vs: &mut Visits, cuts: &mut Vec<
                         *off = 0;
                     }
                 }
+                let pieces = *at - start + u32::from(*off > 0);
+                cuts[v * g + c] = Cut { at: start, pieces, off: start_off, bytes };
             }
         }
     }
