@@ -1,4 +1,6 @@
 //! Plan FAST repeatedly on one Zipf(0.8) matrix, for profiling: `cargo run --release --example fast_profile -- 128 20 [algorithm] [seeds]`.
+//! `GAP_US=2000` sleeps that long between plans (as a training step does between its
+//! plans), so a helper thread has gone to sleep and must be woken each time.
 use collsched_core::algo::plan_all_to_all;
 use collsched_core::plan::Options;
 use collsched_core::traffic::generators;
@@ -16,8 +18,12 @@ fn main() {
         .into_iter()
         .map(|seed| generators::zipf(c.num_gpus() as usize, 0.8, 50 << 20, seed).unwrap())
         .collect();
+    let gap = std::env::var("GAP_US").ok().and_then(|v| v.parse().ok()).map(std::time::Duration::from_micros);
     let mut times = Vec::new();
     for i in 0..reps {
+        if let Some(gap) = gap {
+            std::thread::sleep(gap);
+        }
         let t = &mats[i % mats.len()];
         let t0 = std::time::Instant::now();
         let p = plan_all_to_all(t, &c, &algo, &Options::new()).unwrap();
