@@ -237,10 +237,6 @@ impl PlanBuilder {
             id_base,
         }
     }
-    /// The transfer, segment and dependency arrays written so far.
-    pub fn arrays(&self) -> (&[Transfer], &[Segment], &[u32]) {
-        (&self.plan.transfers, &self.plan.segments, &self.plan.deps)
-    }
     /// The arrays, taken apart (a detached builder's, to be kept for reuse).
     pub fn into_arrays(self) -> (Vec<Transfer>, Vec<Segment>, Vec<u32>) {
         (self.plan.transfers, self.plan.segments, self.plan.deps)
