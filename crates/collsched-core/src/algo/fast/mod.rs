@@ -262,9 +262,10 @@ pub fn predict_ns(cluster: &Cluster, loads: &Loads) -> u64 {
     total
 }
 
-/// From this many servers on, the stage schedule is computed on the calling thread's
-/// helper (`crate::beside`) while this one balances (the two only share the read-only
-/// matrix; see `plan`). Below it handing the work over costs more than it saves.
+/// From this many servers on, the calling thread's helper (`crate::beside`) computes the
+/// stage schedule while this one balances (the two only share the read-only matrix; see
+/// `plan`), then the cut pass and the later scale-out rounds (`pipeline`). Below it, with
+/// idle time between plans, handing the work over costs more than it saves (docs/fast.md).
 pub const OVERLAP_MIN_SERVERS: u32 = 16;
 
 pub fn plan(traffic: &Traffic, cluster: &Cluster, opts: &Options) -> Result<Plan> {
