@@ -4,6 +4,8 @@
 //! Why not `std::thread::scope`: a fresh thread per call costs its start-up and, worse, starts
 //! with cold per-thread working memory (`crate::reuse`), so at 64 GPUs two scoped threads were
 //! slower than one. The helper lives as long as its calling thread and keeps its pools warm.
+//! It is kept off the CPU of its caller (`placement`): woken after idle time, Linux may
+//! otherwise run it on the caller's CPU, and the two then take turns on one core.
 //!
 //! Safety of borrowing: `a` may borrow from the caller's stack. `join` does not return (nor
 //! unwind) before `a` has finished or was dropped unrun, exactly as a scope would.
@@ -13,11 +15,15 @@ use std::cell::RefCell;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 
+mod placement;
+use placement::Placement;
+
 type Job = Box<dyn FnOnce() + Send + 'static>;
 
 struct Helper {
     pid: u32,
     jobs: SyncSender<Job>,
+    placement: Placement,
 }
 
 thread_local! {
@@ -72,6 +78,13 @@ fn recv_soon<T>(rx: &Receiver<T>, spin: std::time::Duration) -> Result<T, std::s
     }
 }
 
+/// `rx.recv()` for a caller whose helper is about to send: polls for a while first, as a
+/// thread that sleeps took up to ~200 µs to wake on the 2-vCPU container once its CPU went
+/// idle (the hypervisor wakes the vCPU), longer than many of the waits it ends.
+pub fn recv_spinning<T>(rx: &Receiver<T>) -> Result<T, std::sync::mpsc::RecvError> {
+    recv_soon(rx, CALLER_SPIN)
+}
+
 fn serve(jobs: Receiver<Job>) {
     IS_HELPER.with(|h| h.set(true));
     // Ends when the calling thread exits (its sender is dropped).
@@ -88,7 +101,7 @@ pub fn wake() {
         return;
     }
     HELPER.with(|h| {
-        if let Some(x) = h.borrow().as_ref().filter(|x| x.pid == std::process::id()) {
+        if let Some(x) = h.borrow().as_ref().filter(|x| x.pid == std::process::id() && x.placement.keep_off_caller()) {
             // A full queue means the helper has work queued already: nothing to do. `join`
             // never waits for the helper to take this one (it hands over with `try_send`).
             let _ = x.jobs.try_send(Box::new(|| {}));
@@ -96,7 +109,8 @@ pub fn wake() {
     });
 }
 
-/// The calling thread's helper channel, started on first use (or after a fork).
+/// The calling thread's helper channel, started on first use (or after a fork); None if
+/// there is no helper to be had, or it could run only on this thread's CPU.
 fn helper_jobs() -> Option<SyncSender<Job>> {
     HELPER.with(|h| {
         let mut h = h.borrow_mut();
@@ -107,13 +121,17 @@ fn helper_jobs() -> Option<SyncSender<Job>> {
         }
         if h.is_none() {
             let (tx, rx) = sync_channel::<Job>(4);
-            let spawned = std::thread::Builder::new().name("collsched-helper".into()).spawn(move || serve(rx));
+            let (placement, place) = Placement::for_new_helper();
+            let spawned = std::thread::Builder::new().name("collsched-helper".into()).spawn(move || {
+                place();
+                serve(rx)
+            });
             if spawned.is_err() {
                 return None; // no thread to be had: the caller runs both jobs itself
             }
-            *h = Some(Helper { pid, jobs: tx });
+            *h = Some(Helper { pid, jobs: tx, placement });
         }
-        h.as_ref().map(|x| x.jobs.clone())
+        h.as_ref().filter(|x| x.placement.keep_off_caller()).map(|x| x.jobs.clone())
     })
 }
 
@@ -256,6 +274,75 @@ mod tests {
         gate.store(true, Ordering::SeqCst);
         assert_eq!((a, got), (true, Some(5)));
         assert_eq!(join(|| 2, || 3), (2, 3));
+    }
+
+    /// `join` where `b` waits (at most 10 s) until the helper has started `a`, so that `a`
+    /// is not taken back; `a`'s result.
+    #[cfg(target_os = "linux")]
+    fn on_helper<R: Send>(a: impl FnOnce() -> R + Send) -> R {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let started = AtomicBool::new(false);
+        join(
+            || {
+                started.store(true, Ordering::SeqCst);
+                a()
+            },
+            || {
+                let t0 = std::time::Instant::now();
+                while !started.load(Ordering::SeqCst) && t0.elapsed().as_secs() < 10 {
+                    std::thread::yield_now();
+                }
+            },
+        )
+        .0
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_helper_runs_off_its_callers_cpu_within_its_callers_cpus() {
+        use super::placement::{allowed_cpus, cpu_now, restrict_to};
+        let cpus = allowed_cpus();
+        if cpus.len() < 2 {
+            return; // one CPU: no helper to place
+        }
+        // A fresh thread (so a fresh helper) allowed two CPUs, then moved to the other one:
+        // the helper follows, each time away from where its caller hands it a job.
+        std::thread::spawn(move || {
+            let pair = [cpus[0], cpus[1]];
+            restrict_to(&pair);
+            for round in 0..4 {
+                restrict_to(&pair[round % 2..round % 2 + 1]);
+                restrict_to(&pair);
+                let before = cpu_now();
+                let (name, mask) = on_helper(|| (std::thread::current().name().map(String::from), allowed_cpus()));
+                assert_eq!(name.as_deref(), Some("collsched-helper"));
+                let off = super::HELPER.with(|h| h.borrow().as_ref().unwrap().placement.kept_off());
+                // Kept off the CPU the caller ran on (unless the scheduler moved the caller
+                // during the join, then the CPU it ran on at the hand-over is unknown).
+                if cpu_now() == before {
+                    assert_eq!(off, before, "round {round}");
+                }
+                assert!(pair.contains(&off), "kept off {off}, not one of {pair:?}");
+                let other = pair[usize::from(off == pair[0])];
+                assert_eq!(mask, vec![other], "round {round}: the helper may run on {mask:?}");
+            }
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_caller_allowed_one_cpu_runs_both_jobs_itself() {
+        use super::placement::{allowed_cpus, restrict_to};
+        let cpus = allowed_cpus();
+        std::thread::spawn(move || {
+            restrict_to(&cpus[..1]);
+            // Even when `b` waits for `a` to start (a helper would get to run it then).
+            assert_eq!(on_helper(|| std::thread::current().id()), std::thread::current().id());
+        })
+        .join()
+        .unwrap();
     }
 
     #[test]

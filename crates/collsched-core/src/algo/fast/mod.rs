@@ -262,14 +262,20 @@ pub fn predict_ns(cluster: &Cluster, loads: &Loads) -> u64 {
     total
 }
 
-/// From this many servers on, the calling thread's helper (`crate::beside`) computes the
+/// From this many GPUs on, the calling thread's helper (`crate::beside`) computes the
 /// stage schedule while this one balances (the two only share the read-only matrix; see
 /// `plan`), then the cut pass and the later scale-out rounds (`pipeline`). Below it, with
-/// idle time between plans, handing the work over costs more than it saves (docs/fast.md).
-pub const OVERLAP_MIN_SERVERS: u32 = 16;
+/// idle time between plans, waking the helper (~50 µs on the 2-vCPU container) costs more
+/// than it saves: 5×8 GPUs 145 → 167 µs, 6×8 224 → 213 µs, 8×8 387 → 313 µs (docs/fast.md).
+pub const OVERLAP_MIN_GPUS: u32 = 48;
+
+/// Whether planning for `gpus` GPUs splits its work with the helper thread.
+pub(crate) fn worth_overlapping(gpus: usize) -> bool {
+    gpus >= OVERLAP_MIN_GPUS as usize && crate::beside::worth_forking()
+}
 
 pub fn plan(traffic: &Traffic, cluster: &Cluster, opts: &Options) -> Result<Plan> {
-    let overlap = cluster.servers >= OVERLAP_MIN_SERVERS && crate::beside::worth_forking();
+    let overlap = worth_overlapping(cluster.num_gpus() as usize);
     plan_threads(traffic, cluster, opts, overlap)
 }
 
@@ -303,7 +309,7 @@ fn plan_threads(traffic: &Traffic, cluster: &Cluster, opts: &Options, overlap: b
         || {
             balance::with_balanced(traffic, cluster, |bal| {
                 // Err only if the helper panicked before sending: `join` then resumes that panic.
-                let (server, sched, collective) = schedule_done.recv().expect("the schedule's helper panicked");
+                let (server, sched, collective) = crate::beside::recv_spinning(&schedule_done).expect("the schedule's helper panicked");
                 debug_assert_eq!(server, bal.server);
                 finish_plan(collective, cluster, &o, bal, &sched, true, false)
             })

@@ -250,7 +250,7 @@ pub fn assemble(name: &str, traffic: &Traffic, cluster: &Cluster, bal: &Balanced
 /// `assemble` with the plan's collective (`AllToAll` of the balanced matrix) built by the
 /// caller: copying a large matrix can then happen elsewhere, e.g. on another thread.
 pub fn assemble_collective(name: &str, collective: Collective, cluster: &Cluster, bal: &Balanced, rounds: &[Round], chain_nics: bool) -> (PlanBuilder, Loads) {
-    let threads = bal.servers >= super::OVERLAP_MIN_SERVERS as usize && crate::beside::worth_forking();
+    let threads = super::worth_overlapping(bal.servers * bal.gpus);
     assemble_threads(name, collective, cluster, bal, rounds, chain_nics, threads, false)
 }
 
