@@ -31,19 +31,32 @@ mod imp {
         (cpu >= 0).then_some(cpu)
     }
 
-    /// The calling thread's allowed CPUs without `cpu`; None if that leaves none (or the
-    /// mask cannot be read).
-    fn allowed_except(cpu: i32) -> Option<libc::cpu_set_t> {
+    /// Where the helper may run, seen from a caller on one CPU.
+    enum Others {
+        /// The caller's allowed CPUs less its own.
+        Cpus(libc::cpu_set_t),
+        /// None: the caller may use only the CPU it is on.
+        NoneLeft,
+        /// Not known (the mask cannot be read, e.g. more CPUs than a cpu_set_t holds):
+        /// the scheduler places the helper, as without this module.
+        Unknown,
+    }
+
+    /// The calling thread's allowed CPUs other than `cpu`.
+    fn others_than(cpu: i32) -> Others {
+        if cpu < 0 || cpu as usize >= libc::CPU_SETSIZE as usize {
+            return Others::Unknown; // CPU_CLR would index past the set
+        }
         // SAFETY: cpu_set_t is plain bits (all-zero is the empty set), filled in by the
-        // kernel for this thread (pid 0); CPU_CLR and CPU_COUNT only touch the set, and
-        // CPU_CLR ignores a CPU beyond its size.
+        // kernel for this thread (pid 0); CPU_CLR (with `cpu` checked in range above) and
+        // CPU_COUNT only touch the set.
         unsafe {
             let mut set: libc::cpu_set_t = std::mem::zeroed();
             if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
-                return None;
+                return Others::Unknown;
             }
             libc::CPU_CLR(cpu as usize, &mut set);
-            (libc::CPU_COUNT(&set) > 0).then_some(set)
+            if libc::CPU_COUNT(&set) > 0 { Others::Cpus(set) } else { Others::NoneLeft }
         }
     }
 
@@ -60,9 +73,14 @@ mod imp {
         pub fn for_new_helper() -> (Placement, impl FnOnce() + Send + 'static) {
             let tid = Arc::new(AtomicI32::new(0));
             let cpu = current_cpu().unwrap_or(-1);
-            let mask = if cpu >= 0 { allowed_except(cpu) } else { None };
+            let mask = match others_than(cpu) {
+                Others::Cpus(set) => Some(set),
+                Others::NoneLeft | Others::Unknown => None,
+            };
+            // Kept off `cpu` only if it has somewhere else to go (else `keep_off_caller`
+            // looks again at the first hand-over).
+            let off = if mask.is_some() { cpu } else { -1 };
             let theirs = tid.clone();
-            let placed = mask.is_some();
             let start = move || {
                 if let Some(set) = mask {
                     set_affinity(0, &set);
@@ -71,8 +89,6 @@ mod imp {
                 let id = unsafe { libc::syscall(libc::SYS_gettid) } as i32;
                 theirs.store(id, Ordering::Release);
             };
-            // Kept off `cpu` only if it has somewhere else to go.
-            let off = if placed { cpu } else { -1 };
             (Placement { tid, off: Cell::new(off) }, start)
         }
 
@@ -83,7 +99,11 @@ mod imp {
             if cpu == self.off.get() {
                 return true;
             }
-            let Some(set) = allowed_except(cpu) else { return false };
+            let set = match others_than(cpu) {
+                Others::Cpus(set) => set,
+                Others::NoneLeft => return false,
+                Others::Unknown => return true,
+            };
             let tid = self.tid.load(Ordering::Acquire);
             // Not started yet: it leaves the CPU it was started from; a move since is rare.
             if tid != 0 && set_affinity(tid, &set) {
