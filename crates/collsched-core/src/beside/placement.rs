@@ -25,7 +25,7 @@ mod imp {
     }
 
     /// The caller's CPU, or None if the kernel does not say.
-    fn current_cpu() -> Option<i32> {
+    pub(super) fn current_cpu() -> Option<i32> {
         // SAFETY: no arguments, no memory touched.
         let cpu = unsafe { libc::sched_getcpu() };
         (cpu >= 0).then_some(cpu)
@@ -61,7 +61,7 @@ mod imp {
     }
 
     /// Set thread `tid`'s affinity (0: the calling thread); whether the kernel took it.
-    fn set_affinity(tid: i32, set: &libc::cpu_set_t) -> bool {
+    pub(super) fn set_affinity(tid: i32, set: &libc::cpu_set_t) -> bool {
         // SAFETY: `set` is a valid cpu_set_t of the size passed; an unknown or exited
         // thread id only makes the call fail.
         unsafe { libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), set) == 0 }
@@ -140,7 +140,7 @@ pub(super) use imp::Placement;
 /// This thread's allowed CPUs (tests).
 #[cfg(all(test, target_os = "linux"))]
 pub(super) fn allowed_cpus() -> Vec<i32> {
-    // SAFETY: as in `allowed_except`.
+    // SAFETY: as in `others_than`; CPU_ISSET only reads the set, below its size.
     unsafe {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
         assert_eq!(libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set), 0);
@@ -151,25 +151,20 @@ pub(super) fn allowed_cpus() -> Vec<i32> {
 /// Restrict this thread to `cpus` (tests).
 #[cfg(all(test, target_os = "linux"))]
 pub(super) fn restrict_to(cpus: &[i32]) {
-    // SAFETY: as in `allowed_except`.
-    unsafe {
+    // SAFETY: all-zero is the empty set; CPU_SET only touches the set (CPUs the kernel
+    // reported, below its size).
+    let set = unsafe {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
         for &c in cpus {
             libc::CPU_SET(c as usize, &mut set);
         }
-        assert!(imp_set(&set));
-    }
-}
-
-#[cfg(all(test, target_os = "linux"))]
-fn imp_set(set: &libc::cpu_set_t) -> bool {
-    // SAFETY: a valid set of the size passed, for this thread.
-    unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), set) == 0 }
+        set
+    };
+    assert!(imp::set_affinity(0, &set));
 }
 
 /// The CPU this thread runs on (tests).
 #[cfg(all(test, target_os = "linux"))]
 pub(super) fn cpu_now() -> i32 {
-    // SAFETY: no arguments, no memory touched.
-    unsafe { libc::sched_getcpu() }
+    imp::current_cpu().expect("the kernel reports the CPU")
 }
