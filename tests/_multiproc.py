@@ -1,4 +1,4 @@
-"""Spawn a local Gloo group for the runtime tests, with a hard deadline that kills stragglers."""
+"""Spawn a local group (Gloo; NCCL on a GPU machine) for the runtime tests, with a hard deadline that kills stragglers."""
 from __future__ import annotations
 
 import os
@@ -8,8 +8,11 @@ from collsched.comm.launch import run_local
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
-def run_ranks(fn: str, world: int, *args, gpus_per_server: int = 4, timeout_s: float = 150.0, **kwargs) -> list:
+def run_ranks(fn: str, world: int, *args, gpus_per_server: int = 4, timeout_s: float = 150.0, backend: str = "gloo",
+              **kwargs) -> list:
     """Run ``_runtime_scenarios.<fn>`` on `world` ranks; returns per-rank results
     (RankFailure objects where a rank raised, died or was killed at the deadline)."""
     return run_local(f"_runtime_scenarios:{fn}", world, args, kwargs, gpus_per_server=gpus_per_server,
-                     timeout_s=timeout_s, extra_pythonpath=[TESTS_DIR], raise_on_failure=False)
+                     timeout_s=timeout_s, extra_pythonpath=[TESTS_DIR], raise_on_failure=False, backend=backend,
+                     # CUDA must start fresh in each rank: NCCL ranks are spawned, not forked.
+                     start_method="spawn" if backend == "nccl" else None)

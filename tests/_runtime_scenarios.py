@@ -40,11 +40,21 @@ def workloads(n: int) -> dict:
     return w
 
 
+# Where the correctness cases keep their tensors: the GPU on NCCL, else the CPU.
+DEVICE = torch.device("cpu")
+
+
+def _use_backend_device() -> None:
+    global DEVICE
+    if "nccl" in str(dist.get_backend()).lower():
+        DEVICE = torch.device("cuda", torch.cuda.current_device())
+
+
 def _fill(shape, dtype, seed):
     g = torch.Generator().manual_seed(seed)
     if dtype.is_floating_point:
-        return torch.randn(shape, generator=g).to(dtype)
-    return torch.randint(-(2**40), 2**40, shape, generator=g, dtype=torch.int64).to(dtype)
+        return torch.randn(shape, generator=g).to(dtype).to(DEVICE)
+    return torch.randint(-(2**40), 2**40, shape, generator=g, dtype=torch.int64).to(dtype).to(DEVICE)
 
 
 def _compare_a2a(rows, dtype, trailing, seed, **kw):
@@ -52,7 +62,7 @@ def _compare_a2a(rows, dtype, trailing, seed, **kw):
     in_splits = [int(x) for x in rows[rank]]
     out_splits = [int(x) for x in rows[:, rank]]
     x = _fill((sum(in_splits),) + trailing, dtype, seed * 100 + rank)
-    ref = torch.empty((sum(out_splits),) + trailing, dtype=dtype)
+    ref = torch.empty((sum(out_splits),) + trailing, dtype=dtype, device=DEVICE)
     dist.all_to_all_single(ref, x, out_splits, in_splits)
     out = torch.full_like(ref, 7) if ref.numel() else torch.empty_like(ref)
     collsched.all_to_all_single(out, x, out_splits, in_splits, timeout=20, **kw)
@@ -68,6 +78,7 @@ def _case(results, name, fn):
 
 
 def correctness(algorithms: list[str]) -> dict:
+    _use_backend_device()
     rank, n = dist.get_rank(), dist.get_world_size()
     res: dict = {}
     clusters = {"2x4": "h200:2,gpus=4", "1x8": "h200:1", "2x4_shared_nics": "h200:2,gpus=4,nics=2"}
@@ -153,7 +164,39 @@ def correctness(algorithms: list[str]) -> dict:
 
     # Autograd: collsched.nn vs torch.distributed.nn.functional, same upstream gradient.
     _autograd_cases(res, n, rank)
+    _collective_cases(res, n, rank)
     return res
+
+
+def _collective_cases(res, n, rank):
+    """collsched's allgather / reduce-scatter / allreduce against torch.distributed's."""
+    k = 250
+    for algorithm in ("forest", "ring", "tree"):
+        def allgather(algorithm=algorithm):
+            x = _fill((k,), torch.float32, 1800 + rank)
+            got = torch.empty(n * k, device=DEVICE)
+            collsched.all_gather_into_tensor(got, x, algorithm=algorithm, timeout=20)
+            want = torch.empty(n * k, device=DEVICE)
+            dist.all_gather_into_tensor(want, x)
+            return torch.equal(got, want)
+
+        def reduce_scatter(algorithm=algorithm):
+            x = _fill((n * k,), torch.float32, 1900 + rank)
+            got = torch.empty(k, device=DEVICE)
+            collsched.reduce_scatter_tensor(got, x, algorithm=algorithm, timeout=20)
+            want = torch.empty(k, device=DEVICE)
+            dist.reduce_scatter_tensor(want, x)
+            return torch.allclose(got, want, rtol=1e-5, atol=1e-5)
+
+        def allreduce(algorithm=algorithm):
+            x = _fill((k,), torch.int64, 2000 + rank)
+            got = x.clone()
+            collsched.all_reduce(got, algorithm=algorithm, timeout=20)
+            dist.all_reduce(x)
+            return torch.equal(got, x)
+
+        for name, fn in (("allgather", allgather), ("reduce_scatter", reduce_scatter), ("allreduce", allreduce)):
+            _case(res, f"collective/{name}/{algorithm}", fn)
 
 
 TRANSPORT = "alltoallv"
@@ -168,7 +211,7 @@ def _synthetic_cases(res, n, rank, S):
             plan = S.relay_all_to_all((rows * 3 * esize).tolist(), 4)
             in_s, out_s = [int(v) for v in rows[rank]], [int(v) for v in rows[:, rank]]
             x = _fill((sum(in_s), 3), dt, 1000 + rank)
-            ref = torch.empty((sum(out_s), 3), dtype=dt)
+            ref = torch.empty((sum(out_s), 3), dtype=dt, device=DEVICE)
             dist.all_to_all_single(ref, x, out_s, in_s)
             out = torch.zeros_like(ref)
             comm.execute(plan, x, out, timeout=20, transport=TRANSPORT)
@@ -181,7 +224,7 @@ def _synthetic_cases(res, n, rank, S):
         x = _fill((6,), torch.float32, 1100 + rank)
         ref = [torch.empty_like(x) for _ in range(n)]
         dist.all_gather(ref, x)
-        out = torch.zeros(6 * n)
+        out = torch.zeros(6 * n, device=DEVICE)
         comm.execute(plan, x, out, timeout=20, transport=TRANSPORT)
         return torch.equal(out, torch.cat(ref))
 
@@ -194,9 +237,9 @@ def _synthetic_cases(res, n, rank, S):
             k = 5
             plan = S.direct_reduce_scatter(n, k * esize, esize, 4)
             x = _fill((n * k,), dt, 1200 + rank)
-            ref = torch.empty(k, dtype=dt)
+            ref = torch.empty(k, dtype=dt, device=DEVICE)
             dist.reduce_scatter_tensor(ref, x)
-            out = torch.zeros(k, dtype=dt)
+            out = torch.zeros(k, dtype=dt, device=DEVICE)
             comm.execute(plan, x, out, timeout=20, transport=TRANSPORT)
             return torch.equal(out, ref) if not dt.is_floating_point else torch.allclose(out, ref, rtol=1e-5, atol=1e-5)
 
@@ -220,7 +263,7 @@ def _synthetic_cases(res, n, rank, S):
         plan = S.relay_all_to_all((rows * 4).tolist(), 4)
         in_s, out_s = [int(v) for v in rows[rank]], [int(v) for v in rows[:, rank]]
         x = _fill((sum(in_s),), torch.float32, 1700 + rank)
-        out = torch.zeros(sum(out_s))
+        out = torch.zeros(sum(out_s), device=DEVICE)
         comm.execute(plan, x, out, timeout=20, transport=TRANSPORT)
         before = comm.DEFAULT_POOL.allocations
         for _ in range(3):
@@ -242,7 +285,7 @@ def _autograd_cases(res, n, rank):
         ya = collsched.nn.all_to_all_single(a * 2, out_s, in_s, algorithm="fanout", cluster="h200:2,gpus=4")
         (ya * w).sum().backward()
         b = base.clone().requires_grad_(True)
-        yb = F.all_to_all_single(torch.empty(sum(out_s), 4), b * 2, out_s, in_s)
+        yb = F.all_to_all_single(torch.empty(sum(out_s), 4, device=DEVICE), b * 2, out_s, in_s)
         (yb * w).sum().backward()
         return torch.equal(ya.detach(), yb.detach()) and torch.equal(a.grad, b.grad)
 
@@ -273,16 +316,17 @@ def _expect(results, name, fn, exc_types, timeout_s=None):
 def faults(timeout_s: float) -> dict:
     """Bad inputs on one rank / disagreeing ranks: every rank must raise the same error, and the
     group must stay usable afterwards. Ends with a straggler (breaks the group)."""
+    _use_backend_device()
     rank, n = dist.get_rank(), dist.get_world_size()
     res: dict = {}
     cl = f"h200:1,gpus={n}"
     kw = dict(algorithm="fanout", cluster=cl, timeout=timeout_s)
-    ok_in = torch.arange(n * 3, dtype=torch.float32).reshape(n * 3, 1)
+    ok_in = torch.arange(n * 3, dtype=torch.float32, device=DEVICE).reshape(n * 3, 1)
     splits = [3] * n
     E = comm.CollectiveInputError
 
     def call(out=None, inp=None, osz=splits, isz=splits, **extra):
-        o = out if out is not None else torch.empty(n * 3, 1)
+        o = out if out is not None else torch.empty(n * 3, 1, device=DEVICE)
         i = inp if inp is not None else ok_in
         collsched.all_to_all_single(o, i, osz, isz, **{**kw, **extra})
 
@@ -291,17 +335,17 @@ def faults(timeout_s: float) -> dict:
         "split_sum_wrong": lambda: call(isz=[3] * (n - 1) + [4] if rank == bad_rank else splits),
         "negative_split": lambda: call(isz=[-1, 4] + [3] * (n - 2) if rank == bad_rank else splits),
         "wrong_split_count": lambda: call(isz=[3] * (n + 1) if rank == bad_rank else splits),
-        "output_too_small": lambda: call(out=torch.empty(n * 3 - 1, 1) if rank == bad_rank else None),
+        "output_too_small": lambda: call(out=torch.empty(n * 3 - 1, 1, device=DEVICE) if rank == bad_rank else None),
         "dtype_mismatch_across_ranks": lambda: call(
             inp=ok_in.double() if rank == bad_rank else None,
-            out=torch.empty(n * 3, 1, dtype=torch.float64) if rank == bad_rank else None),
+            out=torch.empty(n * 3, 1, dtype=torch.float64, device=DEVICE) if rank == bad_rank else None),
         "trailing_shape_mismatch": lambda: call(
-            inp=torch.zeros(n * 3, 2) if rank == bad_rank else None,
-            out=torch.empty(n * 3, 2) if rank == bad_rank else None),
-        "input_output_dtype_differ": lambda: call(out=torch.empty(n * 3, 1, dtype=torch.int32) if rank == bad_rank else None),
-        "non_contiguous": lambda: call(inp=torch.zeros(n * 6, 1)[::2] if rank == bad_rank else None),
+            inp=torch.zeros(n * 3, 2, device=DEVICE) if rank == bad_rank else None,
+            out=torch.empty(n * 3, 2, device=DEVICE) if rank == bad_rank else None),
+        "input_output_dtype_differ": lambda: call(out=torch.empty(n * 3, 1, dtype=torch.int32, device=DEVICE) if rank == bad_rank else None),
+        "non_contiguous": lambda: call(inp=torch.zeros(n * 6, 1, device=DEVICE)[::2] if rank == bad_rank else None),
         "split_disagreement": lambda: call(osz=[2, 4] + [3] * (n - 2) if rank == bad_rank else splits,
-                                           out=torch.empty(n * 3, 1)),
+                                           out=torch.empty(n * 3, 1, device=DEVICE)),
     }
     for name, fn in cases.items():
         _expect(res, name, fn, (E,))
@@ -321,6 +365,9 @@ def faults(timeout_s: float) -> dict:
     # Straggler: the last rank never joins; the others must time out within the bound.
     if rank != n - 1:
         _expect(res, "straggler_timeout", lambda: call(), (comm.CommTimeoutError,))
+        # Stay up until the other waiting ranks reach their own deadlines: a rank that left
+        # first would show them a peer failure (NCCL reports the closed connection at once).
+        time.sleep(2.0)
     else:
         time.sleep(timeout_s + 3)
         res["straggler_timeout"] = {"raised": "skipped (straggler)", "elapsed": 0.0}

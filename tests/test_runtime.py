@@ -1,4 +1,6 @@
-"""Runtime tests: the executor and the drop-in all_to_all_single on real Gloo process groups.
+"""Runtime tests: the executor and the drop-in all_to_all_single on real Gloo process groups,
+and on NCCL with CUDA tensors where the machine has a GPU (skipped elsewhere; one GPU is
+enough: the launcher lets ranks share it).
 
 One spawned 8-rank group runs every correctness case (algorithms × workloads × dtypes,
 hand-built multi-step plans, autograd) in one go; small 4-rank groups run the fault
@@ -26,10 +28,19 @@ def available_algorithms() -> list[str]:
     return [name for name, _ in collsched.all_to_all_algorithms()]
 
 
-@pytest.fixture(scope="module")
-def correctness_results():
-    results = run_ranks("correctness", WORLD, available_algorithms(), timeout_s=170)
-    return results
+def _nccl_usable() -> bool:
+    import torch.distributed as dist
+
+    return torch.cuda.is_available() and dist.is_nccl_available()
+
+
+BACKENDS = ["gloo", pytest.param("nccl", marks=pytest.mark.skipif(not _nccl_usable(), reason="needs a CUDA GPU and NCCL"))]
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def correctness_results(request):
+    return run_ranks("correctness", WORLD, available_algorithms(), timeout_s=170 if request.param == "gloo" else 400,
+                     backend=request.param)
 
 
 def _failures(results, prefix):
@@ -79,9 +90,15 @@ def test_autograd_gradients_equal_torch(correctness_results):
     assert _failures(correctness_results, "autograd/") == {}
 
 
-@pytest.fixture(scope="module")
-def fault_results():
-    return run_ranks("faults", FAULT_WORLD, FAULT_TIMEOUT_S, timeout_s=60, gpus_per_server=FAULT_WORLD)
+def test_collectives_match_torch(correctness_results):
+    assert _count(correctness_results, "collective/") == 9
+    assert _failures(correctness_results, "collective/") == {}
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def fault_results(request):
+    return run_ranks("faults", FAULT_WORLD, FAULT_TIMEOUT_S, timeout_s=60 if request.param == "gloo" else 150,
+                     gpus_per_server=FAULT_WORLD, backend=request.param)
 
 
 EXPECTED_FAULTS = {

@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-pytest.importorskip("torch")
+torch = pytest.importorskip("torch")
 from typer.testing import CliRunner  # noqa: E402
 
 from collsched.bench import BenchConfig, format_table, run_bench, sizes, workload_rows  # noqa: E402
@@ -69,6 +69,26 @@ def test_cli_bench_writes_json(tmp_path):
     assert [row["algorithm"] for row in data["rows"]] == ["torch", "fanout"]
     bad = CliRunner().invoke(app, ["bench", "-b", "4KiB", "-e", "1KiB"])
     assert bad.exit_code != 0
+    bad = CliRunner().invoke(app, ["bench", "--backend", "mpi"])
+    assert bad.exit_code != 0 and "unknown backend 'mpi'" in bad.output
+
+
+def test_table_says_when_ranks_share_a_gpu():
+    res = {"rows": [], "ranks": 8, "backend": "nccl", "device": "cuda:0", "cluster": "h200:2,gpus=4"}
+    assert "share each GPU" not in format_table(dict(res, ranks_per_gpu=1))
+    assert "8 ranks share each GPU" in format_table(dict(res, ranks_per_gpu=8))
+
+
+def test_nccl_ranks_without_a_gpu_say_so():
+    import os
+
+    from collsched.comm.launch import run_local
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    res = run_local("_runtime_scenarios:noop", 2, gpus_per_server=2, timeout_s=60, backend="nccl",
+                    extra_pythonpath=[os.path.dirname(os.path.abspath(__file__))], raise_on_failure=False)
+    assert all(x.kind == "raised" and "needs a CUDA GPU" in x.message for x in res), [str(x) for x in res]
 
 
 def test_demo_runs_and_outputs_match():

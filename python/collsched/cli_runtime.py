@@ -36,6 +36,8 @@ def register(app: typer.Typer) -> None:
         cluster: str = typer.Option("", "--cluster", help="cluster spec to plan for (default from LOCAL_WORLD_SIZE)"),
         nprocs: int = typer.Option(8, "--nprocs", help="local ranks to spawn when not under torchrun"),
         gpus_per_server: int = typer.Option(4, "--gpus-per-server", help="emulated GPUs per server (local spawn)"),
+        backend: str = typer.Option("auto", "--backend",
+                                    help="local spawn: gloo | nccl | auto (nccl when this machine has a CUDA GPU)"),
         check: bool = typer.Option(True, "--check/--no-check", help="count wrong output elements"),
         json_out: Optional[str] = typer.Option(None, "--json", help="also write the rows to this JSON file"),
         planning: bool = typer.Option(False, "--planning",
@@ -75,7 +77,9 @@ def register(app: typer.Typer) -> None:
         make_workload(workload, world, 1 << 10, 0)
         if cluster:
             Cluster.parse(cluster)
-        result = run_bench(cfg, nprocs=nprocs, gpus_per_server=gpus_per_server)
+        if backend not in ("auto", "gloo", "nccl"):
+            raise typer.BadParameter(f"unknown backend {backend!r} (known: auto, gloo, nccl)")
+        result = run_bench(cfg, nprocs=nprocs, gpus_per_server=gpus_per_server, backend=backend)
         if result is None:  # non-zero rank under torchrun
             return
         print(format_table(result))

@@ -251,6 +251,23 @@ def _tail(path: str, n: int = 2000) -> str:
         return ""
 
 
+def use_gpu_for_nccl(rank: int, world: int) -> None:
+    """Bind this rank to GPU ``LOCAL_RANK mod GPUs``. When ranks outnumber the GPUs (a test
+    of several ranks on one GPU), each rank claims a host of its own (NCCL_HOSTID), because
+    NCCL refuses two ranks of one host on one GPU; they then talk over loopback sockets,
+    which is slow but exercises every NCCL code path."""
+    import torch
+
+    gpus = torch.cuda.device_count()
+    if gpus == 0:
+        raise RuntimeError("backend 'nccl' needs a CUDA GPU, and this machine has none: use backend 'gloo'")
+    torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)) % gpus)
+    if world > gpus:
+        os.environ.setdefault("NCCL_HOSTID", f"collsched-rank-{rank}")
+        os.environ.setdefault("NCCL_SOCKET_IFNAME", "lo")
+        os.environ.setdefault("NCCL_IB_DISABLE", "1")
+
+
 def _worker(jobdir: str, rank: int) -> None:
     import torch
     import torch.distributed as dist
@@ -261,6 +278,8 @@ def _worker(jobdir: str, rank: int) -> None:
     world = int(os.environ["WORLD_SIZE"])
     out = os.path.join(jobdir, f"result{rank}.pkl")
     try:
+        if "nccl" in job["backend"].lower():
+            use_gpu_for_nccl(rank, world)
         store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world, is_master=False,
                               timeout=timedelta(seconds=job["pg_timeout_s"]))
         dist.init_process_group(job["backend"], store=store, rank=rank, world_size=world,
