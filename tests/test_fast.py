@@ -61,6 +61,32 @@ def test_plan_hash_is_identical_across_processes():
     assert outs[0] == outs[1] == f"{here.hash} {here.meta['stages']}"
 
 
+# Plan hashes written down on one machine (the 2-core container) and printed identically by
+# another (a 16-core H100 host, Python 3.12, torch 2.11): any machine must reproduce them.
+# A change that is meant to alter these plans updates this table, and says so.
+PINNED_HASHES = [
+    ("h200:8", "zipf0.8", "fast", "30640fc742f35951"),
+    ("h200:8", "zipf0.8", "auto", "6e41792ec0955a7b"),
+    ("h200:8", "zipf0.8", "fanout", "de51c197f4ddd67c"),
+    ("h200:5,nics=4", "zipf0.99", "fast", "c3f6b0a943bf438d"),
+    ("h200:16,nics=2", "zipf0.8", "balanced_direct", "7a2826a2ea5c433c"),
+    ("h200:40", "zipf0.8", "fast", "337bc09106a5197f"),  # 320 GPUs: planned on two threads
+    ("h200:40", "zipf0.99", "auto", "68e85c9b9a9b0667"),
+    ("mi300x:3", "uniform", "auto", "49366c0b9ca76518"),
+    ("h200:4,nics=2", "uniform", "hierarchical", "ed8432042465c7cb"),
+    ("h200:4,nics=2", "uniform", "sabre_light", "b271ee2bd3cf77c0"),
+    ("perlmutter:4", "zipf0.99", "sabre_skewed", "ee1fff6ac2b48e24"),
+]
+
+
+@pytest.mark.parametrize("spec,workload,algo,want", PINNED_HASHES)
+def test_plan_hash_is_the_same_on_every_machine(spec, workload, algo, want):
+    n = collsched.Cluster.parse(spec).num_gpus
+    m = {"zipf0.8": lambda: traffic.zipf(n, 0.8, 50 << 20, seed=1), "zipf0.99": lambda: traffic.zipf(n, 0.99, 1 << 20, seed=3),
+         "uniform": lambda: traffic.uniform(n, 1 << 20, seed=2)}[workload]()
+    assert collsched.plan_all_to_all(m, spec, algo).hash == want
+
+
 def test_meta_and_options():
     m = traffic.zipf(32, 0.8, 4 << 20, seed=1)
     plan = verified(collsched.plan_all_to_all(m, "h200:4", "fast"))
