@@ -274,10 +274,10 @@ fn same_index_bytes_skip_redistribution_and_balancing_is_minimal() {
     t.set(3, 0, 3);
     t.set(3, 1, 1);
     let bal = balance::balance(&t, &c);
-    let moved: u64 = bal.moves.iter().map(|m| m.len).sum();
+    let moved: u64 = bal.moves().into_iter().flatten().map(|m| m.len).sum();
     assert_eq!(moved, 2);
     // The moved bytes are B0's block to A1 (same index as the light carrier B1).
-    assert!(bal.moves.iter().all(|m| m.a == 0 && m.c == 1 && m.j == 1));
+    assert!(bal.moves().into_iter().flatten().all(|m| m.a == 0 && m.c == 1 && m.j == 1));
     let plan = plan_all_to_all(&t, &c, "fast", &Options::new()).unwrap();
     execute(&plan, &t);
 }

@@ -62,15 +62,33 @@ pub struct Balanced {
     pub targets: Vec<u64>,
     /// Tile totals `S[s][d]` (the server-level matrix; zero on the diagonal).
     pub server: Vec<u64>,
-    /// Piece streams, flat; `stream_range[(s*N+d)*G+c]` is a half-open range into `pieces`.
-    pub pieces: Vec<Piece>,
+    /// Piece streams, flat; `stream_range[(s*N+d)*G+c]` is a half-open range of piece
+    /// ids (`piece`, `pieces_in`): indices into `pieces`, or with `HI_PIECE` set into the
+    /// `hi` part's when server s was balanced there.
+    pieces: Vec<Piece>,
     pub stream_range: Vec<(u32, u32)>,
-    /// Balancing moves ordered by (s, a, c), then creation order.
-    pub moves: Vec<Move>,
+    /// Balancing moves ordered by (s, a, c), then creation order (`moves()` adds the hi part's).
+    moves: Vec<Move>,
     /// Scratch bytes each rank uses to hold balanced-in pieces (the start of its receive region).
     pub balance_in: Vec<u64>,
-    /// Same-server blocks, row-major.
-    pub intra: Vec<IntraBlock>,
+    /// Same-server blocks, row-major (`intra()` adds the hi part's).
+    intra: Vec<IntraBlock>,
+    /// Servers from `hi_from` on, balanced on a second thread (`split_at`): their pieces,
+    /// moves and intra blocks, in that order after this part's. Empty when not split.
+    hi: Part,
+    hi_from: usize,
+    temps: BalanceTemps,
+}
+
+/// Piece ids with this bit set index the hi part's pieces (no plan holds 2³¹ pieces).
+pub const HI_PIECE: u32 = 1 << 31;
+
+/// What the balancing of a range of servers appends: their pieces, moves and intra blocks.
+#[derive(Default)]
+struct Part {
+    pieces: Vec<Piece>,
+    moves: Vec<Move>,
+    intra: Vec<IntraBlock>,
     temps: BalanceTemps,
 }
 
@@ -81,7 +99,42 @@ impl Balanced {
     }
     pub fn stream(&self, s: usize, d: usize, c: usize) -> &[Piece] {
         let (b, e) = self.stream_range[self.tile(s, d) * self.gpus + c];
-        &self.pieces[b as usize..e as usize]
+        self.pieces_in(b, e)
+    }
+    /// The piece with id `id` (see `stream_range`).
+    #[inline(always)]
+    pub fn piece(&self, id: u32) -> &Piece {
+        if id & HI_PIECE == 0 {
+            &self.pieces[id as usize]
+        } else {
+            &self.hi.pieces[(id & !HI_PIECE) as usize]
+        }
+    }
+    /// Pieces with ids `b..e` (one stream's range, or part of it).
+    pub fn pieces_in(&self, b: u32, e: u32) -> &[Piece] {
+        if b & HI_PIECE == 0 {
+            &self.pieces[b as usize..e as usize]
+        } else {
+            &self.hi.pieces[(b & !HI_PIECE) as usize..(e & !HI_PIECE) as usize]
+        }
+    }
+    /// Number of pieces in all streams.
+    pub fn num_pieces(&self) -> usize {
+        self.pieces.len() + self.hi.pieces.len()
+    }
+    /// Balancing moves, each part's in (s, a, c) order: all of them in server order.
+    pub fn moves(&self) -> [&[Move]; 2] {
+        [&self.moves, &self.hi.moves]
+    }
+    pub fn num_moves(&self) -> usize {
+        self.moves.len() + self.hi.moves.len()
+    }
+    /// Same-server blocks, row-major.
+    pub fn intra(&self) -> impl Iterator<Item = &IntraBlock> {
+        self.intra.iter().chain(&self.hi.intra)
+    }
+    pub fn num_intra(&self) -> usize {
+        self.intra.len() + self.hi.intra.len()
     }
 }
 
@@ -140,10 +193,13 @@ pub fn balance(traffic: &Traffic, cluster: &Cluster) -> Balanced {
 
 impl Footprint for Balanced {
     fn footprint(&self) -> usize {
-        let t = &self.temps;
-        vec_bytes(&self.targets) + vec_bytes(&self.server) + vec_bytes(&self.pieces) + vec_bytes(&self.stream_range) + vec_bytes(&self.moves)
-            + vec_bytes(&self.balance_in) + vec_bytes(&self.intra) + vec_bytes(&t.col_acc) + vec_bytes(&t.move_tmp)
-            + t.per_carrier.iter().flatten().map(vec_bytes).sum::<usize>()
+        let part = |pieces: &Vec<Piece>, moves: &Vec<Move>, intra: &Vec<IntraBlock>, t: &BalanceTemps| {
+            vec_bytes(pieces) + vec_bytes(moves) + vec_bytes(intra) + vec_bytes(&t.col_acc) + vec_bytes(&t.move_tmp)
+                + t.per_carrier.iter().flatten().map(vec_bytes).sum::<usize>()
+        };
+        vec_bytes(&self.targets) + vec_bytes(&self.server) + vec_bytes(&self.stream_range) + vec_bytes(&self.balance_in)
+            + part(&self.pieces, &self.moves, &self.intra, &self.temps)
+            + part(&self.hi.pieces, &self.hi.moves, &self.hi.intra, &self.hi.temps)
     }
 }
 
@@ -159,30 +215,113 @@ pub fn with_balanced<R>(traffic: &Traffic, cluster: &Cluster, f: impl FnOnce(&Ba
     })
 }
 
+/// `with_balanced` on two threads: the helper (`crate::beside`) runs `first`, then balances
+/// servers `split..` while this thread balances the servers before; then `f` gets the
+/// result and `first`'s. Each server is balanced from the matrix alone (and the column sums
+/// of the servers before it), so the result is the same for every `split`.
+pub fn with_balanced_beside<A: Send, R>(traffic: &Traffic, cluster: &Cluster, split: usize, first: impl FnOnce() -> A + Send, f: impl FnOnce(&Balanced, A) -> R) -> R {
+    with_reused(&REUSED, |bal| {
+        let n = cluster.servers as usize;
+        let split = split.min(n);
+        let (lo, hi) = prepare(bal, cluster, split);
+        let data = traffic.data();
+        let shape = Shape::of(cluster);
+        let (a, ()) = crate::beside::join(
+            move || {
+                let a = first();
+                balance_servers(data, shape, split..n, hi);
+                a
+            },
+            move || balance_servers(data, shape, 0..split, lo),
+        );
+        f(bal, a)
+    })
+}
+
 /// `balance`, reusing `out`'s allocations (planning in a loop touches no fresh memory).
 pub fn balance_into(traffic: &Traffic, cluster: &Cluster, out: &mut Balanced) {
     let n = cluster.servers as usize;
-    let g = cluster.gpus_per_server as usize;
-    let nics = cluster.nics_per_server as usize;
+    let (lo, hi) = prepare(out, cluster, n);
+    balance_servers(traffic.data(), Shape::of(cluster), n..n, hi);
+    balance_servers(traffic.data(), Shape::of(cluster), 0..n, lo);
+}
+
+#[derive(Clone, Copy)]
+struct Shape {
+    n: usize,
+    g: usize,
+    nics: usize,
+}
+
+impl Shape {
+    fn of(cluster: &Cluster) -> Shape {
+        Shape { n: cluster.servers as usize, g: cluster.gpus_per_server as usize, nics: cluster.nics_per_server as usize }
+    }
+}
+
+/// Where the balancing of a range of servers writes: their tiles' entries (`targets`,
+/// `server`, `stream_range`) and their ranks' `balance_in`, and the lists it appends to.
+struct PartOut<'a> {
+    targets: &'a mut [u64],
+    server: &'a mut [u64],
+    stream_range: &'a mut [(u32, u32)],
+    balance_in: &'a mut [u64],
+    pieces: &'a mut Vec<Piece>,
+    moves: &'a mut Vec<Move>,
+    intra: &'a mut Vec<IntraBlock>,
+    temps: &'a mut BalanceTemps,
+    /// Set in the piece ids of this part (0 or `HI_PIECE`).
+    id_tag: u32,
+}
+
+/// Size `out` for `cluster` and hand out its two parts: servers before `split`, and from it.
+fn prepare<'a>(out: &'a mut Balanced, cluster: &Cluster, split: usize) -> (PartOut<'a>, PartOut<'a>) {
+    let Shape { n, g, .. } = Shape::of(cluster);
     let p = n * g;
     out.servers = n;
     out.gpus = g;
+    out.hi_from = split;
     refill(&mut out.targets, n * n * g, 0);
     refill(&mut out.server, n * n, 0);
-    out.pieces.clear();
-    // Upper bounds (each block is cut at most a few times): reserving avoids regrowth.
-    out.pieces.reserve(n * n * g * g + n * n * g);
     refill(&mut out.stream_range, n * n * g, (0, 0));
-    out.moves.clear();
-    out.moves.reserve(n * n * g * g / 2 + n * g);
     refill(&mut out.balance_in, p, 0);
+    let (targets_lo, targets_hi) = out.targets.split_at_mut(split * n * g);
+    let (server_lo, server_hi) = out.server.split_at_mut(split * n);
+    let (range_lo, range_hi) = out.stream_range.split_at_mut(split * n * g);
+    let (in_lo, in_hi) = out.balance_in.split_at_mut(split * g);
+    let lo = PartOut { targets: targets_lo, server: server_lo, stream_range: range_lo, balance_in: in_lo, pieces: &mut out.pieces, moves: &mut out.moves, intra: &mut out.intra, temps: &mut out.temps, id_tag: 0 };
+    let Part { pieces, moves, intra, temps } = &mut out.hi;
+    let hi = PartOut { targets: targets_hi, server: server_hi, stream_range: range_hi, balance_in: in_hi, pieces, moves, intra, temps, id_tag: HI_PIECE };
+    (lo, hi)
+}
+
+/// Balance the tiles of `servers` (source servers, in order) into `out`.
+fn balance_servers(data: &[u64], shape: Shape, servers: std::ops::Range<usize>, out: PartOut) {
+    let Shape { n, g, nics } = shape;
+    let p = n * g;
+    let s0 = servers.start;
+    let count = servers.len();
+    out.pieces.clear();
+    out.moves.clear();
     out.intra.clear();
-    out.intra.reserve(n * g * g);
-    let tmp = &mut out.temps;
+    if count == 0 {
+        return;
+    }
+    // Upper bounds (each block is cut at most a few times): reserving avoids regrowth.
+    out.pieces.reserve(count * n * g * g + count * n * g);
+    out.moves.reserve(count * n * g * g / 2 + count * g);
+    out.intra.reserve(count * g * g);
+    let tmp = out.temps;
     // Torch offsets computed in matrix order: `row_acc[a]` is the input offset of the next
-    // block of row (s,a); `col_acc[col]` sums the column over the servers already done.
+    // block of row (s,a); `col_acc[col]` sums the column over the servers already done
+    // (those before `servers` first).
     refill(&mut tmp.row_acc, g, 0);
     refill(&mut tmp.col_acc, p, 0);
+    for row in data[..s0 * g * p].chunks_exact(p) {
+        for (acc, &v) in tmp.col_acc.iter_mut().zip(row) {
+            *acc += v;
+        }
+    }
     refill(&mut tmp.in_off, g * g, 0); // per tile: input offset of block a→j
     refill(&mut tmp.out_off, g * g, 0); // per tile: output offset of block a→j
     // Per-tile state, reused.
@@ -198,8 +337,8 @@ pub fn balance_into(traffic: &Traffic, cluster: &Cluster, out: &mut Balanced) {
     let (row_acc, col_acc, in_off, out_off, rem, off, cap, row, excess) =
         (&mut row_acc[..], &mut col_acc[..], &mut in_off[..], &mut out_off[..], &mut rem[..], &mut off[..], &mut cap[..], &mut row[..], &mut excess[..]);
     let per_carrier = &mut per_carrier[..g];
-    let data = traffic.data();
-    for s in 0..n {
+    for s in servers {
+        let ls = s - s0; // index of s among these servers
         let server_moves_start = out.moves.len();
         row_acc.iter_mut().for_each(|x| *x = 0);
         for d in 0..n {
@@ -236,7 +375,7 @@ pub fn balance_into(traffic: &Traffic, cluster: &Cluster, out: &mut Balanced) {
                 }
                 continue;
             }
-            let tile = s * n + d;
+            let tile = ls * n + d;
             out.server[tile] = total;
             let tgt = &mut out.targets[tile * g..(tile + 1) * g];
             carrier_targets(total, s, d, g, nics, tgt);
@@ -246,26 +385,26 @@ pub fn balance_into(traffic: &Traffic, cluster: &Cluster, out: &mut Balanced) {
                     v.clear();
                 }
             }
-            let tile_ctx = TileCtx { s, d, g, in_off, out_off };
+            let tile_ctx = TileCtx { s, ls, d, g, in_off, out_off };
             // A: every GPU keeps its same-index block (it lands directly in the peer's Output).
             for a in 0..g {
                 let x = rem[a * g + a].min(cap[a]);
                 if x > 0 {
-                    take(&tile_ctx, a, a, a, x, rem, off, cap, per_carrier, &mut out.moves, &mut out.balance_in);
+                    take(&tile_ctx, a, a, a, x, rem, off, cap, per_carrier, out.moves, out.balance_in);
                 }
             }
             // Light GPUs (row ≤ target) keep everything: moving their bytes away only adds scale-up traffic.
             for a in 0..g {
-                if row[a] <= tgt_of(&out.targets, tile, g, a) {
+                if row[a] <= tgt_of(out.targets, tile, g, a) {
                     excess[a] = 0;
                     for j in 0..g {
                         let x = rem[a * g + j];
                         if x > 0 {
-                            take(&tile_ctx, a, j, a, x, rem, off, cap, per_carrier, &mut out.moves, &mut out.balance_in);
+                            take(&tile_ctx, a, j, a, x, rem, off, cap, per_carrier, out.moves, out.balance_in);
                         }
                     }
                 } else {
-                    excess[a] = row[a] - tgt_of(&out.targets, tile, g, a);
+                    excess[a] = row[a] - tgt_of(out.targets, tile, g, a);
                 }
             }
             // B: a heavy GPU hands a light carrier c the bytes destined to (d,c): same-index
@@ -281,7 +420,7 @@ pub fn balance_into(traffic: &Traffic, cluster: &Cluster, out: &mut Balanced) {
                     let x = rem[a * g + c].min(cap[c]).min(excess[a]);
                     if x > 0 {
                         excess[a] -= x;
-                        take(&tile_ctx, a, c, c, x, rem, off, cap, per_carrier, &mut out.moves, &mut out.balance_in);
+                        take(&tile_ctx, a, c, c, x, rem, off, cap, per_carrier, out.moves, out.balance_in);
                     }
                 }
             }
@@ -293,7 +432,7 @@ pub fn balance_into(traffic: &Traffic, cluster: &Cluster, out: &mut Balanced) {
                     }
                     let x = rem[a * g + j].min(cap[a]);
                     if x > 0 {
-                        take(&tile_ctx, a, j, a, x, rem, off, cap, per_carrier, &mut out.moves, &mut out.balance_in);
+                        take(&tile_ctx, a, j, a, x, rem, off, cap, per_carrier, out.moves, out.balance_in);
                     }
                 }
             }
@@ -306,7 +445,7 @@ pub fn balance_into(traffic: &Traffic, cluster: &Cluster, out: &mut Balanced) {
                             c += 1;
                         }
                         let x = rem[a * g + j].min(cap[c]);
-                        take(&tile_ctx, a, j, c, x, rem, off, cap, per_carrier, &mut out.moves, &mut out.balance_in);
+                        take(&tile_ctx, a, j, c, x, rem, off, cap, per_carrier, out.moves, out.balance_in);
                     }
                 }
             }
@@ -314,16 +453,16 @@ pub fn balance_into(traffic: &Traffic, cluster: &Cluster, out: &mut Balanced) {
             // balancing), and within each, pieces for other GPUs before same-index ones (the
             // last stages then carry fewer bytes that need redistribution).
             for (c, classes) in per_carrier.iter().enumerate() {
-                let begin = out.pieces.len() as u32;
+                let begin = out.pieces.len() as u32 | out.id_tag;
                 for class in classes {
                     out.pieces.extend_from_slice(class);
                 }
-                out.stream_range[tile * g + c] = (begin, out.pieces.len() as u32);
+                out.stream_range[tile * g + c] = (begin, out.pieces.len() as u32 | out.id_tag);
             }
         }
         // Group this server's moves by (a, c) so each (a, c) pair is one balancing transfer
         // (counting sort: stable, no comparisons).
-        group_moves(&mut out.moves, server_moves_start, g, move_count, move_tmp);
+        group_moves(out.moves, server_moves_start, g, move_count, move_tmp);
         for a in 0..g {
             for col in 0..p {
                 col_acc[col] += data[(s * g + a) * p + col];
@@ -332,9 +471,12 @@ pub fn balance_into(traffic: &Traffic, cluster: &Cluster, out: &mut Balanced) {
     }
 }
 
+
 /// Where the blocks of the tile being balanced start (read by `take`).
 struct TileCtx<'a> {
     s: usize,
+    /// Index of s among the servers being balanced (its ranks' `balance_in` entries).
+    ls: usize,
     d: usize,
     g: usize,
     in_off: &'a [u64],
@@ -357,7 +499,7 @@ fn take(t: &TileCtx, a: usize, j: usize, c: usize, len: u64, rem: &mut [u64], of
     let src_off = if a == c {
         input_off
     } else {
-        let r = t.s * g + c;
+        let r = t.ls * g + c;
         let o = bal_in[r];
         bal_in[r] += len;
         moves.push(Move { s: t.s as u32, a: a as u32, c: c as u32, d: t.d as u32, j: j as u32, input_off, len, scratch_off: o });

@@ -38,14 +38,15 @@ pub struct Loads {
 /// How many visits ahead the assembler prefetches the pieces they start at.
 const PREFETCH_PAIRS: usize = 4;
 
-/// Hint the CPU to load `x`'s cache line (no effect on results).
+/// Hint the CPU to load the cache line at `x`, which need not be valid memory (no effect
+/// on results).
 #[inline(always)]
-fn prefetch<T>(x: &T) {
+fn prefetch<T>(x: *const T) {
     #[cfg(target_arch = "x86_64")]
     #[allow(unused_unsafe)]
     // SAFETY: a prefetch never faults and does not change memory; SSE is baseline on x86_64.
     unsafe {
-        core::arch::x86_64::_mm_prefetch(x as *const T as *const i8, core::arch::x86_64::_MM_HINT_T0);
+        core::arch::x86_64::_mm_prefetch(x as *const i8, core::arch::x86_64::_MM_HINT_T0);
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = x;
@@ -310,14 +311,14 @@ fn assemble_with(scratch: &mut AssembleScratch, name: &str, collective: Collecti
     // Upper bounds, so no array of the plan is ever regrown (and copied). Untouched
     // capacity costs only address space.
     let pair_visits: usize = rounds.iter().map(|r| r.pairs.len()).sum::<usize>() * g;
-    let scaleout_segs = bal.pieces.len() + pair_visits;
+    let scaleout_segs = bal.num_pieces() + pair_visits;
     let scaleout_transfers = 2 * pair_visits;
     b.reserve(
-        bal.moves.len() + bal.intra.len() + scaleout_transfers + scaleout_segs.min(scaleout_transfers * g.saturating_sub(1)),
-        bal.moves.len() + bal.intra.len() + 2 * scaleout_segs,
+        bal.num_moves() + bal.num_intra() + scaleout_transfers + scaleout_segs.min(scaleout_transfers * g.saturating_sub(1)),
+        bal.num_moves() + bal.num_intra() + 2 * scaleout_segs,
     );
     // Most transfers have one or two deps: an estimate (dep lists are short, growth is rare).
-    b.reserve_deps(2 * (bal.moves.len() + bal.intra.len() + scaleout_segs) + scaleout_transfers * 2);
+    b.reserve_deps(2 * (bal.num_moves() + bal.num_intra() + scaleout_segs) + scaleout_transfers * 2);
     let mut loads = Loads::default();
 
     // Scale-out rounds with their redistribution. First, per tile (reading its piece
@@ -354,16 +355,17 @@ fn assemble_with(scratch: &mut AssembleScratch, name: &str, collective: Collecti
         urgent_from.reset(p, g);
         urgent_into.reset(p, g);
         deps.clear();
+        for moves in bal.moves() {
         let mut server_begin = 0;
-        while server_begin < bal.moves.len() {
-            let s = bal.moves[server_begin].s as usize;
+        while server_begin < moves.len() {
+            let s = moves[server_begin].s as usize;
             let mut server_end = server_begin;
-            while server_end < bal.moves.len() && bal.moves[server_end].s as usize == s {
+            while server_end < moves.len() && moves[server_end].s as usize == s {
                 server_end += 1;
             }
             // The server's moves by class, a stable counting sort ((a, c) order kept in each).
             let mut start = [0usize; MAX_BALANCE_CLASSES + 1];
-            for m in &bal.moves[server_begin..server_end] {
+            for m in &moves[server_begin..server_end] {
                 start[tile_class[s * n + m.d as usize] as usize + 1] += 1;
             }
             for t in 0..classes {
@@ -372,7 +374,7 @@ fn assemble_with(scratch: &mut AssembleScratch, name: &str, collective: Collecti
             by_class.clear();
             by_class.resize(server_end - server_begin, (0, 0));
             for k in server_begin..server_end {
-                let class = tile_class[s * n + bal.moves[k].d as usize];
+                let class = tile_class[s * n + moves[k].d as usize];
                 by_class[start[class as usize]] = (class, k as u32);
                 start[class as usize] += 1;
             }
@@ -380,12 +382,12 @@ fn assemble_with(scratch: &mut AssembleScratch, name: &str, collective: Collecti
             while at < by_class.len() {
                 let class = by_class[at].0 as usize;
                 let (a, c) = {
-                    let m = &bal.moves[by_class[at].1 as usize];
+                    let m = &moves[by_class[at].1 as usize];
                     (m.a as usize, m.c as usize)
                 };
                 segs.clear();
                 while let Some(&(cl, k)) = by_class.get(at) {
-                    let m = &bal.moves[k as usize];
+                    let m = &moves[k as usize];
                     if cl as usize != class || m.a as usize != a || m.c as usize != c {
                         break;
                     }
@@ -408,15 +410,16 @@ fn assemble_with(scratch: &mut AssembleScratch, name: &str, collective: Collecti
             }
             server_begin = server_end;
         }
+        }
         loads.balance_max = bal_out.iter().chain(bal_in.iter()).copied().max().unwrap_or(0);
         for r in 0..p {
             b.need_scratch(r as u32, bal.balance_in[r]);
         }
 
         // Intra-server part: beside the first scale-out round (step 1), or step 0 if there is none.
-        let intra_step = u32::from(!rounds.is_empty() || !bal.moves.is_empty());
+        let intra_step = u32::from(!rounds.is_empty() || bal.num_moves() > 0);
         refill(intra_load, p, 0);
-        for blk in &bal.intra {
+        for blk in bal.intra() {
             let seg = Segment { src_buf: Buf::Input, src_off: blk.input_off, dst_buf: Buf::Output, dst_off: blk.out_off, len: blk.len };
             deps.clear();
             if blk.i != blk.j {
@@ -606,10 +609,10 @@ fn write_rounds(cx: &RoundCtx, st: &mut RoundState, b: &mut PlanBuilder, range: 
             if let Some(ahead) = cuts.get((visit + PREFETCH_PAIRS) * g..(visit + PREFETCH_PAIRS + 1) * g) {
                 for cut in ahead {
                     if cut.bytes > 0 {
-                        prefetch(&bal.pieces[cut.at as usize]);
-                        if let Some(next) = bal.pieces.get(cut.at as usize + 1) {
-                            prefetch(next);
-                        }
+                        // A stream's pieces are consecutive in memory: fetch the next one too.
+                        let piece: *const super::balance::Piece = bal.piece(cut.at);
+                        prefetch(piece);
+                        prefetch(piece.wrapping_add(1));
                     }
                 }
             }
@@ -635,7 +638,7 @@ fn write_rounds(cx: &RoundCtx, st: &mut RoundState, b: &mut PlanBuilder, range: 
                     let (seg_begin, dep_begin) = (psegs.len(), pdeps.len());
                     let mut bytes = 0u64;
                     while x > 0 {
-                        let piece = bal.pieces[cur.0 as usize];
+                        let piece = *bal.piece(cur.0);
                         let in_scratch = piece.a as usize != c;
                         if own_phase && in_scratch {
                             break;
@@ -866,7 +869,7 @@ fn cut_visits(bal: &Balanced, rounds: &[Round], vs: &mut Visits, cuts: &mut Vec<
                 let (start, start_off) = (*at, *off);
                 let bytes = x;
                 while x > 0 {
-                    let len = bal.pieces[*at as usize].len;
+                    let len = bal.piece(*at).len;
                     let y = (len - *off).min(x);
                     x -= y;
                     *off += y;
@@ -901,7 +904,7 @@ pub(crate) fn for_each_scaleout_transfer(cluster: &Cluster, bal: &Balanced, roun
         let own_left = &mut scratch.own_left;
         own_left.clear();
         own_left.extend(bal.stream_range.iter().enumerate().map(|(k, &(b, e))| {
-            bal.pieces[b as usize..e as usize].iter().take_while(|p| p.a as usize == k % g).map(|p| p.len).sum::<u64>()
+            bal.pieces_in(b, e).iter().take_while(|p| p.a as usize == k % g).map(|p| p.len).sum::<u64>()
         }));
         let mut visit = 0;
         for (k, round) in rounds.iter().enumerate() {
