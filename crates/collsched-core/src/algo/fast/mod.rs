@@ -497,6 +497,17 @@ mod tests {
         }
     }
 
+    /// h200-like servers with `gpus` GPUs and `1 + nics_pick % gpus` NICs.
+    fn small_cluster(servers: u32, gpus: u32, nics_pick: u32) -> Cluster {
+        let nics = 1 + nics_pick % gpus;
+        Cluster::parse(&format!("h200:{servers},gpus={gpus},nics={nics}")).unwrap()
+    }
+
+    /// The first transfer where two plans differ (the first difference, not two whole plans).
+    fn first_difference(one: &crate::plan::Plan, two: &crate::plan::Plan) -> Option<usize> {
+        one.transfers.iter().zip(&two.transfers).position(|(x, y)| x != y || one.segments_of(x) != two.segments_of(y) || one.deps_of(x) != two.deps_of(y))
+    }
+
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(24))]
         /// Writing the later scale-out rounds on the helper and appending them gives, at
@@ -506,8 +517,7 @@ mod tests {
         fn split_assembly_gives_the_same_plan_at_every_round(servers in 2u32..7, gpus in 1u32..5, nics_pick in 0u32..4, kind in 0usize..3, seed in 0u64..1000) {
             use super::pipeline::{assemble_split, Split};
             use crate::plan::Collective;
-            let nics = 1 + nics_pick % gpus;
-            let cluster = Cluster::parse(&format!("h200:{servers},gpus={gpus},nics={nics}")).unwrap();
+            let cluster = small_cluster(servers, gpus, nics_pick);
             let p = cluster.num_gpus() as usize;
             let t = match kind {
                 0 => generators::zipf(p, 0.99, 3 << 20, seed).unwrap(),
@@ -533,8 +543,7 @@ mod tests {
                 for k in 1..rounds.len() {
                     let (two, two_loads) = assemble_split("fast", all_to_all(), &cluster, bal, rounds, true, Split::At(k));
                     let two = two.finish();
-                    // The first difference, not two whole plans.
-                    let t = one.transfers.iter().zip(&two.transfers).position(|(x, y)| x != y || one.segments_of(x) != two.segments_of(y) || one.deps_of(x) != two.deps_of(y));
+                    let t = first_difference(&one, &two);
                     proptest::prop_assert!(t.is_none(), "split at round {} of {}: transfer {:?} differs", k, rounds.len(), t);
                     proptest::prop_assert!(two == one, "split at round {} of {}: plans differ (lengths or scratch)", k, rounds.len());
                     proptest::prop_assert_eq!(&two_loads, &one_loads);
@@ -542,10 +551,7 @@ mod tests {
                 Ok(())
             })?;
         }
-    }
 
-    proptest::proptest! {
-        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(24))]
         /// Balancing the servers from any `split` on the helper (their pieces in a second
         /// list, with `HI_PIECE` ids) gives the plan, loads and scale-out preview of one
         /// thread balancing them all.
@@ -553,8 +559,7 @@ mod tests {
         fn split_balancing_gives_the_same_plan_at_every_server(servers in 1u32..7, gpus in 1u32..5, nics_pick in 0u32..4, skew in 0usize..2, seed in 0u64..1000) {
             use super::pipeline::{assemble_split, for_each_scaleout_transfer, Split};
             use crate::plan::Collective;
-            let nics = 1 + nics_pick % gpus;
-            let cluster = Cluster::parse(&format!("h200:{servers},gpus={gpus},nics={nics}")).unwrap();
+            let cluster = small_cluster(servers, gpus, nics_pick);
             let p = cluster.num_gpus() as usize;
             let t = if skew == 0 { generators::uniform(p, 1 << 20, seed).unwrap() } else { generators::zipf(p, 0.99, 3 << 20, seed).unwrap() };
             let o = super::FastOptions::parse(&Options::new(), &cluster, "fast", &[]).unwrap();
@@ -570,7 +575,7 @@ mod tests {
             verify(&one).unwrap();
             for split in 0..n {
                 let (two, two_loads, two_preview) = super::balance::with_balanced_beside(&t, &cluster, split, || (), |bal, ()| run(bal));
-                let t = one.transfers.iter().zip(&two.transfers).position(|(x, y)| x != y || one.segments_of(x) != two.segments_of(y) || one.deps_of(x) != two.deps_of(y));
+                let t = first_difference(&one, &two);
                 proptest::prop_assert!(t.is_none(), "split at server {} of {}: transfer {:?} differs", split, n, t);
                 proptest::prop_assert!(two == one, "split at server {} of {}: plans differ", split, n);
                 proptest::prop_assert_eq!(&two_loads, &one_loads);
