@@ -73,10 +73,9 @@ pub struct Balanced {
     pub balance_in: Vec<u64>,
     /// Same-server blocks, row-major (`intra()` adds the hi part's).
     intra: Vec<IntraBlock>,
-    /// Servers from `hi_from` on, balanced on a second thread (`split_at`): their pieces,
-    /// moves and intra blocks, in that order after this part's. Empty when not split.
+    /// The servers from a split on, balanced on a second thread (`with_balanced_beside`):
+    /// their pieces, moves and intra blocks, which follow this part's. Empty when not split.
     hi: Part,
-    hi_from: usize,
     temps: BalanceTemps,
 }
 
@@ -242,7 +241,7 @@ pub fn with_balanced_beside<A: Send, R>(traffic: &Traffic, cluster: &Cluster, sp
 pub fn balance_into(traffic: &Traffic, cluster: &Cluster, out: &mut Balanced) {
     let n = cluster.servers as usize;
     let (lo, hi) = prepare(out, cluster, n);
-    balance_servers(traffic.data(), Shape::of(cluster), n..n, hi);
+    balance_servers(traffic.data(), Shape::of(cluster), n..n, hi); // no servers: empties the hi part
     balance_servers(traffic.data(), Shape::of(cluster), 0..n, lo);
 }
 
@@ -280,7 +279,6 @@ fn prepare<'a>(out: &'a mut Balanced, cluster: &Cluster, split: usize) -> (PartO
     let p = n * g;
     out.servers = n;
     out.gpus = g;
-    out.hi_from = split;
     refill(&mut out.targets, n * n * g, 0);
     refill(&mut out.server, n * n, 0);
     refill(&mut out.stream_range, n * n * g, (0, 0));
