@@ -78,13 +78,6 @@ fn recv_soon<T>(rx: &Receiver<T>, spin: std::time::Duration) -> Result<T, std::s
     }
 }
 
-/// `rx.recv()` for a caller whose helper is about to send: polls for a while first, as a
-/// thread that sleeps took up to ~200 µs to wake on the 2-vCPU container once its CPU went
-/// idle (the hypervisor wakes the vCPU), longer than many of the waits it ends.
-pub fn recv_spinning<T>(rx: &Receiver<T>) -> Result<T, std::sync::mpsc::RecvError> {
-    recv_soon(rx, CALLER_SPIN)
-}
-
 fn serve(jobs: Receiver<Job>) {
     IS_HELPER.with(|h| h.set(true));
     // Ends when the calling thread exits (its sender is dropped).

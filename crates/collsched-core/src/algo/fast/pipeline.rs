@@ -356,60 +356,60 @@ fn assemble_with(scratch: &mut AssembleScratch, name: &str, collective: Collecti
         urgent_into.reset(p, g);
         deps.clear();
         for moves in bal.moves() {
-        let mut server_begin = 0;
-        while server_begin < moves.len() {
-            let s = moves[server_begin].s as usize;
-            let mut server_end = server_begin;
-            while server_end < moves.len() && moves[server_end].s as usize == s {
-                server_end += 1;
-            }
-            // The server's moves by class, a stable counting sort ((a, c) order kept in each).
-            let mut start = [0usize; MAX_BALANCE_CLASSES + 1];
-            for m in &moves[server_begin..server_end] {
-                start[tile_class[s * n + m.d as usize] as usize + 1] += 1;
-            }
-            for t in 0..classes {
-                start[t + 1] += start[t];
-            }
-            by_class.clear();
-            by_class.resize(server_end - server_begin, (0, 0));
-            for k in server_begin..server_end {
-                let class = tile_class[s * n + moves[k].d as usize];
-                by_class[start[class as usize]] = (class, k as u32);
-                start[class as usize] += 1;
-            }
-            let mut at = 0;
-            while at < by_class.len() {
-                let class = by_class[at].0 as usize;
-                let (a, c) = {
-                    let m = &moves[by_class[at].1 as usize];
-                    (m.a as usize, m.c as usize)
-                };
-                segs.clear();
-                while let Some(&(cl, k)) = by_class.get(at) {
-                    let m = &moves[k as usize];
-                    if cl as usize != class || m.a as usize != a || m.c as usize != c {
-                        break;
+            let mut server_begin = 0;
+            while server_begin < moves.len() {
+                let s = moves[server_begin].s as usize;
+                let mut server_end = server_begin;
+                while server_end < moves.len() && moves[server_end].s as usize == s {
+                    server_end += 1;
+                }
+                // The server's moves by class, a stable counting sort ((a, c) order kept in each).
+                let mut start = [0usize; MAX_BALANCE_CLASSES + 1];
+                for m in &moves[server_begin..server_end] {
+                    start[tile_class[s * n + m.d as usize] as usize + 1] += 1;
+                }
+                for t in 0..classes {
+                    start[t + 1] += start[t];
+                }
+                by_class.clear();
+                by_class.resize(server_end - server_begin, (0, 0));
+                for k in server_begin..server_end {
+                    let class = tile_class[s * n + moves[k].d as usize];
+                    by_class[start[class as usize]] = (class, k as u32);
+                    start[class as usize] += 1;
+                }
+                let mut at = 0;
+                while at < by_class.len() {
+                    let class = by_class[at].0 as usize;
+                    let (a, c) = {
+                        let m = &moves[by_class[at].1 as usize];
+                        (m.a as usize, m.c as usize)
+                    };
+                    segs.clear();
+                    while let Some(&(cl, k)) = by_class.get(at) {
+                        let m = &moves[k as usize];
+                        if cl as usize != class || m.a as usize != a || m.c as usize != c {
+                            break;
+                        }
+                        push_merged(segs, Segment { src_buf: Buf::Input, src_off: m.input_off, dst_buf: Buf::Scratch, dst_off: m.scratch_off, len: m.len });
+                        bal_out[s * g + a] += m.len;
+                        bal_in[s * g + c] += m.len;
+                        at += 1;
                     }
-                    push_merged(segs, Segment { src_buf: Buf::Input, src_off: m.input_off, dst_buf: Buf::Scratch, dst_off: m.scratch_off, len: m.len });
-                    bal_out[s * g + a] += m.len;
-                    bal_in[s * g + c] += m.len;
-                    at += 1;
+                    let (src, dst) = (s * g + a, s * g + c);
+                    deps.clear();
+                    if class > 0 {
+                        merge_unique(urgent_from.get(src), urgent_into.get(dst), deps);
+                    }
+                    let id = b.transfer(src as u32, dst as u32, Op::Copy, Tier::ScaleUp, 0, segs, deps);
+                    bal_id[(src * g + c) * classes + class] = id;
+                    if class == 0 {
+                        urgent_from.push(src, id);
+                        urgent_into.push(dst, id);
+                    }
                 }
-                let (src, dst) = (s * g + a, s * g + c);
-                deps.clear();
-                if class > 0 {
-                    merge_unique(urgent_from.get(src), urgent_into.get(dst), deps);
-                }
-                let id = b.transfer(src as u32, dst as u32, Op::Copy, Tier::ScaleUp, 0, segs, deps);
-                bal_id[(src * g + c) * classes + class] = id;
-                if class == 0 {
-                    urgent_from.push(src, id);
-                    urgent_into.push(dst, id);
-                }
+                server_begin = server_end;
             }
-            server_begin = server_end;
-        }
         }
         loads.balance_max = bal_out.iter().chain(bal_in.iter()).copied().max().unwrap_or(0);
         for r in 0..p {
