@@ -40,6 +40,9 @@ fn main() {
             for (tier, (t, s, d)) in ["local", "scaleup", "scaleout"].iter().zip(per_tier) {
                 println!("{tier}: {t} transfers, {s} segments, {d} deps");
             }
+            let step0 = p.transfers.iter().filter(|t| t.step == 0).count();
+            let step1 = p.transfers.iter().filter(|t| t.step == 1 && t.tier as usize != 2).count();
+            println!("step 0 (balancing): {step0}; step 1 non-scale-out: {step1}");
         }
         // Recycled as a dropped Python Plan is (see plan::recycle).
         collsched_core::plan::recycle(std::hint::black_box(p));

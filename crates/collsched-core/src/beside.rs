@@ -78,6 +78,13 @@ fn recv_soon<T>(rx: &Receiver<T>, spin: std::time::Duration) -> Result<T, std::s
     }
 }
 
+/// The next value a job running on the helper sends this thread, or None once it has
+/// dropped its sender: polls as `join` does before it sleeps. Wait this way only for a
+/// job that has started (one not started may run on this thread after its `b`).
+pub(crate) fn recv_polling<T>(rx: &Receiver<T>) -> Option<T> {
+    recv_soon(rx, CALLER_SPIN).ok()
+}
+
 fn serve(jobs: Receiver<Job>) {
     IS_HELPER.with(|h| h.set(true));
     // Ends when the calling thread exits (its sender is dropped).

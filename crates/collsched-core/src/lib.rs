@@ -16,6 +16,7 @@ pub mod flow;
 pub mod reuse;
 pub mod beside;
 pub mod forest;
+pub mod timeline;
 
 pub use error::{Error, Result};
 pub use plan::{Buf, Collective, Op, Plan, PlanBuilder, Segment, Transfer};

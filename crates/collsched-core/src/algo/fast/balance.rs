@@ -229,9 +229,13 @@ pub fn with_balanced_beside<A: Send, R>(traffic: &Traffic, cluster: &Cluster, sp
             move || {
                 let a = first();
                 balance_servers(data, shape, split..n, hi);
+                crate::timeline::mark("helper: its servers balanced");
                 a
             },
-            move || balance_servers(data, shape, 0..split, lo),
+            move || {
+                balance_servers(data, shape, 0..split, lo);
+                crate::timeline::mark("main: its servers balanced");
+            },
         );
         f(bal, a)
     })

@@ -17,6 +17,7 @@
 pub mod balance;
 pub mod birkhoff;
 pub mod bound;
+pub mod cuts;
 pub mod pipeline;
 pub mod redistribute;
 pub mod server_matrix;
@@ -305,6 +306,7 @@ fn plan_threads(traffic: &Traffic, cluster: &Cluster, opts: &Options, overlap: b
         || {
             let server = server_matrix::tile_totals(traffic.data(), n, g);
             let sched = schedule(traffic, &server, n, cluster, &o);
+            crate::timeline::mark("helper: schedule computed");
             (server, sched, Collective::AllToAll { traffic: traffic.clone() })
         },
         |bal, (server, sched, collective)| {
@@ -471,7 +473,9 @@ fn finish_plan(collective: Collective, cluster: &Cluster, o: &FastOptions, bal: 
     b.set_meta("min_stage_bytes", o.min_stage_bytes);
     b.set_meta("order", if o.ascending { "asc" } else { "desc" });
     b.set_meta("server_max_line_bytes", max_line_sum(&bal.server, n));
-    b.finish()
+    let p = b.finish();
+    crate::timeline::mark("main: plan finished");
+    p
 }
 
 #[cfg(test)]
@@ -510,9 +514,10 @@ mod tests {
 
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(24))]
-        /// Writing the later scale-out rounds on the helper and appending them gives, at
-        /// every split round, the plan (and the predictor's loads) of one thread writing
-        /// them all: ids, receive offsets and the NIC order across the split are mended.
+        /// Writing the later scale-out rounds on the helper and appending them chunk by
+        /// chunk gives, at every split round and for any chunks, the plan (and the
+        /// predictor's loads) of one thread writing them all: ids, receive offsets and the
+        /// NIC order across the split are mended.
         #[test]
         fn split_assembly_gives_the_same_plan_at_every_round(servers in 2u32..7, gpus in 1u32..5, nics_pick in 0u32..4, kind in 0usize..3, seed in 0u64..1000) {
             use super::pipeline::{assemble_split, Split};
@@ -540,12 +545,14 @@ mod tests {
                 let (one, one_loads) = assemble_split("fast", all_to_all(), &cluster, bal, rounds, true, Split::No);
                 let one = one.finish();
                 verify(&one).unwrap();
-                for k in 1..rounds.len() {
-                    let (two, two_loads) = assemble_split("fast", all_to_all(), &cluster, bal, rounds, true, Split::At(k));
+                // The helper hands the later rounds over one round at a time, two at a
+                // time, or all at once.
+                for (k, per_chunk) in (1..rounds.len()).flat_map(|k| [(k, 1), (k, 2), (k, rounds.len())]) {
+                    let (two, two_loads) = assemble_split("fast", all_to_all(), &cluster, bal, rounds, true, Split::At(k, per_chunk));
                     let two = two.finish();
                     let t = first_difference(&one, &two);
-                    proptest::prop_assert!(t.is_none(), "split at round {} of {}: transfer {:?} differs", k, rounds.len(), t);
-                    proptest::prop_assert!(two == one, "split at round {} of {}: plans differ (lengths or scratch)", k, rounds.len());
+                    proptest::prop_assert!(t.is_none(), "split at round {} of {} (chunks of {}): transfer {:?} differs", k, rounds.len(), per_chunk, t);
+                    proptest::prop_assert!(two == one, "split at round {} of {} (chunks of {}): plans differ (lengths or scratch)", k, rounds.len(), per_chunk);
                     proptest::prop_assert_eq!(&two_loads, &one_loads);
                 }
                 Ok(())
