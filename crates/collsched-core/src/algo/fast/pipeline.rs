@@ -202,7 +202,8 @@ fn class_of_round(k: usize, classes: usize) -> usize {
 #[derive(Default)]
 pub struct AssembleScratch {
     tile_class: Vec<u8>,
-    by_class: Vec<(u8, u32)>,
+    /// A server's balancing moves (indices), one list per class.
+    class_moves: [Vec<u32>; MAX_BALANCE_CLASSES],
     bal_id: Vec<u32>,
     bal_out: Vec<u64>,
     bal_in: Vec<u64>,
@@ -277,7 +278,7 @@ pub(crate) fn assemble_split(name: &str, collective: Collective, cluster: &Clust
 fn assemble_with(scratch: &mut AssembleScratch, name: &str, collective: Collective, cluster: &Cluster, bal: &Balanced, rounds: &[Round], chain_nics: bool, overlap: bool, cuts_ready: bool, split: Split) -> (PlanBuilder, Loads) {
     let AssembleScratch {
         tile_class,
-        by_class,
+        class_moves,
         bal_id,
         bal_out,
         bal_in,
@@ -348,49 +349,44 @@ fn assemble_with(scratch: &mut AssembleScratch, name: &str, collective: Collecti
                 while server_end < moves.len() && moves[server_end].s as usize == s {
                     server_end += 1;
                 }
-                // The server's moves by class, a stable counting sort ((a, c) order kept in each).
-                let mut start = [0usize; MAX_BALANCE_CLASSES + 1];
-                for m in &moves[server_begin..server_end] {
-                    start[tile_class[s * n + m.d as usize] as usize + 1] += 1;
+                // The server's moves by class, (a, c) order kept in each: one pass, pushing
+                // move indices into per-class lists.
+                for list in class_moves.iter_mut() {
+                    list.clear();
                 }
-                for t in 0..classes {
-                    start[t + 1] += start[t];
+                for (k, m) in moves[server_begin..server_end].iter().enumerate() {
+                    class_moves[tile_class[s * n + m.d as usize] as usize].push((server_begin + k) as u32);
                 }
-                by_class.clear();
-                by_class.resize(server_end - server_begin, (0, 0));
-                for k in server_begin..server_end {
-                    let class = tile_class[s * n + moves[k].d as usize];
-                    by_class[start[class as usize]] = (class, k as u32);
-                    start[class as usize] += 1;
-                }
-                let mut at = 0;
-                while at < by_class.len() {
-                    let class = by_class[at].0 as usize;
-                    let (a, c) = {
-                        let m = &moves[by_class[at].1 as usize];
-                        (m.a as usize, m.c as usize)
-                    };
-                    segs.clear();
-                    while let Some(&(cl, k)) = by_class.get(at) {
-                        let m = &moves[k as usize];
-                        if cl as usize != class || m.a as usize != a || m.c as usize != c {
-                            break;
+                for (class, list) in class_moves[..classes].iter().enumerate() {
+                    let mut at = 0;
+                    while at < list.len() {
+                        let (a, c) = {
+                            let m = &moves[list[at] as usize];
+                            (m.a as usize, m.c as usize)
+                        };
+                        let (src, dst) = (s * g + a, s * g + c);
+                        // Segments and deps go straight into the plan's arrays.
+                        let (psegs, pdeps) = b.lists_mut();
+                        let (seg_begin, dep_begin) = (psegs.len(), pdeps.len());
+                        while let Some(&k) = list.get(at) {
+                            let m = &moves[k as usize];
+                            if m.a as usize != a || m.c as usize != c {
+                                break;
+                            }
+                            push_merged_from(psegs, seg_begin, Segment { src_buf: Buf::Input, src_off: m.input_off, dst_buf: Buf::Scratch, dst_off: m.scratch_off, len: m.len });
+                            bal_out[src] += m.len;
+                            bal_in[dst] += m.len;
+                            at += 1;
                         }
-                        push_merged(segs, Segment { src_buf: Buf::Input, src_off: m.input_off, dst_buf: Buf::Scratch, dst_off: m.scratch_off, len: m.len });
-                        bal_out[s * g + a] += m.len;
-                        bal_in[s * g + c] += m.len;
-                        at += 1;
-                    }
-                    let (src, dst) = (s * g + a, s * g + c);
-                    deps.clear();
-                    if class > 0 {
-                        merge_unique(urgent_from.get(src), urgent_into.get(dst), deps);
-                    }
-                    let id = b.transfer(src as u32, dst as u32, Op::Copy, Tier::ScaleUp, 0, segs, deps);
-                    bal_id[(src * g + c) * classes + class] = id;
-                    if class == 0 {
-                        urgent_from.push(src, id);
-                        urgent_into.push(dst, id);
+                        if class > 0 {
+                            merge_unique(urgent_from.get(src), urgent_into.get(dst), pdeps);
+                        }
+                        let id = b.close_transfer(src as u32, dst as u32, Op::Copy, Tier::ScaleUp, 0, seg_begin, dep_begin);
+                        bal_id[(src * g + c) * classes + class] = id;
+                        if class == 0 {
+                            urgent_from.push(src, id);
+                            urgent_into.push(dst, id);
+                        }
                     }
                 }
                 server_begin = server_end;
