@@ -207,7 +207,6 @@ pub struct AssembleScratch {
     bal_id: Vec<u32>,
     bal_out: Vec<u64>,
     bal_in: Vec<u64>,
-    segs: Vec<Segment>,
     deps: Vec<u32>,
     urgent_from: IdLists,
     urgent_into: IdLists,
@@ -282,7 +281,6 @@ fn assemble_with(scratch: &mut AssembleScratch, name: &str, collective: Collecti
         bal_id,
         bal_out,
         bal_in,
-        segs,
         deps,
         urgent_from,
         urgent_into,
@@ -334,7 +332,6 @@ fn assemble_with(scratch: &mut AssembleScratch, name: &str, collective: Collecti
         refill(bal_id, n * g * g * classes, u32::MAX);
         refill(bal_out, p, 0);
         refill(bal_in, p, 0);
-        segs.clear();
         // Urgent balancing transfers sent by / received by each rank: later scale-up work on
         // that rank's port (the other classes, the intra-server part) waits for them.
         // At most one urgent transfer per (a, c), so g per rank and direction.
