@@ -4,6 +4,7 @@
 use collsched_core::algo::plan_all_to_all;
 use collsched_core::plan::Options;
 use collsched_core::traffic::generators;
+use collsched_core::topology::Tier;
 use collsched_core::Cluster;
 
 fn main() {
@@ -40,9 +41,10 @@ fn main() {
             for (tier, (t, s, d)) in ["local", "scaleup", "scaleout"].iter().zip(per_tier) {
                 println!("{tier}: {t} transfers, {s} segments, {d} deps");
             }
+            // Step 0 is balancing; step 1 holds the intra-server part beside the first round.
             let step0 = p.transfers.iter().filter(|t| t.step == 0).count();
-            let step1 = p.transfers.iter().filter(|t| t.step == 1 && t.tier as usize != 2).count();
-            println!("step 0 (balancing): {step0}; step 1 non-scale-out: {step1}");
+            let intra = p.transfers.iter().filter(|t| t.step == 1 && t.tier != Tier::ScaleOut).count();
+            println!("balancing: {step0} transfers; intra-server part: {intra}");
         }
         // Recycled as a dropped Python Plan is (see plan::recycle).
         collsched_core::plan::recycle(std::hint::black_box(p));
