@@ -93,7 +93,7 @@ fn ceil_div(a: u64, b: u64) -> u64 {
 
 /// Hand the real bytes of each pair to its stages in decomposition order (real first,
 /// phantom last), consuming `remaining`.
-fn allocate(stages: &[Stage], scale: u64, exact: bool, n: usize, remaining: &mut [u64], out: &mut Vec<RealStage>) {
+fn allocate(stages: Vec<Stage>, scale: u64, exact: bool, n: usize, remaining: &mut [u64], out: &mut Vec<RealStage>) {
     for st in stages {
         let w = st.weight.saturating_mul(scale);
         let mut real = vec![0u64; n];
@@ -105,7 +105,7 @@ fn allocate(stages: &[Stage], scale: u64, exact: bool, n: usize, remaining: &mut
                 real[s] = x;
             }
         }
-        out.push(RealStage { perm: st.perm.clone(), weight: w, real, exact });
+        out.push(RealStage { perm: st.perm, weight: w, real, exact });
     }
 }
 
@@ -137,7 +137,7 @@ fn plan_stages_inner(server: &[u64], n: usize, quantum_floor: u64, exact: bool) 
     if exact {
         let mut head = Vec::new();
         decompose(&mut d, n, line, 1, usize::MAX, &mut head);
-        allocate(&head, 1, true, n, &mut remaining, &mut out);
+        allocate(head, 1, true, n, &mut remaining, &mut out);
         return out;
     }
     let per = STAGES_PER_SERVER * n as u64;
@@ -154,7 +154,8 @@ fn plan_stages_inner(server: &[u64], n: usize, quantum_floor: u64, exact: bool) 
             break;
         }
     }
-    allocate(&head, 1, true, n, &mut remaining, &mut out);
+    let head_stages = head.len();
+    allocate(head, 1, true, n, &mut remaining, &mut out);
     if rest == 0 {
         return out;
     }
@@ -168,17 +169,17 @@ fn plan_stages_inner(server: &[u64], n: usize, quantum_floor: u64, exact: bool) 
     let uline = embed_doubly_stochastic(&mut units, n);
     let mut tail = Vec::new();
     decompose(&mut units, n, uline, 1, usize::MAX, &mut tail);
-    if head.len() + tail.len() > bound {
+    if head_stages + tail.len() > bound {
         // Keep Birkhoff's N²-2N+2 guarantee: finish the exact decomposition instead.
         let mut d = saved;
         let mut all = Vec::new();
         decompose(&mut d, n, line, 1, usize::MAX, &mut all);
         let mut remaining = server.to_vec();
         out.clear();
-        allocate(&all, 1, true, n, &mut remaining, &mut out);
+        allocate(all, 1, true, n, &mut remaining, &mut out);
         return out;
     }
-    allocate(&tail, q, false, n, &mut remaining, &mut out);
+    allocate(tail, q, false, n, &mut remaining, &mut out);
     debug_assert!(remaining.iter().all(|&v| v == 0));
     out
 }
@@ -200,8 +201,11 @@ pub fn order_stages(dec: Decomposition, server: &[u64], n: usize, ascending: boo
         }
         k
     };
-    let mut head: Vec<RealStage> = dec.stages[..dec.head].iter().filter(|s| s.real.iter().any(|&x| x > 0)).cloned().collect();
-    let mut tail: Vec<RealStage> = dec.stages[dec.head..].iter().filter(|s| s.real.iter().any(|&x| x > 0)).cloned().collect();
+    let Decomposition { mut stages, head } = dec;
+    let mut tail: Vec<RealStage> = stages.split_off(head.min(stages.len()));
+    let mut head = stages;
+    head.retain(|s| s.real.iter().any(|&x| x > 0));
+    tail.retain(|s| s.real.iter().any(|&x| x > 0));
     if ascending {
         head.sort_by_key(stage_size);
     } else {
