@@ -473,7 +473,6 @@ fn balance_servers(data: &[u64], shape: Shape, servers: std::ops::Range<usize>, 
     }
 }
 
-
 /// Where the blocks of the tile being balanced start (read by `take`).
 struct TileCtx<'a> {
     s: usize,
