@@ -6,6 +6,9 @@ Planning time: median over `reps` Zipf(0.8) matrices (50 MB mean pair size) on h
 clusters of 8, 40 and 128 servers × 8 GPUs, for fast, balanced_direct and fanout on the
 same matrices (fanout does no scheduling: it is the cost of emitting one segment per
 block), each from Python (matrix in, Plan out) and core-only (timed inside Rust).
+Floor: the time to fill as many bytes as FAST's plan arrays take (`Plan.nbytes`), split
+over this thread and the planner's helper, measured in the same run: what writing that
+plan costs at least on this machine, before any planning.
 Stage counts: uniform and Zipf 0.5/0.8/0.99 for N = 4..128 servers, against 8·N.
 
 Steady state, as when a job plans every step: one untimed warm-up plan per algorithm and
@@ -55,8 +58,9 @@ def main():
     args = ap.parse_args()
     rows = []
     print(f"## Planning time (median, µs), Zipf(0.8), 50 MB mean pair; load average {os.getloadavg()[0]:.1f}")
+    print("   floor: filling FAST's plan arrays (plan MB) over two threads, the least writing that plan costs here")
     print(f"{'GPUs':>6} {'servers':>7} {'reps':>4} " + " ".join(f"{a + ' py':>12} {a + ' core':>13}" for a in ALGOS)
-          + f" {'target':>8} {'fast/target':>11} {'fast/fanout':>11} {'stages':>6} {'segments':>9}")
+          + f" {'target':>8} {'fast/target':>11} {'fast/fanout':>11} {'plan MB':>8} {'floor':>7} {'fast/floor':>10} {'stages':>6} {'segments':>9}")
     for servers in [int(x) for x in args.servers.split(",")]:
         cluster = collsched.Cluster.parse(f"h200:{servers}")
         p = servers * 8
@@ -65,15 +69,16 @@ def main():
         py = {a: median_plan_us(mats, cluster, a) for a in ALGOS}
         core = {a: median_core_us(mats, cluster, a) for a in ALGOS}
         plan = collsched.plan_all_to_all(mats[0], cluster, "fast")
+        floor = _core._write_floor_ns(plan.nbytes, reps) / 1e3
         tgt = TARGET_US.get(servers)
         print(f"{p:>6} {servers:>7} {reps:>4} " + " ".join(f"{py[a]:>12.0f} {core[a]:>13.0f}" for a in ALGOS)
               + f" {tgt or '-':>8} {py['fast'] / tgt if tgt else float('nan'):>11.2f} {py['fast'] / py['fanout']:>11.2f}"
-              f" {plan.meta['stages']:>6} {plan.num_segments:>9}")
+              f" {plan.nbytes / 1e6:>8.1f} {floor:>7.0f} {py['fast'] / floor:>10.1f} {plan.meta['stages']:>6} {plan.num_segments:>9}")
         rows.append({"kind": "planning_us", "gpus": p, "servers": servers, "workload": "zipf0.8", "fast": round(py["fast"], 1),
                      "fanout": round(py["fanout"], 1), "balanced_direct": round(py["balanced_direct"], 1),
                      "fast_core": round(core["fast"], 1), "balanced_direct_core": round(core["balanced_direct"], 1),
                      "fanout_core": round(core["fanout"], 1), "stages": plan.meta["stages"], "segments": plan.num_segments,
-                     "reps": reps})
+                     "reps": reps, "plan_bytes": plan.nbytes, "write_floor": round(floor, 1)})
     print()
     print("## Birkhoff stages (one matrix each, seed 0), target ≤ 8·N")
     workloads = [("uniform", None), ("zipf0.5", 0.5), ("zipf0.8", 0.8), ("zipf0.99", 0.99)]
@@ -87,7 +92,8 @@ def main():
             counts.append(int(plan.meta["stages"]))
             rows.append({"kind": "stages", "gpus": n * 8, "servers": n, "workload": name, "fast": counts[-1], "fanout": "",
                          "balanced_direct": "", "fast_core": "", "balanced_direct_core": "", "fanout_core": "",
-                         "stages": counts[-1], "segments": plan.num_segments, "reps": 1})
+                         "stages": counts[-1], "segments": plan.num_segments, "reps": 1, "plan_bytes": plan.nbytes,
+                         "write_floor": ""})
         print(f"{n:>4} " + " ".join(f"{c:>9}" for c in counts) + f" {8 * n:>5} {n * n - 2 * n + 2:>8}")
     if args.csv:
         os.makedirs(os.path.dirname(args.csv), exist_ok=True)

@@ -177,6 +177,22 @@ def test_plan_arrays_round_trip_plan_json():
     assert a.transfer_bytes().sum() == sum(p.input_sizes)
 
 
+def test_plan_nbytes_counts_its_arrays():
+    p = _plan()
+    a = comm.plan_arrays(p)
+    assert p.num_deps == len(a.deps)
+    # Transfers and segments are 32-byte rows in memory, deps u32 (pinned in the core's tests).
+    assert p.nbytes == 32 * (p.num_transfers + p.num_segments) + 4 * p.num_deps > 0
+
+
+def test_write_floor_measures_a_fill_and_refuses_absurd_sizes():
+    from collsched import _core
+
+    assert _core._write_floor_ns(1 << 20, 3) > 0
+    with pytest.raises(ValueError, match="16 GiB"):
+        _core._write_floor_ns(1 << 40, 1)
+
+
 def test_rank_programs_partition_the_plan():
     import sys
     sys.path.insert(0, __file__.rsplit("/", 1)[0])

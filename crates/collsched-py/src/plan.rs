@@ -58,6 +58,15 @@ impl PyPlan {
         self.inner.segments.len()
     }
     #[getter]
+    fn num_deps(&self) -> usize {
+        self.inner.deps.len()
+    }
+    /// Bytes the plan's transfer, segment and dependency arrays take in memory.
+    #[getter]
+    fn nbytes(&self) -> usize {
+        self.inner.array_bytes()
+    }
+    #[getter]
     fn num_steps(&self) -> u32 {
         self.inner.num_steps()
     }
@@ -179,6 +188,16 @@ fn _core_plan_ns(py: Python<'_>, n: usize, data: &[u8], cluster: &PyCluster, alg
     })
 }
 
+/// Median nanoseconds to fill `nbytes` of mapped memory over this thread and the planner's
+/// helper (`plan::floor`): what writing a plan that size costs at least. For benchmarks.
+#[pyfunction]
+fn _write_floor_ns(py: Python<'_>, nbytes: usize, reps: usize) -> PyResult<u64> {
+    if nbytes > 1 << 34 {
+        return Err(pyo3::exceptions::PyValueError::new_err(format!("nbytes {nbytes} is over the 16 GiB this measurement allocates at most")));
+    }
+    Ok(py.allow_threads(|| collsched_core::plan::floor::write_floor(nbytes, reps).as_nanos() as u64))
+}
+
 /// `[(name, description)]` of the all-to-all algorithms.
 #[pyfunction]
 fn all_to_all_algorithms() -> Vec<(String, String)> {
@@ -190,5 +209,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(plan_all_to_all, m)?)?;
     m.add_function(wrap_pyfunction!(all_to_all_algorithms, m)?)?;
     m.add_function(wrap_pyfunction!(_core_plan_ns, m)?)?;
+    m.add_function(wrap_pyfunction!(_write_floor_ns, m)?)?;
     Ok(())
 }

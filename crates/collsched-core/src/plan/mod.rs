@@ -3,6 +3,7 @@
 //!
 //! Flat layout: `transfers` index ranges of the shared `segments` and `deps`
 //! arrays, so a plan with millions of segments is three vectors, not a tree.
+pub mod floor;
 pub mod hash;
 pub mod serialize;
 pub mod verify;
@@ -188,6 +189,12 @@ impl Plan {
             b[t.tier as usize] += self.transfer_bytes(t);
         }
         b
+    }
+    /// Bytes the transfer, segment and dependency arrays take in memory (what a planner
+    /// writes; the matrix the plan carries is not counted).
+    pub fn array_bytes(&self) -> usize {
+        use std::mem::size_of;
+        self.transfers.len() * size_of::<Transfer>() + self.segments.len() * size_of::<Segment>() + self.deps.len() * size_of::<u32>()
     }
     /// Content hash: equal on every rank that planned the same thing.
     pub fn hash(&self) -> u64 {
@@ -405,7 +412,24 @@ pub fn option_u64(opts: &Options, key: &str, default: u64) -> Result<u64> {
 
 #[cfg(test)]
 mod tests {
-    use super::{keep, reuse, RECYCLE_SLOTS};
+    use super::{keep, reuse, Buf, Collective, Op, PlanBuilder, Segment, Transfer, RECYCLE_SLOTS};
+    use crate::topology::Tier;
+    use crate::traffic::Traffic;
+
+    #[test]
+    fn rows_stay_32_bytes_and_array_bytes_counts_them() {
+        // Planning time at scale is mostly writing these rows: a field that grows them
+        // makes every large plan slower.
+        assert_eq!(std::mem::size_of::<Transfer>(), 32);
+        assert_eq!(std::mem::size_of::<Segment>(), 32);
+        let t = Traffic::new(2, vec![0, 8, 4, 0]).unwrap();
+        let mut b = PlanBuilder::new("test", Collective::AllToAll { traffic: t }, 2);
+        let seg = |len| Segment { src_buf: Buf::Input, src_off: 0, dst_buf: Buf::Output, dst_off: 0, len };
+        let first = b.transfer(0, 1, Op::Copy, Tier::ScaleUp, 0, &[seg(4), seg(4)], &[]);
+        b.transfer(1, 0, Op::Copy, Tier::ScaleUp, 1, &[seg(4)], &[first]);
+        let plan = b.finish();
+        assert_eq!(plan.array_bytes(), 2 * 32 + 3 * 32 + 4);
+    }
 
     #[test]
     fn the_pool_keeps_several_arrays_and_hands_out_the_smallest_that_fits() {

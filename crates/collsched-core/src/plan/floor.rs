@@ -1,0 +1,52 @@
+//! The least any planner spends writing a plan of a given size: filling that many bytes of
+//! already-mapped memory, split over this thread and the helper as the planners split
+//! their writing. `benchmarks/fast_planning.py` prints it beside the planners' times, so a
+//! planning-time target can be read against what the plan's size alone costs here.
+use std::time::{Duration, Instant};
+
+/// Median over `reps` (at least one) of the time to fill `bytes` of memory, half on this
+/// thread and half on the helper (`beside::join`), after one untimed fill that maps the
+/// pages (a planner in a loop writes into recycled, mapped arrays: `plan::recycle`).
+pub fn write_floor(bytes: usize, reps: usize) -> Duration {
+    let mut buf = vec![0u64; bytes.div_ceil(8)];
+    fill_split(&mut buf, 1);
+    let mut times: Vec<Duration> = (0..reps.max(1) as u64)
+        .map(|r| {
+            let t0 = Instant::now();
+            fill_split(&mut buf, r);
+            let t = t0.elapsed();
+            std::hint::black_box(&buf);
+            t
+        })
+        .collect();
+    times.sort();
+    times[times.len() / 2]
+}
+
+/// Set every word of `buf` to `value`: the first half on the helper, the second here.
+fn fill_split(buf: &mut [u64], value: u64) {
+    let (a, b) = buf.split_at_mut(buf.len() / 2);
+    crate::beside::join(|| a.fill(value), || b.fill(value));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn both_halves_are_filled() {
+        for len in [0usize, 1, 2, 7, 100_001] {
+            let mut buf = vec![3u64; len];
+            fill_split(&mut buf, 9);
+            assert!(buf.iter().all(|&x| x == 9), "len {len}");
+        }
+    }
+
+    #[test]
+    fn a_larger_fill_takes_longer() {
+        // 64 MiB against 64 KiB: three orders of magnitude apart, so noise cannot swap them.
+        let small = write_floor(64 << 10, 5);
+        let large = write_floor(64 << 20, 3);
+        assert!(small > Duration::ZERO && large > small * 4, "{small:?} vs {large:?}");
+    }
+}
