@@ -178,9 +178,9 @@ def test_plan_arrays_round_trip_plan_json():
 
 
 def test_plan_nbytes_counts_its_arrays():
-    p = _plan()
+    p = collsched.plan_all_to_all(collsched.traffic.uniform(8, 100, seed=1), "h200:2,gpus=4", "fast")
     a = comm.plan_arrays(p)
-    assert p.num_deps == len(a.deps)
+    assert p.num_deps == len(a.deps) > 0
     # Transfers and segments are 32-byte rows in memory, deps u32 (pinned in the core's tests).
     assert p.nbytes == 32 * (p.num_transfers + p.num_segments) + 4 * p.num_deps > 0
 
@@ -189,7 +189,7 @@ def test_write_floor_measures_a_fill_and_refuses_absurd_sizes():
     from collsched import _core
 
     assert _core._write_floor_ns(1 << 20, 3) > 0
-    with pytest.raises(ValueError, match="16 GiB"):
+    with pytest.raises(ValueError, match="1 GiB"):
         _core._write_floor_ns(1 << 40, 1)
 
 

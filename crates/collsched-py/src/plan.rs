@@ -192,8 +192,10 @@ fn _core_plan_ns(py: Python<'_>, n: usize, data: &[u8], cluster: &PyCluster, alg
 /// helper (`plan::floor`): what writing a plan that size costs at least. For benchmarks.
 #[pyfunction]
 fn _write_floor_ns(py: Python<'_>, nbytes: usize, reps: usize) -> PyResult<u64> {
-    if nbytes > 1 << 34 {
-        return Err(pyo3::exceptions::PyValueError::new_err(format!("nbytes {nbytes} is over the 16 GiB this measurement allocates at most")));
+    // Plans this large are not recycled either (`plan::RECYCLE_LIMIT_BYTES` is 128 MiB), and
+    // a failed allocation would abort the process rather than raise.
+    if nbytes > 1 << 30 {
+        return Err(pyo3::exceptions::PyValueError::new_err(format!("nbytes {nbytes} is over the 1 GiB this measurement allocates at most")));
     }
     Ok(py.allow_threads(|| collsched_core::plan::floor::write_floor(nbytes, reps).as_nanos() as u64))
 }

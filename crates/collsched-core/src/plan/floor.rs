@@ -43,10 +43,9 @@ mod tests {
     }
 
     #[test]
-    fn a_larger_fill_takes_longer() {
-        // 64 MiB against 64 KiB: three orders of magnitude apart, so noise cannot swap them.
-        let small = write_floor(64 << 10, 5);
-        let large = write_floor(64 << 20, 3);
-        assert!(small > Duration::ZERO && large > small * 4, "{small:?} vs {large:?}");
+    fn nothing_to_fill_and_no_reps_still_measure() {
+        // Zero reps count as one, so there is a median to return.
+        assert!(write_floor(0, 0) < Duration::from_secs(1));
+        assert!(write_floor(24, 0) < Duration::from_secs(1));
     }
 }
