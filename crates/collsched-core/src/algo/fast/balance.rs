@@ -10,6 +10,8 @@ use crate::reuse::{vec_bytes, with_reused, Footprint};
 use crate::topology::Cluster;
 use crate::traffic::Traffic;
 use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 
 /// A contiguous part of block (s,a)→(d,j), carried to server d by one carrier GPU of s.
 /// 32 bytes (two per cache line): whether the carrier holds it in its Scratch is `a != carrier`.
@@ -62,33 +64,46 @@ pub struct Balanced {
     pub targets: Vec<u64>,
     /// Tile totals `S[s][d]` (the server-level matrix; zero on the diagonal).
     pub server: Vec<u64>,
-    /// Piece streams, flat; `stream_range[(s*N+d)*G+c]` is a half-open range of piece
-    /// ids (`piece`, `pieces_in`): indices into `pieces`, or with `HI_PIECE` set into the
-    /// `hi` part's when server s was balanced there.
-    pieces: Vec<Piece>,
+    /// Piece streams: `stream_range[(s*N+d)*G+c]` is a half-open range of piece ids
+    /// (`piece`, `pieces_in`): indices into the `lo` part's pieces, or with `HI_PIECE` set
+    /// into the `hi` part's, whichever balanced server s.
     pub stream_range: Vec<(u32, u32)>,
-    /// Balancing moves ordered by (s, a, c), then creation order (`moves()` adds the hi part's).
-    moves: Vec<Move>,
     /// Scratch bytes each rank uses to hold balanced-in pieces (the start of its receive region).
     pub balance_in: Vec<u64>,
-    /// Same-server blocks, row-major (`intra()` adds the hi part's).
-    intra: Vec<IntraBlock>,
-    /// The servers from a split on, balanced on a second thread (`with_balanced_beside`):
-    /// their pieces, moves and intra blocks, which follow this part's. Empty when not split.
+    /// What this thread balanced: servers from 0 upwards, in order.
+    lo: Part,
+    /// What the helper balanced (`with_balanced_beside`): servers from the top downwards,
+    /// in that order. Empty on one thread.
     hi: Part,
-    temps: BalanceTemps,
 }
 
 /// Piece ids with this bit set index the hi part's pieces (no plan holds 2³¹ pieces).
 pub const HI_PIECE: u32 = 1 << 31;
 
-/// What the balancing of a range of servers appends: their pieces, moves and intra blocks.
+/// What the balancing of some servers appends: their pieces, moves and intra blocks, each
+/// server's after those of the server balanced before it.
 #[derive(Default)]
 struct Part {
     pieces: Vec<Piece>,
+    /// Each server's moves ordered by (a, c), then creation order.
     moves: Vec<Move>,
+    /// Each server's same-server blocks, row-major.
     intra: Vec<IntraBlock>,
+    /// Per server, in the order balanced: where its moves and its intra blocks end.
+    ends: Vec<(usize, usize)>,
+    /// Column sums of the matrix over the servers before the one being balanced.
+    col_acc: Vec<u64>,
     temps: BalanceTemps,
+}
+
+impl Part {
+    /// Each server's (moves, intra blocks) ranges, in the order balanced.
+    fn blocks(&self) -> impl DoubleEndedIterator<Item = (std::ops::Range<usize>, std::ops::Range<usize>)> + '_ {
+        self.ends.iter().enumerate().map(|(k, &(m_end, i_end))| {
+            let (m_begin, i_begin) = if k == 0 { (0, 0) } else { self.ends[k - 1] };
+            (m_begin..m_end, i_begin..i_end)
+        })
+    }
 }
 
 impl Balanced {
@@ -104,7 +119,7 @@ impl Balanced {
     #[inline(always)]
     pub fn piece(&self, id: u32) -> &Piece {
         if id & HI_PIECE == 0 {
-            &self.pieces[id as usize]
+            &self.lo.pieces[id as usize]
         } else {
             &self.hi.pieces[(id & !HI_PIECE) as usize]
         }
@@ -112,28 +127,30 @@ impl Balanced {
     /// Pieces with ids `b..e` (one stream's range, or part of it).
     pub fn pieces_in(&self, b: u32, e: u32) -> &[Piece] {
         if b & HI_PIECE == 0 {
-            &self.pieces[b as usize..e as usize]
+            &self.lo.pieces[b as usize..e as usize]
         } else {
             &self.hi.pieces[(b & !HI_PIECE) as usize..(e & !HI_PIECE) as usize]
         }
     }
     /// Number of pieces in all streams.
     pub fn num_pieces(&self) -> usize {
-        self.pieces.len() + self.hi.pieces.len()
+        self.lo.pieces.len() + self.hi.pieces.len()
     }
-    /// Balancing moves, each part's in (s, a, c) order: all of them in server order.
-    pub fn moves(&self) -> [&[Move]; 2] {
-        [&self.moves, &self.hi.moves]
+    /// Balancing moves ordered by (s, a, c), then creation order, as slices (each server's
+    /// moves within one).
+    pub fn moves(&self) -> impl Iterator<Item = &[Move]> {
+        // The helper balanced its servers from the top down: its blocks are read backwards.
+        std::iter::once(&self.lo.moves[..]).chain(self.hi.blocks().rev().map(|(m, _)| &self.hi.moves[m]))
     }
     pub fn num_moves(&self) -> usize {
-        self.moves.len() + self.hi.moves.len()
+        self.lo.moves.len() + self.hi.moves.len()
     }
     /// Same-server blocks, row-major.
     pub fn intra(&self) -> impl Iterator<Item = &IntraBlock> {
-        self.intra.iter().chain(&self.hi.intra)
+        self.lo.intra.iter().chain(self.hi.blocks().rev().flat_map(|(_, i)| &self.hi.intra[i]))
     }
     pub fn num_intra(&self) -> usize {
-        self.intra.len() + self.hi.intra.len()
+        self.lo.intra.len() + self.hi.intra.len()
     }
 }
 
@@ -162,7 +179,6 @@ pub fn carrier_targets(r: u64, s: usize, d: usize, gpus: usize, nics: usize, out
 #[derive(Default)]
 pub struct BalanceTemps {
     row_acc: Vec<u64>,
-    col_acc: Vec<u64>,
     col_run: Vec<u64>,
     in_off: Vec<u64>,
     out_off: Vec<u64>,
@@ -192,13 +208,11 @@ pub fn balance(traffic: &Traffic, cluster: &Cluster) -> Balanced {
 
 impl Footprint for Balanced {
     fn footprint(&self) -> usize {
-        let part = |pieces: &Vec<Piece>, moves: &Vec<Move>, intra: &Vec<IntraBlock>, t: &BalanceTemps| {
-            vec_bytes(pieces) + vec_bytes(moves) + vec_bytes(intra) + vec_bytes(&t.col_acc) + vec_bytes(&t.move_tmp)
-                + t.per_carrier.iter().flatten().map(vec_bytes).sum::<usize>()
+        let part = |x: &Part| {
+            vec_bytes(&x.pieces) + vec_bytes(&x.moves) + vec_bytes(&x.intra) + vec_bytes(&x.col_acc) + vec_bytes(&x.temps.move_tmp)
+                + x.temps.per_carrier.iter().flatten().map(vec_bytes).sum::<usize>()
         };
-        vec_bytes(&self.targets) + vec_bytes(&self.server) + vec_bytes(&self.stream_range) + vec_bytes(&self.balance_in)
-            + part(&self.pieces, &self.moves, &self.intra, &self.temps)
-            + part(&self.hi.pieces, &self.hi.moves, &self.hi.intra, &self.hi.temps)
+        vec_bytes(&self.targets) + vec_bytes(&self.server) + vec_bytes(&self.stream_range) + vec_bytes(&self.balance_in) + part(&self.lo) + part(&self.hi)
     }
 }
 
@@ -214,26 +228,41 @@ pub fn with_balanced<R>(traffic: &Traffic, cluster: &Cluster, f: impl FnOnce(&Ba
     })
 }
 
+/// Which servers `with_balanced_beside` balances on the helper.
+#[derive(Clone, Copy, Debug)]
+pub enum HelperShare {
+    /// Whatever it can take: this thread balances servers upwards from 0 and the helper,
+    /// once `first` is done, downwards from the top until they meet. A helper that is busy
+    /// or woken late takes few servers or none, so it never holds this thread up.
+    Claimed,
+    /// Exactly the servers from this one on (tests: every split gives the same result).
+    From(usize),
+}
+
 /// `with_balanced` on two threads: the helper (`crate::beside`) runs `first`, then balances
-/// servers `split..` while this thread balances the servers before; then `f` gets the
-/// result and `first`'s. Each server is balanced from the matrix alone (and the column sums
-/// of the servers before it), so the result is the same for every `split`.
-pub fn with_balanced_beside<A: Send, R>(traffic: &Traffic, cluster: &Cluster, split: usize, first: impl FnOnce() -> A + Send, f: impl FnOnce(&Balanced, A) -> R) -> R {
+/// its share of the servers (`share`) while this thread balances the others; then `f` gets
+/// the result and `first`'s. Each server is balanced from the matrix alone (and the column
+/// sums of the servers before it), so the result is the same whoever balances which server.
+pub fn with_balanced_beside<A: Send, R>(traffic: &Traffic, cluster: &Cluster, share: HelperShare, first: impl FnOnce() -> A + Send, f: impl FnOnce(&Balanced, A) -> R) -> R {
     with_reused(&REUSED, |bal| {
         let n = cluster.servers as usize;
-        let split = split.min(n);
-        let (lo, hi) = prepare(bal, cluster, split);
+        let claims = match share {
+            HelperShare::Claimed => Claims::new(n, n, 0),
+            HelperShare::From(split) => Claims::new(n, split.min(n), split.min(n)),
+        };
+        let (slots, lo, hi) = prepare(bal, cluster);
         let data = traffic.data();
         let shape = Shape::of(cluster);
+        let (claims, slots) = (&claims, &slots);
         let (a, ()) = crate::beside::join(
             move || {
                 let a = first();
-                balance_servers(data, shape, split..n, hi);
+                balance_claimed(data, shape, claims, slots, hi, HI_PIECE, false);
                 crate::timeline::mark("helper: its servers balanced");
                 a
             },
             move || {
-                balance_servers(data, shape, 0..split, lo);
+                balance_claimed(data, shape, claims, slots, lo, 0, true);
                 crate::timeline::mark("main: its servers balanced");
             },
         );
@@ -244,9 +273,10 @@ pub fn with_balanced_beside<A: Send, R>(traffic: &Traffic, cluster: &Cluster, sp
 /// `balance`, reusing `out`'s allocations (planning in a loop touches no fresh memory).
 pub fn balance_into(traffic: &Traffic, cluster: &Cluster, out: &mut Balanced) {
     let n = cluster.servers as usize;
-    let (lo, hi) = prepare(out, cluster, n);
-    balance_servers(traffic.data(), Shape::of(cluster), n..n, hi); // no servers: empties the hi part
-    balance_servers(traffic.data(), Shape::of(cluster), 0..n, lo);
+    let claims = Claims::new(n, n, n);
+    let (slots, lo, hi) = prepare(out, cluster);
+    balance_claimed(traffic.data(), Shape::of(cluster), &claims, &slots, hi, HI_PIECE, false); // claims none: empties the hi part
+    balance_claimed(traffic.data(), Shape::of(cluster), &claims, &slots, lo, 0, true);
 }
 
 #[derive(Clone, Copy)]
@@ -262,23 +292,68 @@ impl Shape {
     }
 }
 
-/// Where the balancing of a range of servers writes: their tiles' entries (`targets`,
-/// `server`, `stream_range`) and their ranks' `balance_in`, and the lists it appends to.
-struct PartOut<'a> {
-    targets: &'a mut [u64],
-    server: &'a mut [u64],
-    stream_range: &'a mut [(u32, u32)],
-    balance_in: &'a mut [u64],
-    pieces: &'a mut Vec<Piece>,
-    moves: &'a mut Vec<Move>,
-    intra: &'a mut Vec<IntraBlock>,
-    temps: &'a mut BalanceTemps,
-    /// Set in the piece ids of this part (0 or `HI_PIECE`).
-    id_tag: u32,
+/// The servers not yet claimed, `lo..hi` (packed in one word so a claim is one atomic
+/// update): this thread takes `lo` while below `lo_limit`, the helper `hi - 1` while above
+/// `hi_floor`.
+struct Claims {
+    range: AtomicU64,
+    lo_limit: usize,
+    hi_floor: usize,
 }
 
-/// Size `out` for `cluster` and hand out its two parts: servers before `split`, and from it.
-fn prepare<'a>(out: &'a mut Balanced, cluster: &Cluster, split: usize) -> (PartOut<'a>, PartOut<'a>) {
+impl Claims {
+    fn new(n: usize, lo_limit: usize, hi_floor: usize) -> Claims {
+        Claims { range: AtomicU64::new((n as u64) << 32), lo_limit, hi_floor }
+    }
+    fn unpack(v: u64) -> (usize, usize) {
+        ((v & u64::from(u32::MAX)) as usize, (v >> 32) as usize)
+    }
+    /// The lowest unclaimed server, for this thread.
+    fn low(&self) -> Option<usize> {
+        let lo_limit = self.lo_limit;
+        self.range
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
+                let (lo, hi) = Claims::unpack(v);
+                (lo < hi && lo < lo_limit).then_some(v + 1)
+            })
+            .ok()
+            .map(|v| Claims::unpack(v).0)
+    }
+    /// The highest unclaimed server, for the helper.
+    fn high(&self) -> Option<usize> {
+        let floor = self.hi_floor;
+        self.range
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
+                let (lo, hi) = Claims::unpack(v);
+                (lo < hi && hi > floor).then_some(v - (1 << 32))
+            })
+            .ok()
+            .map(|v| Claims::unpack(v).1 - 1)
+    }
+    /// The server `high` would claim next, if any is left (it may be gone by then).
+    fn peek_high(&self) -> Option<usize> {
+        let (lo, hi) = Claims::unpack(self.range.load(Ordering::Acquire));
+        (lo < hi && hi > self.hi_floor).then(|| hi - 1)
+    }
+}
+
+/// One server's entries of the shared per-tile and per-rank arrays.
+struct ServerOut<'a> {
+    /// `n·g`: per destination server d and carrier c.
+    targets: &'a mut [u64],
+    /// `n`: tile totals of row s.
+    server: &'a mut [u64],
+    /// `n·g`, like `targets`.
+    stream_range: &'a mut [(u32, u32)],
+    /// `g`: per local rank.
+    balance_in: &'a mut [u64],
+}
+
+/// Every server's `ServerOut`, taken by whichever thread claims the server.
+type Slots<'a> = Mutex<Vec<Option<ServerOut<'a>>>>;
+
+/// Size `out` for `cluster` and hand out each server's entries and the two parts.
+fn prepare<'a>(out: &'a mut Balanced, cluster: &Cluster) -> (Slots<'a>, &'a mut Part, &'a mut Part) {
     let Shape { n, g, .. } = Shape::of(cluster);
     let p = n * g;
     out.servers = n;
@@ -287,43 +362,79 @@ fn prepare<'a>(out: &'a mut Balanced, cluster: &Cluster, split: usize) -> (PartO
     refill(&mut out.server, n * n, 0);
     refill(&mut out.stream_range, n * n * g, (0, 0));
     refill(&mut out.balance_in, p, 0);
-    let (targets_lo, targets_hi) = out.targets.split_at_mut(split * n * g);
-    let (server_lo, server_hi) = out.server.split_at_mut(split * n);
-    let (range_lo, range_hi) = out.stream_range.split_at_mut(split * n * g);
-    let (in_lo, in_hi) = out.balance_in.split_at_mut(split * g);
-    let lo = PartOut { targets: targets_lo, server: server_lo, stream_range: range_lo, balance_in: in_lo, pieces: &mut out.pieces, moves: &mut out.moves, intra: &mut out.intra, temps: &mut out.temps, id_tag: 0 };
-    let Part { pieces, moves, intra, temps } = &mut out.hi;
-    let hi = PartOut { targets: targets_hi, server: server_hi, stream_range: range_hi, balance_in: in_hi, pieces, moves, intra, temps, id_tag: HI_PIECE };
-    (lo, hi)
+    let slots = if n * g == 0 {
+        Vec::new()
+    } else {
+        out.targets
+            .chunks_exact_mut(n * g)
+            .zip(out.server.chunks_exact_mut(n))
+            .zip(out.stream_range.chunks_exact_mut(n * g))
+            .zip(out.balance_in.chunks_exact_mut(g))
+            .map(|(((targets, server), stream_range), balance_in)| Some(ServerOut { targets, server, stream_range, balance_in }))
+            .collect()
+    };
+    (Mutex::new(slots), &mut out.lo, &mut out.hi)
 }
 
-/// Balance the tiles of `servers` (source servers, in order) into `out`.
-fn balance_servers(data: &[u64], shape: Shape, servers: std::ops::Range<usize>, out: PartOut) {
-    let Shape { n, g, nics } = shape;
+/// Balance the servers this thread claims, into `part` (its piece ids tagged `id_tag`):
+/// upwards from 0 (`up`), or downwards from the top (the helper).
+fn balance_claimed(data: &[u64], shape: Shape, claims: &Claims, slots: &Slots, part: &mut Part, id_tag: u32, up: bool) {
+    let Shape { n, g, .. } = shape;
     let p = n * g;
-    let s0 = servers.start;
-    let count = servers.len();
-    out.pieces.clear();
-    out.moves.clear();
-    out.intra.clear();
-    if count == 0 {
-        return;
-    }
-    // Upper bounds (each block is cut at most a few times): reserving avoids regrowth.
-    out.pieces.reserve(count * n * g * g + count * n * g);
-    out.moves.reserve(count * n * g * g / 2 + count * g);
-    out.intra.reserve(count * g * g);
-    let tmp = out.temps;
-    // Torch offsets computed in matrix order: `row_acc[a]` is the input offset of the next
-    // block of row (s,a); `col_acc[col]` sums the column over the servers already done
-    // (those before `servers` first).
-    refill(&mut tmp.row_acc, g, 0);
-    refill(&mut tmp.col_acc, p, 0);
-    for row in data[..s0 * g * p].chunks_exact(p) {
-        for (acc, &v) in tmp.col_acc.iter_mut().zip(row) {
-            *acc += v;
+    part.pieces.clear();
+    part.moves.clear();
+    part.intra.clear();
+    part.ends.clear();
+    let take_slot = |s: usize| slots.lock().unwrap_or_else(|e| e.into_inner())[s].take().expect("each server is claimed once");
+    let row_block = |s: usize| &data[s * g * p..(s + 1) * g * p];
+    if up {
+        // `col_acc[col]` sums the column over the servers already done.
+        refill(&mut part.col_acc, p, 0);
+        while let Some(s) = claims.low() {
+            balance_server(data, shape, s, take_slot(s), part, id_tag);
+            for row in row_block(s).chunks_exact(p) {
+                for (acc, &v) in part.col_acc.iter_mut().zip(row) {
+                    *acc += v;
+                }
+            }
+        }
+    } else {
+        // Sum the columns below the top server before claiming it: a claim is then never
+        // held up by this pass (a helper woken late finds nothing left and only wasted it).
+        let Some(top) = claims.peek_high() else { return };
+        refill(&mut part.col_acc, p, 0);
+        for row in data[..top * g * p].chunks_exact(p) {
+            for (acc, &v) in part.col_acc.iter_mut().zip(row) {
+                *acc += v;
+            }
+        }
+        let mut below = top; // `col_acc` sums the servers before this one
+        while let Some(s) = claims.high() {
+            debug_assert!(s <= below);
+            while below > s {
+                below -= 1;
+                for row in row_block(below).chunks_exact(p) {
+                    for (acc, &v) in part.col_acc.iter_mut().zip(row) {
+                        *acc -= v;
+                    }
+                }
+            }
+            balance_server(data, shape, s, take_slot(s), part, id_tag);
         }
     }
+}
+
+/// Balance the tiles of source server `s` into `out` and `part`.
+fn balance_server(data: &[u64], shape: Shape, s: usize, out: ServerOut, part: &mut Part, id_tag: u32) {
+    let Shape { n, g, nics } = shape;
+    let p = n * g;
+    let Part { pieces, moves, intra, ends, col_acc, temps: tmp } = part;
+    // Upper bounds for one server (each block is cut at most a few times): the lists then
+    // grow at most once per server, and not at all once reused.
+    pieces.reserve(n * g * g + n * g);
+    moves.reserve(n * g * g / 2 + g);
+    intra.reserve(g * g);
+    refill(&mut tmp.row_acc, g, 0); // `row_acc[a]`: input offset of the next block of row (s,a)
     refill(&mut tmp.in_off, g * g, 0); // per tile: input offset of block a→j
     refill(&mut tmp.out_off, g * g, 0); // per tile: output offset of block a→j
     // Per-tile state, reused.
@@ -335,149 +446,139 @@ fn balance_servers(data: &[u64], shape: Shape, servers: std::ops::Range<usize>, 
     refill(&mut tmp.move_count, g * g + 1, 0);
     // Pieces of one tile, per carrier, in four classes (own non-direct, own direct, moved non-direct, moved direct).
     tmp.per_carrier.resize_with(g, Default::default);
-    let BalanceTemps { row_acc, col_acc, col_run, in_off, out_off, rem, off, cap, row, excess, move_count, move_tmp, per_carrier } = tmp;
-    let (row_acc, col_acc, in_off, out_off, rem, off, cap, row, excess) =
-        (&mut row_acc[..], &mut col_acc[..], &mut in_off[..], &mut out_off[..], &mut rem[..], &mut off[..], &mut cap[..], &mut row[..], &mut excess[..]);
+    let BalanceTemps { row_acc, col_run, in_off, out_off, rem, off, cap, row, excess, move_count, move_tmp, per_carrier } = tmp;
+    let (row_acc, in_off, out_off, rem, off, cap, row, excess) =
+        (&mut row_acc[..], &mut in_off[..], &mut out_off[..], &mut rem[..], &mut off[..], &mut cap[..], &mut row[..], &mut excess[..]);
     let per_carrier = &mut per_carrier[..g];
-    for s in servers {
-        let ls = s - s0; // index of s among these servers
-        let server_moves_start = out.moves.len();
-        row_acc.iter_mut().for_each(|x| *x = 0);
-        for d in 0..n {
-            // One row-major pass over the tile: torch offsets, what is left of each block,
-            // row sums. `col_run[j]` is the output offset of the next block into (d,j).
-            col_run.clear();
-            col_run.extend_from_slice(&col_acc[d * g..(d + 1) * g]);
-            let mut total = 0u64;
-            for a in 0..g {
-                let src = (s * g + a) * p + d * g;
-                let mut r = 0;
-                for j in 0..g {
-                    let k = a * g + j;
-                    let v = data[src + j];
-                    out_off[k] = col_run[j];
-                    col_run[j] += v;
-                    in_off[k] = row_acc[a];
-                    row_acc[a] += v;
-                    rem[k] = v;
-                    off[k] = 0;
-                    r += v;
-                }
-                row[a] = r;
-                total += r;
+    let server_moves_start = moves.len();
+    for d in 0..n {
+        // One row-major pass over the tile: torch offsets, what is left of each block,
+        // row sums. `col_run[j]` is the output offset of the next block into (d,j).
+        col_run.clear();
+        col_run.extend_from_slice(&col_acc[d * g..(d + 1) * g]);
+        let mut total = 0u64;
+        for a in 0..g {
+            let src = (s * g + a) * p + d * g;
+            let mut r = 0;
+            for j in 0..g {
+                let k = a * g + j;
+                let v = data[src + j];
+                out_off[k] = col_run[j];
+                col_run[j] += v;
+                in_off[k] = row_acc[a];
+                row_acc[a] += v;
+                rem[k] = v;
+                off[k] = 0;
+                r += v;
             }
-            if d == s {
-                for a in 0..g {
-                    for j in 0..g {
-                        let len = data[(s * g + a) * p + d * g + j];
-                        if len > 0 {
-                            out.intra.push(IntraBlock { i: (s * g + a) as u32, j: (d * g + j) as u32, input_off: in_off[a * g + j], out_off: out_off[a * g + j], len });
-                        }
+            row[a] = r;
+            total += r;
+        }
+        if d == s {
+            for a in 0..g {
+                for j in 0..g {
+                    let len = data[(s * g + a) * p + d * g + j];
+                    if len > 0 {
+                        intra.push(IntraBlock { i: (s * g + a) as u32, j: (d * g + j) as u32, input_off: in_off[a * g + j], out_off: out_off[a * g + j], len });
                     }
                 }
+            }
+            continue;
+        }
+        out.server[d] = total;
+        let tgt = &mut out.targets[d * g..(d + 1) * g];
+        carrier_targets(total, s, d, g, nics, tgt);
+        let tgt = &*tgt;
+        cap.copy_from_slice(tgt);
+        for pc in per_carrier.iter_mut() {
+            for v in pc.iter_mut() {
+                v.clear();
+            }
+        }
+        let tile_ctx = TileCtx { s, d, g, in_off, out_off };
+        // A: every GPU keeps its same-index block (it lands directly in the peer's Output).
+        for a in 0..g {
+            let x = rem[a * g + a].min(cap[a]);
+            if x > 0 {
+                take(&tile_ctx, a, a, a, x, rem, off, cap, per_carrier, moves, out.balance_in);
+            }
+        }
+        // Light GPUs (row ≤ target) keep everything: moving their bytes away only adds scale-up traffic.
+        for a in 0..g {
+            if row[a] <= tgt[a] {
+                excess[a] = 0;
+                for j in 0..g {
+                    let x = rem[a * g + j];
+                    if x > 0 {
+                        take(&tile_ctx, a, j, a, x, rem, off, cap, per_carrier, moves, out.balance_in);
+                    }
+                }
+            } else {
+                excess[a] = row[a] - tgt[a];
+            }
+        }
+        // B: a heavy GPU hands a light carrier c the bytes destined to (d,c): same-index
+        // preference, so they need no redistribution at the receiver.
+        for a in 0..g {
+            if excess[a] == 0 {
                 continue;
             }
-            let tile = ls * n + d;
-            out.server[tile] = total;
-            let tgt = &mut out.targets[tile * g..(tile + 1) * g];
-            carrier_targets(total, s, d, g, nics, tgt);
-            cap.copy_from_slice(tgt);
-            for pc in per_carrier.iter_mut() {
-                for v in pc.iter_mut() {
-                    v.clear();
-                }
-            }
-            let tile_ctx = TileCtx { s, ls, d, g, in_off, out_off };
-            // A: every GPU keeps its same-index block (it lands directly in the peer's Output).
-            for a in 0..g {
-                let x = rem[a * g + a].min(cap[a]);
-                if x > 0 {
-                    take(&tile_ctx, a, a, a, x, rem, off, cap, per_carrier, out.moves, out.balance_in);
-                }
-            }
-            // Light GPUs (row ≤ target) keep everything: moving their bytes away only adds scale-up traffic.
-            for a in 0..g {
-                if row[a] <= tgt_of(out.targets, tile, g, a) {
-                    excess[a] = 0;
-                    for j in 0..g {
-                        let x = rem[a * g + j];
-                        if x > 0 {
-                            take(&tile_ctx, a, j, a, x, rem, off, cap, per_carrier, out.moves, out.balance_in);
-                        }
-                    }
-                } else {
-                    excess[a] = row[a] - tgt_of(out.targets, tile, g, a);
-                }
-            }
-            // B: a heavy GPU hands a light carrier c the bytes destined to (d,c): same-index
-            // preference, so they need no redistribution at the receiver.
-            for a in 0..g {
-                if excess[a] == 0 {
+            for c in 0..g {
+                if c == a || cap[c] == 0 || excess[a] == 0 {
                     continue;
                 }
-                for c in 0..g {
-                    if c == a || cap[c] == 0 || excess[a] == 0 {
-                        continue;
-                    }
-                    let x = rem[a * g + c].min(cap[c]).min(excess[a]);
-                    if x > 0 {
-                        excess[a] -= x;
-                        take(&tile_ctx, a, c, c, x, rem, off, cap, per_carrier, out.moves, out.balance_in);
-                    }
+                let x = rem[a * g + c].min(cap[c]).min(excess[a]);
+                if x > 0 {
+                    excess[a] -= x;
+                    take(&tile_ctx, a, c, c, x, rem, off, cap, per_carrier, moves, out.balance_in);
                 }
-            }
-            // C: a heavy GPU keeps what fits its own target.
-            for a in 0..g {
-                for j in 0..g {
-                    if cap[a] == 0 {
-                        break;
-                    }
-                    let x = rem[a * g + j].min(cap[a]);
-                    if x > 0 {
-                        take(&tile_ctx, a, j, a, x, rem, off, cap, per_carrier, out.moves, out.balance_in);
-                    }
-                }
-            }
-            // D: the rest of each heavy GPU goes to carriers with room, in index order.
-            let mut c = 0;
-            for a in 0..g {
-                for j in 0..g {
-                    while rem[a * g + j] > 0 {
-                        while cap[c] == 0 {
-                            c += 1;
-                        }
-                        let x = rem[a * g + j].min(cap[c]);
-                        take(&tile_ctx, a, j, c, x, rem, off, cap, per_carrier, out.moves, out.balance_in);
-                    }
-                }
-            }
-            // Streams: own pieces before balanced-in ones (the first stage need not wait for
-            // balancing), and within each, pieces for other GPUs before same-index ones (the
-            // last stages then carry fewer bytes that need redistribution).
-            for (c, classes) in per_carrier.iter().enumerate() {
-                let begin = out.pieces.len() as u32 | out.id_tag;
-                for class in classes {
-                    out.pieces.extend_from_slice(class);
-                }
-                out.stream_range[tile * g + c] = (begin, out.pieces.len() as u32 | out.id_tag);
             }
         }
-        // Group this server's moves by (a, c) so each (a, c) pair is one balancing transfer
-        // (counting sort: stable, no comparisons).
-        group_moves(out.moves, server_moves_start, g, move_count, move_tmp);
+        // C: a heavy GPU keeps what fits its own target.
         for a in 0..g {
-            for col in 0..p {
-                col_acc[col] += data[(s * g + a) * p + col];
+            for j in 0..g {
+                if cap[a] == 0 {
+                    break;
+                }
+                let x = rem[a * g + j].min(cap[a]);
+                if x > 0 {
+                    take(&tile_ctx, a, j, a, x, rem, off, cap, per_carrier, moves, out.balance_in);
+                }
             }
+        }
+        // D: the rest of each heavy GPU goes to carriers with room, in index order.
+        let mut c = 0;
+        for a in 0..g {
+            for j in 0..g {
+                while rem[a * g + j] > 0 {
+                    while cap[c] == 0 {
+                        c += 1;
+                    }
+                    let x = rem[a * g + j].min(cap[c]);
+                    take(&tile_ctx, a, j, c, x, rem, off, cap, per_carrier, moves, out.balance_in);
+                }
+            }
+        }
+        // Streams: own pieces before balanced-in ones (the first stage need not wait for
+        // balancing), and within each, pieces for other GPUs before same-index ones (the
+        // last stages then carry fewer bytes that need redistribution).
+        for (c, classes) in per_carrier.iter().enumerate() {
+            let begin = pieces.len() as u32 | id_tag;
+            for class in classes {
+                pieces.extend_from_slice(class);
+            }
+            out.stream_range[d * g + c] = (begin, pieces.len() as u32 | id_tag);
         }
     }
+    // Group this server's moves by (a, c) so each (a, c) pair is one balancing transfer
+    // (counting sort: stable, no comparisons).
+    group_moves(moves, server_moves_start, g, move_count, move_tmp);
+    ends.push((moves.len(), intra.len()));
 }
 
 /// Where the blocks of the tile being balanced start (read by `take`).
 struct TileCtx<'a> {
     s: usize,
-    /// Index of s among the servers being balanced (its ranks' `balance_in` entries).
-    ls: usize,
     d: usize,
     g: usize,
     in_off: &'a [u64],
@@ -500,9 +601,9 @@ fn take(t: &TileCtx, a: usize, j: usize, c: usize, len: u64, rem: &mut [u64], of
     let src_off = if a == c {
         input_off
     } else {
-        let r = t.ls * g + c;
-        let o = bal_in[r];
-        bal_in[r] += len;
+        // `bal_in`: the server's entries, per local rank.
+        let o = bal_in[c];
+        bal_in[c] += len;
         moves.push(Move { s: t.s as u32, a: a as u32, c: c as u32, d: t.d as u32, j: j as u32, input_off, len, scratch_off: o });
         o
     };
@@ -531,14 +632,29 @@ fn group_moves(moves: &mut [Move], start: usize, g: usize, count: &mut [usize], 
     }
 }
 
-#[inline]
-fn tgt_of(targets: &[u64], tile: usize, g: usize, c: usize) -> u64 {
-    targets[tile * g + c]
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn claims_meet_without_overlap() {
+        for (n, lo_limit, hi_floor) in [(1000, 1000, 0), (7, 3, 3), (5, 5, 5), (0, 0, 0)] {
+            let claims = Claims::new(n, lo_limit, hi_floor);
+            let (ups, downs) = std::thread::scope(|scope| {
+                let up = scope.spawn(|| std::iter::from_fn(|| claims.low()).collect::<Vec<_>>());
+                let down = std::iter::from_fn(|| claims.high()).collect::<Vec<_>>();
+                (up.join().unwrap(), down)
+            });
+            // Upwards from 0 and downwards from the top, consecutive, together every server once.
+            assert_eq!(ups, (0..ups.len()).collect::<Vec<_>>());
+            assert_eq!(downs, (ups.len()..n).rev().collect::<Vec<_>>());
+            assert!(ups.len() <= lo_limit && ups.len() >= hi_floor.min(lo_limit));
+            if lo_limit == hi_floor {
+                assert_eq!(ups.len(), lo_limit, "a fixed split is kept");
+            }
+            assert_eq!(claims.peek_high(), None);
+        }
+    }
     #[test]
     fn targets_split_nics_then_gpus() {
         let mut t = vec![0; 4];

@@ -299,14 +299,12 @@ fn plan_threads(traffic: &Traffic, cluster: &Cluster, opts: &Options, overlap: b
     // Balancing and the Birkhoff schedule are independent pure functions of the matrix
     // (the schedule needs only the tile totals, summed here again): running them on two
     // threads changes no result, only when each is ready. The helper computes the schedule
-    // and the plan's copy of the matrix, then, from `HELPER_BALANCE_MIN_SERVERS`, balances
-    // the last servers (their share, `HELPER_BALANCE_PERCENT`, about evens the two threads
-    // out at 40–128 servers).
-    let split = if n >= HELPER_BALANCE_MIN_SERVERS { n - n * HELPER_BALANCE_PERCENT / 100 } else { n };
+    // and the plan's copy of the matrix, then balances the servers this thread has not
+    // reached yet, from the top down.
     let plan = balance::with_balanced_beside(
         traffic,
         cluster,
-        split,
+        balance::HelperShare::Claimed,
         || {
             let server = server_matrix::tile_totals(traffic.data(), n, g);
             let sched = schedule(traffic, &server, n, cluster, &o);
@@ -320,15 +318,6 @@ fn plan_threads(traffic: &Traffic, cluster: &Cluster, opts: &Options, overlap: b
     );
     Ok(plan)
 }
-
-/// Percent of the servers whose tiles the helper balances after computing the schedule.
-/// On 2 vCPUs the schedule took 0.9 of balancing's 1.7 ms at 40 servers and 13.5 of its
-/// 21.6 ms at 128 (the helper's share then evens out at 24% and 19%).
-const HELPER_BALANCE_PERCENT: usize = 20;
-/// Below this many servers the helper balances nothing: at 16 servers it gained nothing back
-/// to back and cost 5% with 3 ms pauses between plans (1.04–1.05 → 1.10 ms), as the helper,
-/// woken late, finished after this thread; at 32 it gained 5–10%.
-const HELPER_BALANCE_MIN_SERVERS: usize = 32;
 
 /// FAST's scale-out transfers as the plan will hold them, before it is assembled (see
 /// `plan_unless`).
@@ -564,8 +553,8 @@ mod tests {
         }
 
         /// Balancing the servers from any `split` on the helper (their pieces in a second
-        /// list, with `HI_PIECE` ids) gives the plan, loads and scale-out preview of one
-        /// thread balancing them all.
+        /// list, with `HI_PIECE` ids, the servers from the top down), or those it claims,
+        /// gives the plan, loads and scale-out preview of one thread balancing them all.
         #[test]
         fn split_balancing_gives_the_same_plan_at_every_server(servers in 1u32..7, gpus in 1u32..5, nics_pick in 0u32..4, skew in 0usize..2, seed in 0u64..1000) {
             use super::pipeline::{assemble_split, for_each_scaleout_transfer, Split};
@@ -584,11 +573,12 @@ mod tests {
             };
             let (one, one_loads, one_preview) = super::balance::with_balanced(&t, &cluster, run);
             verify(&one).unwrap();
-            for split in 0..n {
-                let (two, two_loads, two_preview) = super::balance::with_balanced_beside(&t, &cluster, split, || (), |bal, ()| run(bal));
+            use super::balance::HelperShare;
+            for share in (0..n).map(HelperShare::From).chain([HelperShare::Claimed]) {
+                let (two, two_loads, two_preview) = super::balance::with_balanced_beside(&t, &cluster, share, || (), |bal, ()| run(bal));
                 let t = first_difference(&one, &two);
-                proptest::prop_assert!(t.is_none(), "split at server {} of {}: transfer {:?} differs", split, n, t);
-                proptest::prop_assert!(two == one, "split at server {} of {}: plans differ", split, n);
+                proptest::prop_assert!(t.is_none(), "{:?} of {} servers: transfer {:?} differs", share, n, t);
+                proptest::prop_assert!(two == one, "{:?} of {} servers: plans differ", share, n);
                 proptest::prop_assert_eq!(&two_loads, &one_loads);
                 proptest::prop_assert_eq!(&two_preview, &one_preview);
             }
