@@ -314,7 +314,7 @@ impl Claims {
         self.range
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
                 let (lo, hi) = Claims::unpack(v);
-                (lo < hi && lo < lo_limit).then_some(v + 1)
+                (lo < hi && lo < lo_limit).then(|| v + 1)
             })
             .ok()
             .map(|v| Claims::unpack(v).0)
@@ -325,7 +325,7 @@ impl Claims {
         self.range
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
                 let (lo, hi) = Claims::unpack(v);
-                (lo < hi && hi > floor).then_some(v - (1 << 32))
+                (lo < hi && hi > floor).then(|| v - (1 << 32))
             })
             .ok()
             .map(|v| Claims::unpack(v).1 - 1)
