@@ -174,7 +174,7 @@ proptest! {
         prop_assert_eq!(plan.bytes_per_tier()[Tier::ScaleOut as usize], cross_bytes(&t, &c));
         let n = c.servers as usize;
         let stages: usize = plan.meta["stages"].parse().unwrap();
-        prop_assert!(stages <= (n * n - 2 * n + 2).max(1) || stages == 0, "stages {} for n {}", stages, n);
+        prop_assert!(stages <= (n * n + 2 - 2 * n).max(1) || stages == 0, "stages {} for n {}", stages, n);
         prop_assert!(plan.meta["predicted_time_ns"].parse::<u64>().is_ok());
     }
 
