@@ -147,3 +147,37 @@ def test_conflict_free_steps_merge_and_dependent_steps_do_not():
         # A relay rank reads in step 1 the scratch it was written in step 0: never one batch.
         if prog.scratch_bytes:
             assert len(prog.merged["p2p"]) == 2
+
+
+def _synthetic_plans(n: int):
+    import sys
+    sys.path.insert(0, __file__.rsplit("/", 1)[0])
+    import _synthetic_plans as S
+
+    m = collsched.traffic.uniform(n, 1000, seed=1)
+    return [S.ring_allgather(n, 64, 4), S.relay_all_to_all(m.tolist(), 4)]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(servers=st.integers(1, 4), gpus=st.sampled_from([1, 2, 4]), skew=st.sampled_from([0.0, 0.8, 1.2]),
+       seed=st.integers(0, 10_000), algorithm=st.sampled_from(ALGORITHMS))
+def test_programs_from_the_rank_view_equal_those_from_the_whole_plan(servers, gpus, skew, seed, algorithm):
+    """The core's rank view (what the runtime compiles from) against decoding the whole plan."""
+    from collsched.comm.program import plan_arrays
+
+    n = servers * gpus
+    m = collsched.traffic.zipf(n, skew, 4096, seed=seed) if skew else collsched.traffic.uniform(n, 4096, seed=seed)
+    m[seed % n, (seed // n) % n] = 0  # some zero blocks
+    plans = [collsched.plan_all_to_all(m, f"h200:{servers},gpus={gpus}", algorithm)]
+    if n == 8:
+        plans += _synthetic_plans(n)
+    for plan in plans:
+        a = plan_arrays(plan)
+        for r in range(n):
+            assert compile_rank_program(plan, r) == compile_rank_program(plan, r, a), f"{plan.algorithm} rank {r}"
+
+
+def test_the_rank_view_rejects_a_rank_outside_the_plan():
+    plan = collsched.plan_all_to_all(collsched.traffic.uniform(4, 100, seed=0), "h200:2,gpus=2", "fanout")
+    with pytest.raises(ValueError, match="rank 4 is outside the plan's 4 ranks"):
+        plan._rank_view(4)

@@ -120,23 +120,23 @@ impl PyPlan {
     /// segments: (src_buf u64, src_off u64, dst_buf u64, dst_off u64, len u64) per row; deps: u32.
     fn _raw_arrays<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let p = &self.inner;
-        let mut t = Vec::with_capacity(p.transfers.len() * 36);
-        for x in &p.transfers {
-            for v in [x.src, x.dst, x.op as u32, x.tier as u32, x.step, x.seg_begin, x.seg_end, x.dep_begin, x.dep_end] {
-                t.extend_from_slice(&v.to_le_bytes());
-            }
-        }
-        let mut s = Vec::with_capacity(p.segments.len() * 40);
-        for x in &p.segments {
-            for v in [x.src_buf as u64, x.src_off, x.dst_buf as u64, x.dst_off, x.len] {
-                s.extend_from_slice(&v.to_le_bytes());
-            }
-        }
-        let dbytes: Vec<u8> = p.deps.iter().flat_map(|d| d.to_le_bytes()).collect();
         let d = PyDict::new(py);
-        d.set_item("transfers", PyBytes::new(py, &t))?;
-        d.set_item("segments", PyBytes::new(py, &s))?;
-        d.set_item("deps", PyBytes::new(py, &dbytes))?;
+        d.set_item("transfers", PyBytes::new(py, &transfer_rows(&p.transfers)))?;
+        d.set_item("segments", PyBytes::new(py, &segment_rows(&p.segments)))?;
+        d.set_item("deps", PyBytes::new(py, &u32_rows(&p.deps)))?;
+        Ok(d)
+    }
+    /// What `rank` sends and receives, as `_raw_arrays` rows (`plan::rank_view`): "ids",
+    /// "transfers" (segment ranges into "segments", no deps), "segments", and
+    /// "moving_pairs" as (step, distinct moving rank pairs) u32 pairs.
+    fn _rank_view<'py>(&self, py: Python<'py>, rank: u32) -> PyResult<Bound<'py, PyDict>> {
+        let v = py.allow_threads(|| guarded(|| collsched_core::plan::rank_view::rank_view(&self.inner, rank)))?;
+        let d = PyDict::new(py);
+        d.set_item("ids", PyBytes::new(py, &u32_rows(&v.ids)))?;
+        d.set_item("transfers", PyBytes::new(py, &transfer_rows(&v.transfers)))?;
+        d.set_item("segments", PyBytes::new(py, &segment_rows(&v.segments)))?;
+        let flat: Vec<u32> = v.moving_pairs.iter().flat_map(|&(s, k)| [s, k]).collect();
+        d.set_item("moving_pairs", PyBytes::new(py, &u32_rows(&flat)))?;
         Ok(d)
     }
     fn __repr__(&self) -> String {
@@ -151,6 +151,32 @@ impl PyPlan {
             self.inner.hash()
         )
     }
+}
+
+/// Transfers as little-endian rows of nine u32 (the runtime's TRANSFER_DTYPE).
+fn transfer_rows(transfers: &[collsched_core::plan::Transfer]) -> Vec<u8> {
+    let mut t = Vec::with_capacity(transfers.len() * 36);
+    for x in transfers {
+        for v in [x.src, x.dst, x.op as u32, x.tier as u32, x.step, x.seg_begin, x.seg_end, x.dep_begin, x.dep_end] {
+            t.extend_from_slice(&v.to_le_bytes());
+        }
+    }
+    t
+}
+
+/// Segments as little-endian rows of five u64 (the runtime's SEGMENT_DTYPE).
+fn segment_rows(segments: &[collsched_core::plan::Segment]) -> Vec<u8> {
+    let mut s = Vec::with_capacity(segments.len() * 40);
+    for x in segments {
+        for v in [x.src_buf as u64, x.src_off, x.dst_buf as u64, x.dst_off, x.len] {
+            s.extend_from_slice(&v.to_le_bytes());
+        }
+    }
+    s
+}
+
+fn u32_rows(v: &[u32]) -> Vec<u8> {
+    v.iter().flat_map(|d| d.to_le_bytes()).collect()
 }
 
 /// Plan an all-to-all(v). `data` is the row-major little-endian u64 matrix.

@@ -3,7 +3,8 @@
 `plan_arrays` decodes `Plan._raw_arrays()` (little-endian rows) into numpy
 structured arrays. `compile_rank_program` keeps only what one rank does, step by
 step, as plain Python tuples: the executor's inner loop then does no numpy
-indexing and no decoding.
+indexing and no decoding. It reads the core's rank view (`Plan._rank_view`), so
+only that rank's transfers are decoded, not the whole plan.
 """
 from __future__ import annotations
 
@@ -121,22 +122,54 @@ def _align(x: int) -> int:
     return (x + STAGING_ALIGN - 1) // STAGING_ALIGN * STAGING_ALIGN
 
 
+@dataclass(frozen=True)
+class RankRows:
+    """What one rank takes part in: its transfers as (id, src, dst, op, step, segments) rows in
+    id order, and per step the distinct ordered rank pairs that move bytes anywhere."""
+
+    transfers: list
+    moving_pairs: dict  # step -> pairs
+
+
+def rank_rows(plan, rank: int) -> RankRows:
+    """`RankRows` from the Rust core's rank view: only this rank's transfers are decoded."""
+    v = plan._rank_view(rank)
+    ids = np.frombuffer(v["ids"], dtype="<u4").tolist()
+    rows = np.frombuffer(v["transfers"], dtype=TRANSFER_DTYPE).tolist()
+    segs = np.frombuffer(v["segments"], dtype=SEGMENT_DTYPE).tolist()
+    moving = np.frombuffer(v["moving_pairs"], dtype="<u4").reshape(-1, 2).tolist()
+    return RankRows(transfers=[(tid, src, dst, op, step, segs[sb:se])
+                               for tid, (src, dst, op, _tier, step, sb, se, _db, _de) in zip(ids, rows)],
+                    moving_pairs=dict(moving))
+
+
+def rank_rows_from_arrays(a: PlanArrays, rank: int, n: int) -> RankRows:
+    """`RankRows` from the whole plan's decoded arrays (numpy): the reference for `rank_rows`."""
+    t = a.transfers
+    mine = np.nonzero((t["src"] == rank) | (t["dst"] == rank))[0]
+    seg_rows = a.segments
+    transfers = [(tid, src, dst, op, step, seg_rows[sb:se].tolist())
+                 for tid, (src, dst, op, _tier, step, sb, se, _db, _de) in zip(mine.tolist(), t[mine].tolist())]
+    tb = a.transfer_bytes()
+    moving = (t["src"] != t["dst"]) & (tb > 0)
+    pair_ids = np.unique(t["step"][moving].astype(np.int64) * (n * n) + t["src"][moving].astype(np.int64) * n
+                         + t["dst"][moving])
+    comm_steps, pairs = np.unique(pair_ids // (n * n), return_counts=True)
+    return RankRows(transfers=transfers, moving_pairs=dict(zip(comm_steps.tolist(), pairs.tolist())))
+
+
 def compile_rank_program(plan, rank: int, arrays: PlanArrays | None = None) -> RankProgram:
-    """What `rank` sends, receives and copies in each step of `plan`."""
+    """What `rank` sends, receives and copies in each step of `plan` (from the core's rank view,
+    or from `arrays` when given)."""
     n = plan.num_ranks
     if not 0 <= rank < n:
         raise ValueError(f"rank {rank} is outside the plan's {n} ranks")
-    a = arrays if arrays is not None else plan_arrays(plan)
-    t = a.transfers
-    mine = np.nonzero((t["src"] == rank) | (t["dst"] == rank))[0]
-    sub = t[mine]
-    seg_rows = a.segments
+    rows = rank_rows(plan, rank) if arrays is None else rank_rows_from_arrays(arrays, rank, n)
     steps: dict[int, StepProgram] = {}
     sent = received = 0
     uses_reduce = False
-    for tid, row in zip(mine.tolist(), sub.tolist()):
-        src, dst, op, _tier, step, sb, se, _db, _de = row
-        segs = [s for s in seg_rows[sb:se].tolist() if s[4] > 0]
+    for tid, src, dst, op, step, all_segs in rows.transfers:
+        segs = [s for s in all_segs if s[4] > 0]
         if not segs:
             continue  # an empty transfer moves nothing; both sides skip it alike
         if op not in (OP_COPY, OP_REDUCE_SUM):
@@ -166,12 +199,7 @@ def compile_rank_program(plan, rank: int, arrays: PlanArrays | None = None) -> R
         else:
             sp.recvs.append(msg)
             received += nbytes
-    tb = a.transfer_bytes()
-    moving = (t["src"] != t["dst"]) & (tb > 0)
-    pair_ids = np.unique(t["step"][moving].astype(np.int64) * (n * n) + t["src"][moving].astype(np.int64) * n
-                         + t["dst"][moving])
-    comm_steps, pairs = np.unique(pair_ids // (n * n), return_counts=True)
-    for st, k in zip(comm_steps.tolist(), pairs.tolist()):
+    for st, k in rows.moving_pairs.items():
         if st not in steps:
             steps[st] = StepProgram(st)
         steps[st].global_comm = True

@@ -5,6 +5,7 @@
 //! arrays, so a plan with millions of segments is three vectors, not a tree.
 pub mod floor;
 pub mod hash;
+pub mod rank_view;
 pub mod serialize;
 pub mod verify;
 
