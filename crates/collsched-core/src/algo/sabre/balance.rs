@@ -195,7 +195,9 @@ mod tests {
         };
         for case in 0..400 {
             let gpus = 1 + (next() % 12) as u32;
-            let nics = 1 + (next() % 10) as u32;
+            // At most one NIC per GPU, as `Cluster` requires (more would leave the limits too
+            // little room, a shape no cluster reaches).
+            let nics = 1 + (next() % u64::from(gpus.min(10))) as u32;
             let alpha = 1000 + next() % 200;
             // Sizes up to 2^60 in some cases (at most 15 blocks: the total fits 64 bits):
             // the 128-bit key path.
@@ -216,8 +218,7 @@ mod tests {
             let mut load = vec![0u64; gpus as usize];
             out.iter().for_each(|(p, x)| load[*p as usize] += x.len);
             assert_eq!(load.iter().sum::<u64>(), total);
-            // (With more NICs than GPUs the limits leave too little room: some proxy overflows.)
-            assert!(nics > gpus || load.iter().zip(&want).all(|(l, c)| l <= c), "case {case}: loads within the limits");
+            assert!(load.iter().zip(&want).all(|(l, c)| l <= c), "case {case}: loads within the limits");
         }
     }
 
