@@ -348,3 +348,31 @@ proptest! {
         prop_assert!(warm_bar.time_s >= b.seconds * (1.0 - 1e-9));
     }
 }
+
+/// A dependency entry that no transfer's range covers (the plan is still valid) neither
+/// adds a phantom dependent nor changes the result: the same times as the plan without it.
+#[test]
+fn dependency_entries_outside_every_range_are_ignored() {
+    let c = Cluster::parse("h200:2,gpus=2").unwrap();
+    let plan = plan_of(&c, &[(0, 1, MB, 0, &[]), (1, 2, MB, 0, &[]), (2, 3, MB, 1, &[0])]);
+    let mut orphaned = plan.clone();
+    orphaned.transfers[2].dep_end = orphaned.transfers[2].dep_begin; // deps[0] now belongs to no transfer
+    let mut stripped = orphaned.clone();
+    stripped.deps.clear();
+    stripped.transfers[2].dep_begin = 0;
+    stripped.transfers[2].dep_end = 0;
+    let (a, b) = (simulate(&orphaned, &c, &exact()).unwrap(), simulate(&stripped, &c, &exact()).unwrap());
+    assert_eq!(a.time_s, b.time_s);
+    assert_eq!(a.transfer_end, b.transfer_end);
+}
+
+/// Segment lengths whose sum passes 2^64 (a corrupt plan; the verifier rejects it too) are
+/// an error naming the transfer, not a wrapped byte count in the report.
+#[test]
+fn byte_sums_past_64_bits_are_an_error() {
+    let c = Cluster::parse("h200:2,gpus=2").unwrap();
+    let mut plan = plan_of(&c, &[(0, 1, MB, 0, &[]), (1, 2, MB, 0, &[])]);
+    plan.segments[1].len = u64::MAX - 3;
+    let e = simulate(&plan, &c, &exact()).unwrap_err().to_string();
+    assert!(e.contains("transfer 1: the plan's bytes overflow 64 bits"), "{e}");
+}

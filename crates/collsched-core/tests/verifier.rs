@@ -428,6 +428,25 @@ proptest! {
             Ok(_) | Err(collsched_core::Error::Verification(_)) => {}
             Err(e) => prop_assert!(false, "unexpected error kind: {e:?}"),
         }
+        // The simulator checks what it needs itself: an error or a report, never a panic.
+        let _ = collsched_core::sim::simulate(&p, &cluster(), &collsched_core::sim::SimOptions::default());
+    }
+}
+
+/// A step number in the billions (a corrupt or hand-edited plan) is a clear error for the
+/// verifier, the simulator and loading, not an overflow or a huge allocation.
+#[test]
+fn huge_step_numbers_are_rejected_everywhere() {
+    for step in [collsched_core::plan::MAX_STEPS, 1 << 31, u32::MAX] {
+        let mut p = planned("fanout");
+        p.transfers[3].step = step;
+        assert_eq!(p.num_steps(), step.saturating_add(1));
+        let want = format!("transfer 3: step {step} is beyond the 1048576 steps a plan may have");
+        assert!(rejected(&p).contains(&want), "{}", rejected(&p));
+        let sim = collsched_core::sim::simulate(&p, &cluster(), &collsched_core::sim::SimOptions::default()).unwrap_err();
+        assert!(sim.to_string().contains(&want), "{sim}");
+        let json = p.to_json();
+        assert!(Plan::from_json(&json).unwrap_err().to_string().contains(&want));
     }
 }
 

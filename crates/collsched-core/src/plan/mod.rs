@@ -148,6 +148,11 @@ impl Collective {
     }
 }
 
+/// Steps a plan may have (`check_shape`): the simulator and its report keep state per step,
+/// so a corrupt step number must not make them allocate for billions of steps. Producers
+/// use a few thousand at most (spreadout: one per rank).
+pub const MAX_STEPS: u32 = 1 << 20;
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Plan {
     /// Producer name, e.g. "fanout" or "fast".
@@ -170,8 +175,10 @@ impl Plan {
     pub fn num_ranks(&self) -> u32 {
         self.collective.num_ranks()
     }
+    /// One more than the largest step (saturating: `check_shape` bounds steps by
+    /// `MAX_STEPS`, but this is also asked of plans not yet checked).
     pub fn num_steps(&self) -> u32 {
-        self.transfers.iter().map(|t| t.step + 1).max().unwrap_or(0)
+        self.transfers.iter().map(|t| t.step.saturating_add(1)).max().unwrap_or(0)
     }
     pub fn segments_of(&self, t: &Transfer) -> &[Segment] {
         &self.segments[t.seg_range()]

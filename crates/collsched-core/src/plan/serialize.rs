@@ -156,6 +156,9 @@ impl Plan {
             if t.src >= n || t.dst >= n {
                 return invalid!("transfer {i}: rank {}→{} outside 0..{n}", t.src, t.dst);
             }
+            if t.step >= super::MAX_STEPS {
+                return invalid!("transfer {i}: step {} is beyond the {} steps a plan may have", t.step, super::MAX_STEPS);
+            }
             if t.seg_begin > t.seg_end || t.seg_end as usize > self.segments.len() {
                 return invalid!("transfer {i}: segment range {}..{} out of bounds", t.seg_begin, t.seg_end);
             }

@@ -137,9 +137,13 @@ pub struct Engine<'a> {
 impl<'a> Engine<'a> {
     pub fn new(plan: &'a Plan, cluster: &Cluster, links: &'a Links, flows: &'a Flows, opts: &'a SimOptions) -> Engine<'a> {
         let n = plan.transfers.len();
+        // Counted through the transfers' ranges, not over `plan.deps`: an entry no range
+        // covers (a valid, if odd, plan) must not leave an empty dependents slot behind.
         let mut dep_count = vec![0u32; n + 1];
-        for &d in &plan.deps {
-            dep_count[d as usize] += 1;
+        for t in &plan.transfers {
+            for &d in plan.deps_of(t) {
+                dep_count[d as usize] += 1;
+            }
         }
         let mut dependents_off = Vec::with_capacity(n + 1);
         let mut acc = 0;

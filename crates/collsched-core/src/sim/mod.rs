@@ -75,7 +75,15 @@ fn check(plan: &Plan, cluster: &Cluster, opts: &SimOptions) -> Result<()> {
             return invalid!("incast goodput must be in (0, 1], got {}", m.goodput);
         }
     }
+    // Every byte sum the simulator and its report take is part of this one.
+    let mut total = 0u64;
     for (i, t) in plan.transfers.iter().enumerate() {
+        for s in plan.segments_of(t) {
+            total = match total.checked_add(s.len) {
+                Some(x) => x,
+                None => return invalid!("transfer {i}: the plan's bytes overflow 64 bits at its segments"),
+            };
+        }
         let want = cluster.tier(t.src, t.dst);
         if t.tier != want {
             return invalid!("transfer {i}: {}→{} is tagged {} but on cluster {} it is {}", t.src, t.dst, t.tier.name(), cluster.name, want.name());
