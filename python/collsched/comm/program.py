@@ -8,6 +8,7 @@ only that rank's transfers are decoded, not the whole plan.
 """
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -234,7 +235,7 @@ def compile_rank_program(plan, rank: int, arrays: PlanArrays | None = None) -> R
         steps=ordered,
         staging_bytes=staging,
         a2a_staging_bytes=a2a_staging,
-        merged={"p2p": _merge_steps(ordered, lambda sp: False), "hybrid": _merge_steps(ordered, lambda sp: sp.dense)},
+        merged=_merges(ordered),
         bytes_sent=sent,
         bytes_received=received,
         uses_reduce=uses_reduce,
@@ -302,16 +303,29 @@ def _layout(sends: list, recvs: list, n: int) -> AllToAllStep:
 
 
 class _Intervals:
-    """Byte intervals per buffer, with an overlap query (sorted starts + running max end)."""
+    """The union of byte intervals per buffer, as sorted disjoint (start, end) lists, with an
+    overlap query: both O(log k) searches (a linear scan made merging quadratic in a
+    group's accesses). Intervals are never empty (empty segments are dropped)."""
 
     def __init__(self):
         self.by_buf: dict = {}
 
     def add(self, buf: int, lo: int, hi: int) -> None:
-        self.by_buf.setdefault(buf, []).append((lo, hi))
+        starts, ends = self.by_buf.setdefault(buf, ([], []))
+        i = bisect_left(ends, lo)  # first interval that ends at or after lo
+        j = bisect_right(starts, hi)  # intervals up to j start at or before hi
+        if i < j:
+            lo, hi = min(lo, starts[i]), max(hi, ends[j - 1])
+        starts[i:j] = [lo]
+        ends[i:j] = [hi]
 
     def overlaps(self, buf: int, lo: int, hi: int) -> bool:
-        return any(a < hi and lo < b for a, b in self.by_buf.get(buf, ()))
+        v = self.by_buf.get(buf)
+        if v is None:
+            return False
+        starts, ends = v
+        i = bisect_right(ends, lo)  # the first interval that ends after lo
+        return i < len(starts) and starts[i] < hi
 
 
 def _accesses(sp: StepProgram):
@@ -328,19 +342,31 @@ def _accesses(sp: StepProgram):
             yield db, do, do + ln, True
 
 
+def _merges(ordered: list) -> dict:
+    """Step groups per transport: "p2p" merges every step, "hybrid" keeps dense steps alone
+    (the same groups when no step is dense, computed once then)."""
+    p2p = _merge_steps(ordered, lambda sp: False)
+    hybrid = _merge_steps(ordered, lambda sp: sp.dense) if any(sp.dense for sp in ordered) else p2p
+    return {"p2p": p2p, "hybrid": hybrid}
+
+
 def _merge_steps(ordered: list, alone) -> list:
     """Greedy groups of consecutive steps with no read/write or write/write overlap between
     steps of a group on this rank (Input is never written, so its reads never conflict).
     Steps for which `alone(sp)` holds form their own group."""
     groups, reads, writes = [], _Intervals(), _Intervals()
-    for sp in ordered:
+    for k, sp in enumerate(ordered):
+        if alone(sp):
+            groups.append([sp])  # nothing joins it either, so its accesses need not be kept
+            continue
         acc = list(_accesses(sp))
-        fits = bool(groups) and not alone(sp) and not alone(groups[-1][-1]) and len(acc) <= 4096 and not any(
+        fits = bool(groups) and not alone(groups[-1][-1]) and len(acc) <= 4096 and not any(
             writes.overlaps(b, lo, hi) or (w and reads.overlaps(b, lo, hi)) for b, lo, hi, w in acc)
         if not fits:
             groups.append([])
             reads, writes = _Intervals(), _Intervals()
         groups[-1].append(sp)
-        for b, lo, hi, w in acc:
-            (writes if w else reads).add(b, lo, hi)
+        if k + 1 < len(ordered):  # the last step's accesses are never checked against
+            for b, lo, hi, w in acc:
+                (writes if w else reads).add(b, lo, hi)
     return groups
