@@ -31,6 +31,8 @@ pub fn rank_view(plan: &Plan, rank: u32) -> Result<RankView> {
     // Moving transfers per step (a transfer between two ranks that carries bytes), counted
     // here, then bucketed by `distinct_pairs_per_step`.
     let mut per_step: Vec<u32> = Vec::new();
+    // Whether some moving transfer's step is too large to count in a table.
+    let mut far_steps = false;
     // Which transfers move, one bit each: the second pass then reads no segments.
     let mut moving = vec![0u64; plan.transfers.len().div_ceil(64)];
     for (id, t) in plan.transfers.iter().enumerate() {
@@ -48,6 +50,8 @@ pub fn rank_view(plan: &Plan, rank: u32) -> Result<RankView> {
                     per_step.resize(t.step as usize + 1, 0);
                 }
                 per_step[t.step as usize] += 1;
+            } else {
+                far_steps = true;
             }
         }
         if t.src == rank || t.dst == rank {
@@ -57,7 +61,7 @@ pub fn rank_view(plan: &Plan, rank: u32) -> Result<RankView> {
             view.transfers.push(Transfer { seg_begin: begin, seg_end: view.segments.len() as u32, dep_begin: 0, dep_end: 0, ..*t });
         }
     }
-    view.moving_pairs = distinct_pairs_per_step(plan, &moving, per_step);
+    view.moving_pairs = distinct_pairs_per_step(plan, &moving, (!far_steps).then_some(per_step));
     Ok(view)
 }
 
@@ -67,26 +71,29 @@ const STAMP_TABLE_MAX: u64 = 1 << 22;
 const TABLE_STEPS_MAX: usize = 1 << 20;
 
 /// `(step, distinct moving pairs)` of `plan`'s moving transfers (bits of `moving`), ascending
-/// step, given how many of them each step below `TABLE_STEPS_MAX` has (`per_step`). Buckets the
-/// pairs by step and marks them in a table stamped with the step (linear time), as every
-/// planner's plans allow; sorts (step, pair) otherwise.
-fn distinct_pairs_per_step(plan: &Plan, moving: &[u64], per_step: Vec<u32>) -> Vec<(u32, u32)> {
+/// step, given how many of them each step has (`per_step`, None when some step is at least
+/// `TABLE_STEPS_MAX`). Buckets the pairs by step and marks them in a table stamped with the
+/// step (linear time), as every planner's plans allow; sorts (step, pair) otherwise.
+fn distinct_pairs_per_step(plan: &Plan, moving: &[u64], per_step: Option<Vec<u32>>) -> Vec<(u32, u32)> {
     let n = u64::from(plan.num_ranks());
     let moving = plan.transfers.iter().enumerate().filter(|&(id, _)| moving[id / 64] >> (id % 64) & 1 == 1).map(|(_, t)| t);
     let mut out = Vec::new();
-    let counted: u64 = per_step.iter().map(|&k| u64::from(k)).sum();
-    if n * n > STAMP_TABLE_MAX || counted != moving.clone().count() as u64 {
-        let mut keys: Vec<(u32, u64)> = moving.map(|t| (t.step, u64::from(t.src) * n + u64::from(t.dst))).collect();
-        keys.sort_unstable();
-        keys.dedup();
-        for &(step, _) in &keys {
-            match out.last_mut() {
-                Some((s, k)) if *s == step => *k += 1,
-                _ => out.push((step, 1)),
+    let per_step = match per_step {
+        Some(v) if n * n <= STAMP_TABLE_MAX => v,
+        _ => {
+            let mut keys: Vec<(u32, u64)> = moving.map(|t| (t.step, u64::from(t.src) * n + u64::from(t.dst))).collect();
+            keys.sort_unstable();
+            keys.dedup();
+            for &(step, _) in &keys {
+                match out.last_mut() {
+                    Some((s, k)) if *s == step => *k += 1,
+                    _ => out.push((step, 1)),
+                }
             }
+            return out;
         }
-        return out;
-    }
+    };
+    let counted: u32 = per_step.iter().sum();
     let steps = per_step.len();
     let mut start = vec![0u32; steps + 1];
     for i in 0..steps {
