@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -113,10 +114,19 @@ class RankProgram:
     bytes_sent: int
     bytes_received: int
     uses_reduce: bool
-    # Consecutive p2p steps whose accesses to this rank's buffers never conflict, posted as one
-    # batch on blocking backends (Gloo): "p2p" groups every step, "hybrid" keeps dense steps alone.
-    merged: dict = field(default_factory=dict)  # transport -> [[StepProgram, ...], ...]
-    merged_staging_bytes: int = 0
+
+    @cached_property
+    def merged(self) -> dict:
+        """transport -> [[StepProgram, ...], ...]: consecutive p2p steps whose accesses to this
+        rank's buffers never conflict, posted as one batch on blocking backends (Gloo): "p2p"
+        groups every step, "hybrid" keeps dense steps alone. Computed on first use: NCCL runs
+        never merge, so their compilation skips it."""
+        return _merges(self.steps)
+
+    @cached_property
+    def merged_staging_bytes(self) -> int:
+        return max([sum(sp.staging_bytes for sp in g) + STAGING_ALIGN * len(g)
+                    for groups in self.merged.values() for g in groups] or [0])
 
 
 def _align(x: int) -> int:
@@ -235,13 +245,10 @@ def compile_rank_program(plan, rank: int, arrays: PlanArrays | None = None) -> R
         steps=ordered,
         staging_bytes=staging,
         a2a_staging_bytes=a2a_staging,
-        merged=_merges(ordered),
         bytes_sent=sent,
         bytes_received=received,
         uses_reduce=uses_reduce,
     )
-    prog.merged_staging_bytes = max([sum(sp.staging_bytes for sp in g) + STAGING_ALIGN * len(g)
-                                     for groups in prog.merged.values() for g in groups] or [0])
     return prog
 
 
