@@ -197,8 +197,8 @@ fn report_fields() {
     verify(&p).unwrap();
     let r = simulate(&p, &c, &SimOptions::default()).unwrap();
     assert_eq!(r.transfers, 256);
-    assert_eq!(r.bytes_moved, 256 * MB);
-    assert_eq!(r.scaleout_bytes, 128 * MB);
+    assert_eq!(r.bytes_moved, u128::from(256 * MB));
+    assert_eq!(r.scaleout_bytes, u128::from(128 * MB));
     assert!(close(r.algbw, 16e6 / r.time_s));
     assert!(close(r.busbw, r.algbw * 15.0 / 16.0));
     let b = r.lower_bound.as_ref().unwrap();
@@ -366,13 +366,18 @@ fn dependency_entries_outside_every_range_are_ignored() {
     assert_eq!(a.transfer_end, b.transfer_end);
 }
 
-/// Segment lengths whose sum passes 2^64 (a corrupt plan; the verifier rejects it too) are
-/// an error naming the transfer, not a wrapped byte count in the report.
+/// A transfer whose segments add up past 2^64 (a corrupt plan; the verifier rejects it too)
+/// is an error naming it. Bytes moved by the whole plan may pass 2^64 (relays count each
+/// hop): the report keeps them in 128 bits.
 #[test]
-fn byte_sums_past_64_bits_are_an_error() {
+fn byte_sums_past_64_bits_are_an_error_per_transfer_and_exact_per_plan() {
     let c = Cluster::parse("h200:2,gpus=2").unwrap();
-    let mut plan = plan_of(&c, &[(0, 1, MB, 0, &[]), (1, 2, MB, 0, &[])]);
+    let mut plan = plan_of(&c, &[(0, 1, MB, 0, &[]), (0, 1, MB, 0, &[])]);
+    plan.transfers[1].seg_begin = 0; // transfer 1 now carries both segments
     plan.segments[1].len = u64::MAX - 3;
     let e = simulate(&plan, &c, &exact()).unwrap_err().to_string();
-    assert!(e.contains("transfer 1: the plan's bytes overflow 64 bits"), "{e}");
+    assert!(e.contains("transfer 1: its segments' bytes overflow 64 bits"), "{e}");
+    plan.transfers[1].seg_begin = 1; // each alone fits; together they pass 2^64
+    let r = simulate(&plan, &c, &SimOptions { tolerance: 0.01, ..SimOptions::default() }).unwrap();
+    assert_eq!(r.bytes_moved, u128::from(MB) + u128::from(u64::MAX - 3));
 }

@@ -83,7 +83,7 @@ fn baselines_verify() {
         let p = planned(algo);
         let r = verify(&p).unwrap_or_else(|e| panic!("{algo}: {e}"));
         assert_eq!(r.transfers, p.transfers.len());
-        assert_eq!(r.bytes_moved, p.bytes_per_tier().iter().sum::<u64>());
+        assert_eq!(r.bytes_moved, p.bytes_per_tier().iter().sum::<u128>());
         if algo == "hierarchical" {
             // Step-1 messages read scratch written in step 0: obligations were proven.
             assert!(r.conflicts > 0);

@@ -88,7 +88,7 @@ impl PyPlan {
         self.inner.meta.clone()
     }
     /// Bytes moved per tier: {"local": .., "scale_up": .., "scale_out": ..}.
-    fn bytes_per_tier(&self) -> BTreeMap<&'static str, u64> {
+    fn bytes_per_tier(&self) -> BTreeMap<&'static str, u128> {
         let b = self.inner.bytes_per_tier();
         BTreeMap::from([("local", b[0]), ("scale_up", b[1]), ("scale_out", b[2])])
     }

@@ -190,11 +190,12 @@ impl Plan {
     pub fn transfer_bytes(&self, t: &Transfer) -> u64 {
         self.segments_of(t).iter().map(|s| s.len).sum()
     }
-    /// Bytes moved on each tier, indexed by `Tier as usize`.
-    pub fn bytes_per_tier(&self) -> [u64; 3] {
-        let mut b = [0u64; 3];
+    /// Bytes moved on each tier, indexed by `Tier as usize`. 128-bit: a plan that relays
+    /// bytes moves more than its matrix holds, which can pass 2^64.
+    pub fn bytes_per_tier(&self) -> [u128; 3] {
+        let mut b = [0u128; 3];
         for t in &self.transfers {
-            b[t.tier as usize] += self.transfer_bytes(t);
+            b[t.tier as usize] += u128::from(self.transfer_bytes(t));
         }
         b
     }

@@ -35,7 +35,8 @@ pub struct SimReport {
     pub time_s: f64,
     pub transfers: usize,
     /// Bytes moved by the plan's transfers (relays counted each time they move).
-    pub bytes_moved: u64,
+    /// 128-bit: relayed bytes count each time they move, which can pass 2^64.
+    pub bytes_moved: u128,
     /// The collective's size per rank in nccl-tests' convention (see `collective_bytes_per_rank`).
     pub bytes_per_rank: f64,
     /// bytes_per_rank / time: for all-to-all the papers' total bytes / GPUs / time.
@@ -50,7 +51,7 @@ pub struct SimReport {
     pub steps: Vec<StepTime>,
     /// One entry per class in the order nic_up, nic_down, scaleup, local (classes without links omitted).
     pub links: Vec<LinkClassUse>,
-    pub scaleout_bytes: u64,
+    pub scaleout_bytes: u128,
     /// Event windows processed and max-min recomputations (cost of the run).
     pub windows: usize,
     pub recomputations: usize,
@@ -80,8 +81,8 @@ pub fn busbw_factor(c: &Collective) -> f64 {
 
 pub fn build(plan: &Plan, cluster: &Cluster, links: &Links, flows: &Flows, tl: Timeline) -> Result<SimReport> {
     let time_s = tl.end.iter().copied().fold(0.0, f64::max);
-    let bytes_moved: u64 = plan.transfers.iter().map(|t| plan.transfer_bytes(t)).sum();
-    let scaleout_bytes: u64 = plan.transfers.iter().filter(|t| t.tier == Tier::ScaleOut).map(|t| plan.transfer_bytes(t)).sum();
+    let bytes_moved: u128 = plan.transfers.iter().map(|t| u128::from(plan.transfer_bytes(t))).sum();
+    let scaleout_bytes: u128 = plan.transfers.iter().filter(|t| t.tier == Tier::ScaleOut).map(|t| u128::from(plan.transfer_bytes(t))).sum();
     let bytes_per_rank = collective_bytes_per_rank(&plan.collective);
     let algbw = if time_s > 0.0 { bytes_per_rank / time_s } else { 0.0 };
     let busbw = algbw * busbw_factor(&plan.collective);

@@ -29,7 +29,8 @@ use crate::topology::Tier;
 pub struct VerifyReport {
     pub transfers: usize,
     pub segments: usize,
-    pub bytes_moved: u64,
+    /// 128-bit: relayed bytes count each time they move, which can pass 2^64.
+    pub bytes_moved: u128,
     /// Synchronous steps of the plan.
     pub steps: u32,
     /// Ordering obligations proven (one per conflicting pair of accesses found).
@@ -103,7 +104,7 @@ struct Executor<'p> {
     needs: Vec<Need>,
     pieces: Vec<Piece>,
     dst_spans: Vec<(Buf, u64, u64, usize)>,
-    bytes_moved: u64,
+    bytes_moved: u128,
     conflicts: u64,
 }
 
@@ -157,7 +158,7 @@ impl<'p> Executor<'p> {
         self.needs.clear();
         let t = self.plan.transfers[id as usize];
         for (k, seg) in self.plan.segments_of(&t).iter().enumerate() {
-            self.bytes_moved += seg.len;
+            self.bytes_moved += u128::from(seg.len);
             if let Err(e) = self.flow(id, k) {
                 // An ordering violation found on an earlier access explains more than what follows from it.
                 self.check_needs(id)?;
