@@ -145,7 +145,8 @@ impl Plan {
         Ok(p)
     }
 
-    /// Structural sanity (index ranges in bounds) so consumers can index without panicking.
+    /// Structural sanity (index ranges in bounds, steps below `MAX_STEPS`, each transfer's bytes
+    /// within 64 bits) so consumers can index and sum without panicking.
     /// Semantic checks live in the verifier.
     pub fn check_shape(&self) -> Result<()> {
         let n = self.num_ranks();
@@ -161,6 +162,10 @@ impl Plan {
             }
             if t.seg_begin > t.seg_end || t.seg_end as usize > self.segments.len() {
                 return invalid!("transfer {i}: segment range {}..{} out of bounds", t.seg_begin, t.seg_end);
+            }
+            // A transfer's bytes are a u64 everywhere (`transfer_bytes`, flows, reports).
+            if self.segments[t.seg_range()].iter().try_fold(0u64, |acc, s| acc.checked_add(s.len)).is_none() {
+                return invalid!("transfer {i}: its segments' bytes overflow 64 bits");
             }
             if t.dep_begin > t.dep_end || t.dep_end as usize > self.deps.len() {
                 return invalid!("transfer {i}: dependency range {}..{} out of bounds", t.dep_begin, t.dep_end);
