@@ -20,8 +20,10 @@ pub struct RankView {
     pub moving_pairs: Vec<(u32, u32)>,
 }
 
-/// The part of `plan` that `rank` takes part in. Errors name a rank outside the plan or a
-/// transfer whose segment range lies outside the segment array (a corrupt loaded plan).
+/// The part of `plan` that `rank` takes part in. Errors name a rank outside the plan. A
+/// loaded plan has passed `check_shape`; the bounds checked again here, inside the one pass
+/// (no second pass over the deps as `check_shape` makes), keep a plan built in memory and
+/// never checked from panicking.
 pub fn rank_view(plan: &Plan, rank: u32) -> Result<RankView> {
     let n = plan.num_ranks();
     if rank >= n {
@@ -65,10 +67,11 @@ pub fn rank_view(plan: &Plan, rank: u32) -> Result<RankView> {
     Ok(view)
 }
 
-/// Pair tables up to this many entries (4 MiB of u32 stamps at 1024 ranks) and steps below
-/// this are counted in linear time; beyond either, pairs are sorted.
+/// Pair tables up to this many entries (4 MiB of u32 stamps at 1024 ranks), with steps below
+/// `TABLE_STEPS_MAX`, are counted in linear time; beyond either, pairs are sorted.
 const STAMP_TABLE_MAX: u64 = 1 << 22;
-const TABLE_STEPS_MAX: usize = 1 << 20;
+/// The steps a well-formed plan may have (`check_shape`): only a plan not yet checked has more.
+const TABLE_STEPS_MAX: usize = super::MAX_STEPS as usize;
 
 /// `(step, distinct moving pairs)` of `plan`'s moving transfers (bits of `moving`), ascending
 /// step, given how many of them each step has (`per_step`, None when some step is at least
