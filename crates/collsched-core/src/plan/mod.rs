@@ -207,8 +207,9 @@ impl Plan {
     }
     /// Content hash: equal on every rank that planned the same thing.
     pub fn hash(&self) -> u64 {
-        let mut h = hash::Fnv64::new();
-        h.write(&self.to_binary());
+        // The same value as `Fnv64::write(&self.to_binary())`, without building it.
+        let mut h = hash::ByteStream::new();
+        self.encode(&mut h);
         h.finish()
     }
 }

@@ -19,8 +19,17 @@ impl Plan {
     }
 
     pub fn to_binary(&self) -> Vec<u8> {
-        let mut w = Writer(Vec::with_capacity(64 + self.transfers.len() * 40 + self.segments.len() * 34 + self.deps.len() * 4));
-        w.0.extend_from_slice(MAGIC);
+        let mut out = Vec::with_capacity(64 + self.transfers.len() * 30 + self.segments.len() * 26 + self.deps.len() * 4);
+        self.encode(&mut out);
+        out
+    }
+
+    /// The binary form's bytes, handed to `sink` in order (`to_binary` collects them, the
+    /// hash streams them). Fixed-size records are filled in a small buffer, so each field is
+    /// one store rather than one growth check.
+    pub(crate) fn encode(&self, sink: &mut impl Sink) {
+        let mut w = Writer { sink, buf: [0; WRITE_BUF], at: 0 };
+        w.bytes(MAGIC);
         w.str(&self.algorithm);
         w.u32(self.gpus_per_server);
         w.u64(self.input_hash);
@@ -56,23 +65,25 @@ impl Plan {
         }
         w.u64(self.transfers.len() as u64);
         for t in &self.transfers {
-            w.u32(t.src);
-            w.u32(t.dst);
-            w.u8(t.op as u8);
-            w.u8(t.tier as u8);
-            w.u32(t.step);
-            w.u32(t.seg_begin);
-            w.u32(t.seg_end);
-            w.u32(t.dep_begin);
-            w.u32(t.dep_end);
+            let r = w.record::<30>();
+            r[0..4].copy_from_slice(&t.src.to_le_bytes());
+            r[4..8].copy_from_slice(&t.dst.to_le_bytes());
+            r[8] = t.op as u8;
+            r[9] = t.tier as u8;
+            r[10..14].copy_from_slice(&t.step.to_le_bytes());
+            r[14..18].copy_from_slice(&t.seg_begin.to_le_bytes());
+            r[18..22].copy_from_slice(&t.seg_end.to_le_bytes());
+            r[22..26].copy_from_slice(&t.dep_begin.to_le_bytes());
+            r[26..30].copy_from_slice(&t.dep_end.to_le_bytes());
         }
         w.u64(self.segments.len() as u64);
         for s in &self.segments {
-            w.u8(s.src_buf as u8);
-            w.u64(s.src_off);
-            w.u8(s.dst_buf as u8);
-            w.u64(s.dst_off);
-            w.u64(s.len);
+            let r = w.record::<26>();
+            r[0] = s.src_buf as u8;
+            r[1..9].copy_from_slice(&s.src_off.to_le_bytes());
+            r[9] = s.dst_buf as u8;
+            r[10..18].copy_from_slice(&s.dst_off.to_le_bytes());
+            r[18..26].copy_from_slice(&s.len.to_le_bytes());
         }
         w.u64(self.deps.len() as u64);
         for &d in &self.deps {
@@ -83,7 +94,7 @@ impl Plan {
             w.str(k);
             w.str(v);
         }
-        w.0
+        w.flush();
     }
 
     pub fn from_binary(b: &[u8]) -> Result<Plan> {
@@ -180,20 +191,62 @@ impl Plan {
     }
 }
 
-struct Writer(Vec<u8>);
-impl Writer {
+/// Where the binary form's bytes go.
+pub(crate) trait Sink {
+    fn put(&mut self, bytes: &[u8]);
+}
+
+impl Sink for Vec<u8> {
+    fn put(&mut self, bytes: &[u8]) {
+        self.extend_from_slice(bytes);
+    }
+}
+
+impl Sink for super::hash::ByteStream {
+    fn put(&mut self, bytes: &[u8]) {
+        self.write(bytes);
+    }
+}
+
+const WRITE_BUF: usize = 8192;
+
+struct Writer<'a, S: Sink> {
+    sink: &'a mut S,
+    buf: [u8; WRITE_BUF],
+    at: usize,
+}
+
+impl<S: Sink> Writer<'_, S> {
+    fn flush(&mut self) {
+        self.sink.put(&self.buf[..self.at]);
+        self.at = 0;
+    }
+    /// The next `N` bytes of the output, to fill.
+    #[inline(always)]
+    fn record<const N: usize>(&mut self) -> &mut [u8; N] {
+        if self.at + N > WRITE_BUF {
+            self.flush();
+        }
+        let at = self.at;
+        self.at += N;
+        (&mut self.buf[at..at + N]).try_into().unwrap()
+    }
     fn u8(&mut self, v: u8) {
-        self.0.push(v);
+        self.record::<1>()[0] = v;
     }
     fn u32(&mut self, v: u32) {
-        self.0.extend_from_slice(&v.to_le_bytes());
+        *self.record::<4>() = v.to_le_bytes();
     }
     fn u64(&mut self, v: u64) {
-        self.0.extend_from_slice(&v.to_le_bytes());
+        *self.record::<8>() = v.to_le_bytes();
+    }
+    fn bytes(&mut self, b: &[u8]) {
+        self.flush();
+        self.sink.put(b);
     }
     fn str(&mut self, s: &str) {
         self.u64(s.len() as u64);
-        self.0.extend_from_slice(s.as_bytes());
+        self.bytes(s.as_bytes());
     }
 }
 
@@ -230,5 +283,39 @@ impl<'a> Reader<'a> {
     fn str(&mut self) -> Result<String> {
         let n = self.len(1)?;
         String::from_utf8(self.take(n)?.to_vec()).map_err(|_| Error::InvalidInput("binary plan: string is not UTF-8".into()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::algo::{collective, plan_all_to_all};
+    use crate::plan::{hash::Fnv64, Options, Plan};
+    use crate::traffic::generators;
+    use crate::Cluster;
+
+    fn plans() -> Vec<Plan> {
+        let c = Cluster::parse("h200:3").unwrap();
+        let t = generators::zipf(24, 0.8, 5 << 20, 3).unwrap();
+        let mut v: Vec<Plan> = ["fast", "fanout", "spreadout"].iter().map(|a| plan_all_to_all(&t, &c, a, &Options::new()).unwrap()).collect();
+        v.push(collective::plan("allgather", "ring", 24, 1 << 20, 4, Some(&c), &Options::new()).unwrap());
+        v.push(collective::plan("allreduce", "ring", 5, 1000, 4, None, &Options::new()).unwrap());
+        v
+    }
+
+    #[test]
+    fn binary_form_round_trips_and_the_hash_streams_it() {
+        for (k, p) in plans().into_iter().enumerate() {
+            let bytes = p.to_binary();
+            assert!(k > 0 || bytes.len() > 4 * super::WRITE_BUF, "the FAST plan spans several write buffers");
+            // 8 KiB write buffer: the larger plans cross it many times, mid-record too.
+            assert_eq!(Plan::from_binary(&bytes).unwrap(), p, "{}", p.algorithm);
+            let mut h = Fnv64::new();
+            h.write(&bytes);
+            assert_eq!(p.hash(), h.finish(), "{}", p.algorithm);
+        }
+        let mut p = plans().remove(0);
+        let before = p.hash();
+        p.segments[3].len ^= 1;
+        assert_ne!(p.hash(), before);
     }
 }
