@@ -174,7 +174,49 @@ def test_programs_from_the_rank_view_equal_those_from_the_whole_plan(servers, gp
     for plan in plans:
         a = plan_arrays(plan)
         for r in range(n):
-            assert compile_rank_program(plan, r) == compile_rank_program(plan, r, a), f"{plan.algorithm} rank {r}"
+            prog, ref = compile_rank_program(plan, r), compile_rank_program(plan, r, a)
+            assert prog == ref, f"{plan.algorithm} rank {r}"
+            assert [sp.a2a for sp in prog.steps] == [sp.a2a for sp in ref.steps]
+            for sp in prog.steps:
+                # Built in one pass over the rows: each list must come out in transfer-id order.
+                assert [m.tid for m in sp.sends] == sorted(m.tid for m in sp.sends)
+                assert [m.tid for m in sp.recvs] == sorted(m.tid for m in sp.recvs)
+                assert sp.p2p_order == sorted([(True, m) for m in sp.sends] + [(False, m) for m in sp.recvs],
+                                              key=lambda x: x[1].tid)
+
+
+def _checked_by_definition(rows):
+    """Empty segments and transfers dropped, then ops and buffer ids checked, in row order."""
+    out = []
+    for tid, src, dst, op, step, segs in rows:
+        kept = [x for x in segs if x[4] > 0]
+        if not kept:
+            continue
+        if op not in (0, 1):
+            raise ValueError(f"transfer {tid} has unknown op {op}")
+        if any(x[0] > 2 or x[2] > 2 for x in kept):
+            raise ValueError(f"transfer {tid} names an unknown buffer id")
+        out.append((tid, src, dst, op, step, kept))
+    return out
+
+
+_seg = st.tuples(st.sampled_from([0, 1, 2, 2, 3]), st.integers(0, 9), st.sampled_from([0, 1, 2, 2, 7]),
+                 st.integers(0, 9), st.sampled_from([0, 5, 5, 5]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(rows=st.lists(st.tuples(st.sampled_from([0, 1, 1, 1, 4]), st.lists(_seg, max_size=3)), max_size=8))
+def test_row_checks_equal_their_definition(rows):
+    from collsched.comm.program import _checked
+
+    rows = [(k, 0, 1, op, 0, segs) for k, (op, segs) in enumerate(rows)]
+    try:
+        want = _checked_by_definition(rows)
+    except ValueError as e:
+        with pytest.raises(ValueError, match=str(e)):
+            _checked(rows)
+        return
+    assert _checked(rows) == want
 
 
 def test_the_rank_view_rejects_a_rank_outside_the_plan():

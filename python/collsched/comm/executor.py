@@ -130,8 +130,9 @@ def run_program(prog: RankProgram, in_b: torch.Tensor, out_b: torch.Tensor, grou
     blocking = blocking_waits(group, device)
     peers = global_ranks(group)
     merge = blocking and transport in prog.merged
-    stage_bytes = {"alltoallv": prog.a2a_staging_bytes, "p2p": prog.staging_bytes}.get(
-        transport, max(prog.a2a_staging_bytes, prog.staging_bytes))
+    # The all_to_all layouts are computed only for the transports that use them.
+    stage_bytes = {"p2p": lambda: prog.staging_bytes, "alltoallv": lambda: prog.a2a_staging_bytes,
+                   "hybrid": lambda: max(prog.dense_a2a_staging_bytes, prog.staging_bytes)}[transport]()
     if merge:
         stage_bytes = max(stage_bytes, prog.merged_staging_bytes)
     scratch = pool.acquire(prog.scratch_bytes, device) if prog.scratch_bytes else None

@@ -51,7 +51,7 @@ def plan_arrays(plan) -> PlanArrays:
     )
 
 
-@dataclass
+@dataclass(slots=True)
 class Message:
     """One transfer as seen by one side.
 
@@ -87,7 +87,7 @@ class AllToAllStep:
     self_local: int = -1  # index in StepProgram.local of a local copy carried as the self block
 
 
-@dataclass
+@dataclass(eq=False)
 class StepProgram:
     step: int
     sends: list = field(default_factory=list)  # Messages, ascending transfer id
@@ -97,7 +97,24 @@ class StepProgram:
     global_comm: bool = False  # some rank sends in this step (collective transports must join it)
     dense: bool = False  # at least half of all ordered rank pairs talk in this step (same on every rank)
     p2p_order: list = field(default_factory=list)  # (is_send, Message) by transfer id: the p2p posting order
-    a2a: AllToAllStep | None = None
+    _n: int = 0  # ranks and this rank: what the all_to_all layout needs
+    _rank: int = 0
+    _a2a: object = field(default=None, repr=False)
+
+    @property
+    def a2a(self) -> AllToAllStep | None:
+        """The step as one all_to_all_single, for steps every rank joins (`global_comm`);
+        computed on first use, since only the alltoallv and hybrid transports need it."""
+        if self._a2a is None and self.global_comm:
+            self._a2a = _all_to_all_step(self, self._n, self._rank)
+        return self._a2a
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, StepProgram) and self._key() == other._key()
+
+    def _key(self) -> tuple:
+        return (self.step, self.sends, self.recvs, self.local, self.staging_bytes, self.global_comm, self.dense,
+                self.p2p_order, self._n, self._rank)
 
 
 @dataclass
@@ -110,10 +127,19 @@ class RankProgram:
     scratch_bytes: int
     steps: list  # StepProgram with at least one action, ascending step
     staging_bytes: int  # max over steps (p2p transport)
-    a2a_staging_bytes: int  # max over steps (alltoallv transport)
     bytes_sent: int
     bytes_received: int
     uses_reduce: bool
+
+    @cached_property
+    def a2a_staging_bytes(self) -> int:
+        """Max over steps of the alltoallv transport's staging (computes every step's `a2a`)."""
+        return max([sp.a2a.staging_bytes for sp in self.steps if sp.a2a is not None] or [0])
+
+    @cached_property
+    def dense_a2a_staging_bytes(self) -> int:
+        """The same over dense steps only: what the hybrid transport posts as all_to_all."""
+        return max([sp.a2a.staging_bytes for sp in self.steps if sp.dense and sp.a2a is not None] or [0])
 
     @cached_property
     def merged(self) -> dict:
@@ -176,52 +202,53 @@ def compile_rank_program(plan, rank: int, arrays: PlanArrays | None = None) -> R
     if not 0 <= rank < n:
         raise ValueError(f"rank {rank} is outside the plan's {n} ranks")
     rows = rank_rows(plan, rank) if arrays is None else rank_rows_from_arrays(arrays, rank, n)
+    transfers = _checked(rows.transfers)
     steps: dict[int, StepProgram] = {}
     sent = received = 0
     uses_reduce = False
-    for tid, src, dst, op, step, all_segs in rows.transfers:
-        segs = [s for s in all_segs if s[4] > 0]
-        if not segs:
-            continue  # an empty transfer moves nothing; both sides skip it alike
-        if op not in (OP_COPY, OP_REDUCE_SUM):
-            raise ValueError(f"transfer {tid} has unknown op {op}")
-        for s in segs:
-            if s[0] > BUF_SCRATCH or s[2] > BUF_SCRATCH:
-                raise ValueError(f"transfer {tid} names an unknown buffer id")
-        uses_reduce |= op == OP_REDUCE_SUM
+    # Rows come in transfer-id order, so each step's sends, receives and p2p posting order
+    # are appended in that order (no sorting).
+    for tid, src, dst, op, step, segs in transfers:
         sp = steps.get(step)
         if sp is None:
-            sp = steps[step] = StepProgram(step)
+            sp = steps[step] = StepProgram(step, _n=n, _rank=rank)
+        uses_reduce |= op == OP_REDUCE_SUM
         if src == dst:
             sp.local.append((op, segs))
             continue
-        nbytes = 0
-        side = []
-        for s in segs:
-            if src == rank:
-                side.append((s[0], s[1], s[4], nbytes))
-            else:
-                side.append((s[2], s[3], s[4], nbytes))
-            nbytes += s[4]
-        msg = Message(tid=tid, peer=dst if src == rank else src, op=op, nbytes=nbytes, segs=side)
         if src == rank:
+            if len(segs) == 1:
+                b, off, _db, _do, nbytes = segs[0]
+                side = [(b, off, nbytes, 0)]
+            else:
+                side, nbytes = [], 0
+                for b, off, _db, _do, ln in segs:
+                    side.append((b, off, ln, nbytes))
+                    nbytes += ln
+            msg = Message(tid, dst, op, nbytes, side)
             sp.sends.append(msg)
+            sp.p2p_order.append((True, msg))
             sent += nbytes
         else:
+            if len(segs) == 1:
+                _sb, _so, b, off, nbytes = segs[0]
+                side = [(b, off, nbytes, 0)]
+            else:
+                side, nbytes = [], 0
+                for _sb, _so, b, off, ln in segs:
+                    side.append((b, off, ln, nbytes))
+                    nbytes += ln
+            msg = Message(tid, src, op, nbytes, side)
             sp.recvs.append(msg)
+            sp.p2p_order.append((False, msg))
             received += nbytes
     for st, k in rows.moving_pairs.items():
-        if st not in steps:
-            steps[st] = StepProgram(st)
-        steps[st].global_comm = True
-        steps[st].dense = 2 * k >= n * (n - 1)
+        sp = steps.get(st)
+        if sp is None:
+            sp = steps[st] = StepProgram(st, _n=n, _rank=rank)
+        sp.global_comm = True
+        sp.dense = 2 * k >= n * (n - 1)
     ordered = [steps[k] for k in sorted(steps)]
-    a2a_staging = 0
-    for sp in ordered:
-        sp.p2p_order = sorted([(True, m) for m in sp.sends] + [(False, m) for m in sp.recvs], key=lambda x: x[1].tid)
-        if sp.global_comm:
-            sp.a2a = _all_to_all_step(sp, n, rank)
-            a2a_staging = max(a2a_staging, sp.a2a.staging_bytes)
     staging = 0
     for sp in ordered:
         at = 0
@@ -235,7 +262,7 @@ def compile_rank_program(plan, rank: int, arrays: PlanArrays | None = None) -> R
                 at = _align(at + m.nbytes)
         sp.staging_bytes = at
         staging = max(staging, at)
-    prog = RankProgram(
+    return RankProgram(
         rank=rank,
         num_ranks=n,
         collective=plan.collective,
@@ -244,12 +271,38 @@ def compile_rank_program(plan, rank: int, arrays: PlanArrays | None = None) -> R
         scratch_bytes=int(plan.scratch_bytes[rank]) if len(plan.scratch_bytes) > rank else 0,
         steps=ordered,
         staging_bytes=staging,
-        a2a_staging_bytes=a2a_staging,
         bytes_sent=sent,
         bytes_received=received,
         uses_reduce=uses_reduce,
     )
-    return prog
+
+
+def _checked(transfers: list) -> list:
+    """The rows without empty segments or transfers (both sides skip them alike), after
+    checking ops and buffer ids. One pass that builds nothing when nothing is empty."""
+    out = None
+    for k, (tid, _src, _dst, op, _step, segs) in enumerate(transfers):
+        if op != OP_COPY and op != OP_REDUCE_SUM:
+            if any(s[4] > 0 for s in segs):
+                raise ValueError(f"transfer {tid} has unknown op {op}")
+        for s in segs:
+            if s[4] == 0 or s[0] > BUF_SCRATCH or s[2] > BUF_SCRATCH:
+                break
+        else:
+            if segs:
+                if out is not None:
+                    out.append(transfers[k])
+                continue
+        # Something to drop or to reject: the careful path, from here on.
+        kept = [s for s in segs if s[4] > 0]
+        for s in kept:
+            if s[0] > BUF_SCRATCH or s[2] > BUF_SCRATCH:
+                raise ValueError(f"transfer {tid} names an unknown buffer id")
+        if out is None:
+            out = transfers[:k]
+        if kept:
+            out.append(transfers[k][:5] + (kept,))
+    return transfers if out is None else out
 
 
 def _contiguous(pieces: list) -> tuple | None:
