@@ -4,6 +4,7 @@
 //! Flat layout: `transfers` index ranges of the shared `segments` and `deps`
 //! arrays, so a plan with millions of segments is three vectors, not a tree.
 pub mod floor;
+pub mod content_hash;
 pub mod hash;
 pub mod rank_view;
 pub mod serialize;
@@ -204,13 +205,6 @@ impl Plan {
     pub fn array_bytes(&self) -> usize {
         use std::mem::size_of;
         self.transfers.len() * size_of::<Transfer>() + self.segments.len() * size_of::<Segment>() + self.deps.len() * size_of::<u32>()
-    }
-    /// Content hash: equal on every rank that planned the same thing.
-    pub fn hash(&self) -> u64 {
-        // The same value as `Fnv64::write(&self.to_binary())`, without building it.
-        let mut h = hash::ByteStream::new();
-        self.encode(&mut h);
-        h.finish()
     }
 }
 
