@@ -61,30 +61,37 @@ def test_plan_hash_is_identical_across_processes():
     assert outs[0] == outs[1] == f"{here.hash} {here.meta['stages']}"
 
 
-# Plan hashes written down on one machine (the 2-core container) and printed identically by
-# another (a 16-core H100 host, Python 3.12, torch 2.11): any machine must reproduce them.
-# A change that is meant to alter these plans updates this table, and says so.
+# Plans pinned on one machine (the 2-core container): `Plan.hash`, and a digest of the plan's
+# binary form. Any machine must reproduce both. The binary forms were first pinned through the
+# hash's earlier definition (FNV over the binary form) and printed identically by another
+# machine (a 16-core H100 host, Python 3.12, torch 2.11); when the hash was redefined over
+# field words (2026-11-22), those bytes still gave the earlier pins, and the digests below were
+# taken from them. A change that is meant to alter these plans updates this table, and says so.
 PINNED_HASHES = [
-    ("h200:8", "zipf0.8", "fast", "30640fc742f35951"),
-    ("h200:8", "zipf0.8", "auto", "6e41792ec0955a7b"),
-    ("h200:8", "zipf0.8", "fanout", "de51c197f4ddd67c"),
-    ("h200:5,nics=4", "zipf0.99", "fast", "c3f6b0a943bf438d"),
-    ("h200:16,nics=2", "zipf0.8", "balanced_direct", "7a2826a2ea5c433c"),
-    ("h200:40", "zipf0.8", "fast", "337bc09106a5197f"),  # 320 GPUs: planned on two threads
-    ("h200:40", "zipf0.99", "auto", "68e85c9b9a9b0667"),
-    ("mi300x:3", "uniform", "auto", "49366c0b9ca76518"),
-    ("h200:4,nics=2", "uniform", "hierarchical", "ed8432042465c7cb"),
-    ("h200:4,nics=2", "uniform", "sabre_light", "b271ee2bd3cf77c0"),
-    ("perlmutter:4", "zipf0.99", "sabre_skewed", "ee1fff6ac2b48e24"),
+    ("h200:8", "zipf0.8", "fast", "f5a4ce76a38eceb8", "6f0ba5197754440e"),
+    ("h200:8", "zipf0.8", "auto", "4fd93d6e2061cb62", "550c73b3194cb545"),
+    ("h200:8", "zipf0.8", "fanout", "0986d68c2a4e6f47", "9a460575464f81c5"),
+    ("h200:5,nics=4", "zipf0.99", "fast", "5c2afeb3d0f61bf4", "0cc4dc2135f677d6"),
+    ("h200:16,nics=2", "zipf0.8", "balanced_direct", "1d1ff8968a2f3d3f", "ba55aef159a82614"),
+    ("h200:40", "zipf0.8", "fast", "f684c6dbfcb84b98", "5fb66196e9e8bb5a"),  # 320 GPUs: planned on two threads
+    ("h200:40", "zipf0.99", "auto", "51b1c8c7063d609f", "459ff4d3dd919981"),
+    ("mi300x:3", "uniform", "auto", "220fa9ae2815d592", "a4b1116510734786"),
+    ("h200:4,nics=2", "uniform", "hierarchical", "524493fa71199dc4", "20a28046a99efc78"),
+    ("h200:4,nics=2", "uniform", "sabre_light", "916d17016243a407", "2cf35cc5cf66cab2"),
+    ("perlmutter:4", "zipf0.99", "sabre_skewed", "898d7d28bb38c63e", "70b660191f1f8a6f"),
 ]
 
 
-@pytest.mark.parametrize("spec,workload,algo,want", PINNED_HASHES)
-def test_plan_hash_is_the_same_on_every_machine(spec, workload, algo, want):
+@pytest.mark.parametrize("spec,workload,algo,want,binary", PINNED_HASHES)
+def test_plan_hash_is_the_same_on_every_machine(spec, workload, algo, want, binary):
+    import hashlib
+
     n = collsched.Cluster.parse(spec).num_gpus
     m = {"zipf0.8": lambda: traffic.zipf(n, 0.8, 50 << 20, seed=1), "zipf0.99": lambda: traffic.zipf(n, 0.99, 1 << 20, seed=3),
          "uniform": lambda: traffic.uniform(n, 1 << 20, seed=2)}[workload]()
-    assert collsched.plan_all_to_all(m, spec, algo).hash == want
+    plan = collsched.plan_all_to_all(m, spec, algo)
+    assert plan.hash == want
+    assert hashlib.blake2b(plan.to_binary(), digest_size=8).hexdigest() == binary
 
 
 def test_meta_and_options():
