@@ -177,6 +177,20 @@ def test_programs_from_the_rank_view_equal_those_from_the_whole_plan(servers, gp
             prog, ref = compile_rank_program(plan, r), compile_rank_program(plan, r, a)
             assert prog == ref, f"{plan.algorithm} rank {r}"
             assert [sp.a2a for sp in prog.steps] == [sp.a2a for sp in ref.steps]
+            # Compiled for p2p only: the steps this rank acts in, nothing else changed.
+            own = compile_rank_program(plan, r, collective_steps=False)
+            acting = [sp for sp in prog.steps if sp.sends or sp.recvs or sp.local]
+            def p2p_key(sp):
+                return (sp.step, sp.sends, sp.recvs, sp.local, sp.staging_bytes, sp.p2p_order)
+
+            assert [p2p_key(sp) for sp in own.steps] == [p2p_key(sp) for sp in acting]
+            assert not any(sp.global_comm or sp.dense for sp in own.steps) and not own.collective_steps
+            assert (own.staging_bytes, own.bytes_sent, own.bytes_received, own.uses_reduce, own.active_steps) == (
+                prog.staging_bytes, prog.bytes_sent, prog.bytes_received, prog.uses_reduce, prog.active_steps)
+            # Steps this rank does not act in touch nothing, so Gloo's merged batches are the same.
+            assert [[p2p_key(sp) for sp in g] for g in own.merged["p2p"]] == [
+                [p2p_key(sp) for sp in g if sp.sends or sp.recvs or sp.local] for g in prog.merged["p2p"]
+                if any(sp.sends or sp.recvs or sp.local for sp in g)]
             for sp in prog.steps:
                 # Built in one pass over the rows: each list must come out in transfer-id order.
                 assert [m.tid for m in sp.sends] == sorted(m.tid for m in sp.sends)
@@ -296,3 +310,13 @@ def test_step_merges_follow_their_definition_on_any_accesses(steps):
     for transport, alone in (("p2p", lambda sp: False), ("hybrid", lambda sp: sp.dense)):
         want = _merge_steps_by_definition(ordered, alone)
         assert [[sp.step for sp in g] for g in got[transport]] == [[sp.step for sp in g] for g in want]
+
+
+def test_a_p2p_only_program_is_refused_by_the_collective_transports():
+    from collsched.comm.executor import run_program
+
+    plan = collsched.plan_all_to_all(collsched.traffic.uniform(4, 100, seed=0), "h200:2,gpus=2", "fanout")
+    own = compile_rank_program(plan, 1, collective_steps=False)
+    for transport in ("alltoallv", "hybrid"):
+        with pytest.raises(ValueError, match=f"the {transport} transport needs a program compiled with collective_steps"):
+            run_program(own, None, None, None, None, 1.0, None, transport)

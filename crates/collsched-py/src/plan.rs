@@ -76,11 +76,11 @@ impl PyPlan {
     }
     #[getter]
     fn input_sizes(&self) -> Vec<u64> {
-        (0..self.inner.num_ranks()).map(|r| self.inner.collective.input_size(r)).collect()
+        self.inner.collective.input_sizes()
     }
     #[getter]
     fn output_sizes(&self) -> Vec<u64> {
-        (0..self.inner.num_ranks()).map(|r| self.inner.collective.output_size(r)).collect()
+        self.inner.collective.output_sizes()
     }
     /// Producer facts: stage count, choice and reason, predicted time...
     #[getter]
@@ -129,14 +129,18 @@ impl PyPlan {
     /// What `rank` sends and receives, as `_raw_arrays` rows (`plan::rank_view`): "ids",
     /// "transfers" (segment ranges into "segments", no deps), "segments", and
     /// "moving_pairs" as (step, distinct moving rank pairs) u32 pairs.
-    fn _rank_view<'py>(&self, py: Python<'py>, rank: u32) -> PyResult<Bound<'py, PyDict>> {
-        let v = py.allow_threads(|| guarded(|| collsched_core::plan::rank_view::rank_view(&self.inner, rank)))?;
+    #[pyo3(signature = (rank, count_pairs = true))]
+    fn _rank_view<'py>(&self, py: Python<'py>, rank: u32, count_pairs: bool) -> PyResult<Bound<'py, PyDict>> {
+        let v = py.allow_threads(|| guarded(|| collsched_core::plan::rank_view::rank_view(&self.inner, rank, count_pairs)))?;
         let d = PyDict::new(py);
         d.set_item("ids", PyBytes::new(py, &u32_rows(&v.ids)))?;
         d.set_item("transfers", PyBytes::new(py, &transfer_rows(&v.transfers)))?;
         d.set_item("segments", PyBytes::new(py, &segment_rows(&v.segments)))?;
         let flat: Vec<u32> = v.moving_pairs.iter().flat_map(|&(s, k)| [s, k]).collect();
         d.set_item("moving_pairs", PyBytes::new(py, &u32_rows(&flat)))?;
+        // This rank's buffer sizes (the plan's getters compute every rank's).
+        let c = &self.inner.collective;
+        d.set_item("sizes", (c.input_size(rank), c.output_size(rank), self.inner.scratch_bytes.get(rank as usize).copied().unwrap_or(0)))?;
         Ok(d)
     }
     fn __repr__(&self) -> String {

@@ -27,7 +27,7 @@ import torch.distributed as dist
 import collsched
 from collsched.comm.cache import DEFAULT_CACHE, PlanCache, fast_matrix_hash
 from collsched.comm.errors import (CollectiveInputError, PlanMismatchError, TrafficMismatchError, resolve_timeout)
-from collsched.comm.executor import byte_view, choose_transport, run_program
+from collsched.comm.executor import byte_view, choose_transport, needs_collective_steps, run_program
 from collsched.comm.groups import all_gather_i64, require_initialized
 from collsched.comm.pool import DEFAULT_POOL
 
@@ -346,10 +346,11 @@ def all_to_all_single(output: torch.Tensor, input: torch.Tensor, output_split_si
     stats.plan_hash = entry.plan_hash
     stats.note = entry.note
     # 5. move the data.
-    prog = entry.program(rank)
+    transport = choose_transport(transport, group, input.device)
+    prog = entry.program(rank, needs_collective_steps(transport))
     t0 = time.perf_counter()
     ex = run_program(prog, byte_view(input, "input"), byte_view(output, "output"), group, input.dtype, timeout_s,
-                     DEFAULT_POOL, choose_transport(transport, group, input.device))
+                     DEFAULT_POOL, transport)
     stats.execute_s = time.perf_counter() - t0
     stats.steps, stats.bytes_sent, stats.bytes_received = ex.steps, ex.bytes_sent, ex.bytes_received
     stats.total_s = time.perf_counter() - t_start
@@ -440,8 +441,9 @@ def _unchecked(output, input, output_split_sizes, input_split_sizes, group, asyn
     stats.plan_s = time.perf_counter() - t0
     stats.planned_by, stats.plan_hash, stats.note = entry.algorithm, entry.plan_hash, entry.note
     t0 = time.perf_counter()
-    ex = run_program(entry.program(rank), byte_view(input, "input"), byte_view(output, "output"), group, input.dtype,
-                     timeout_s, DEFAULT_POOL, choose_transport(transport, group, input.device))
+    transport = choose_transport(transport, group, input.device)
+    ex = run_program(entry.program(rank, needs_collective_steps(transport)), byte_view(input, "input"),
+                     byte_view(output, "output"), group, input.dtype, timeout_s, DEFAULT_POOL, transport)
     stats.execute_s = time.perf_counter() - t0
     stats.steps, stats.bytes_sent, stats.bytes_received = ex.steps, ex.bytes_sent, ex.bytes_received
     stats.total_s = time.perf_counter() - t_start

@@ -28,10 +28,13 @@ class CacheEntry:
     note: str = ""
     programs: dict = field(default_factory=dict)
 
-    def program(self, rank: int) -> RankProgram:
-        prog = self.programs.get(rank)
+    def program(self, rank: int, collective_steps: bool = True) -> RankProgram:
+        """This rank's program; one compiled with `collective_steps` also serves a request
+        without (see `compile_rank_program`)."""
+        prog = self.programs.get((rank, True)) or (None if collective_steps else self.programs.get((rank, False)))
         if prog is None:
-            prog = self.programs[rank] = compile_rank_program(self.plan, rank)
+            prog = self.programs[(rank, collective_steps)] = compile_rank_program(
+                self.plan, rank, collective_steps=collective_steps)
         return prog
 
 

@@ -29,7 +29,7 @@ _TAG_SPACE = 2**31 - 1
 
 @dataclass
 class ExecStats:
-    steps: int
+    steps: int  # steps in which this rank sent, received or copied
     bytes_sent: int
     bytes_received: int
     seconds: float  # host time; on NCCL this is enqueue time unless the caller synchronises
@@ -56,13 +56,15 @@ class _ProgramCache:
         self.capacity = capacity
         self._d: OrderedDict = OrderedDict()
 
-    def get(self, plan, rank: int) -> RankProgram:
-        key = (id(plan), rank)
-        hit = self._d.get(key)
-        if hit is not None and hit[0] is plan:
-            self._d.move_to_end(key)
-            return hit[1]
-        prog = compile_rank_program(plan, rank)
+    def get(self, plan, rank: int, collective_steps: bool = True) -> RankProgram:
+        for full in (True, False) if not collective_steps else (True,):
+            key = (id(plan), rank, full)
+            hit = self._d.get(key)
+            if hit is not None and hit[0] is plan:
+                self._d.move_to_end(key)
+                return hit[1]
+        key = (id(plan), rank, collective_steps)
+        prog = compile_rank_program(plan, rank, collective_steps=collective_steps)
         self._d[key] = (plan, prog)
         while len(self._d) > self.capacity:
             self._d.popitem(last=False)
@@ -105,7 +107,8 @@ def execute(plan, input: torch.Tensor, output: torch.Tensor, group=None, *, dtyp
     world = dist.get_world_size(group)
     if plan.num_ranks != world:
         raise ValueError(f"plan is for {plan.num_ranks} ranks but the process group has {world}")
-    prog = program if program is not None else _PROGRAMS.get(plan, rank)
+    transport = choose_transport(transport, group, input.device)
+    prog = program if program is not None else _PROGRAMS.get(plan, rank, needs_collective_steps(transport))
     in_b = byte_view(input, "input")
     out_b = byte_view(output, "output")
     if in_b.numel() < prog.input_bytes:
@@ -115,16 +118,23 @@ def execute(plan, input: torch.Tensor, output: torch.Tensor, group=None, *, dtyp
     if in_b.device != out_b.device:
         raise ValueError(f"input is on {in_b.device} but output on {out_b.device}")
     red_dtype = dtype if dtype is not None else input.dtype
-    return run_program(prog, in_b, out_b, group, red_dtype, timeout_s, pool or DEFAULT_POOL,
-                       choose_transport(transport, group, in_b.device))
+    return run_program(prog, in_b, out_b, group, red_dtype, timeout_s, pool or DEFAULT_POOL, transport)
 
 
 def _seg(bufs, b: int, off: int, ln: int) -> torch.Tensor:
     return bufs[b][off:off + ln]
 
 
+def needs_collective_steps(transport: str) -> bool:
+    """Whether `transport` runs steps every rank joins (see `compile_rank_program`)."""
+    return transport != "p2p"
+
+
 def run_program(prog: RankProgram, in_b: torch.Tensor, out_b: torch.Tensor, group, dtype: torch.dtype,
                 timeout_s: float, pool: BufferPool, transport: str = "p2p") -> ExecStats:
+    if needs_collective_steps(transport) and not prog.collective_steps:
+        raise ValueError(f"the {transport} transport needs a program compiled with collective_steps=True "
+                         f"(this one has only the steps rank {prog.rank} acts in)")
     t0 = time.perf_counter()
     device = in_b.device
     blocking = blocking_waits(group, device)
@@ -147,7 +157,7 @@ def run_program(prog: RankProgram, in_b: torch.Tensor, out_b: torch.Tensor, grou
                     _locals(group_steps[0], bufs, dtype, group_steps[0].a2a.self_local)
                 else:
                     _merged_p2p(prog, group_steps, bufs, staging, group, peers, dtype, timeout_s)
-            return ExecStats(steps=len(prog.steps), bytes_sent=prog.bytes_sent, bytes_received=prog.bytes_received,
+            return ExecStats(steps=prog.active_steps, bytes_sent=prog.bytes_sent, bytes_received=prog.bytes_received,
                              seconds=time.perf_counter() - t0)
         for sp in prog.steps:
             if transport == "alltoallv" or (transport == "hybrid" and sp.dense):
@@ -194,7 +204,7 @@ def run_program(prog: RankProgram, in_b: torch.Tensor, out_b: torch.Tensor, grou
             pool.release(staging)
         if scratch is not None:
             pool.release(scratch)
-    return ExecStats(steps=len(prog.steps), bytes_sent=prog.bytes_sent, bytes_received=prog.bytes_received,
+    return ExecStats(steps=prog.active_steps, bytes_sent=prog.bytes_sent, bytes_received=prog.bytes_received,
                      seconds=time.perf_counter() - t0)
 
 

@@ -139,6 +139,20 @@ impl Collective {
             Collective::AllReduce { bytes, .. } => *bytes,
         }
     }
+    /// `input_size` of every rank.
+    pub fn input_sizes(&self) -> Vec<u64> {
+        match self {
+            Collective::AllToAll { traffic } => traffic.input_sizes(),
+            _ => (0..self.num_ranks()).map(|r| self.input_size(r)).collect(),
+        }
+    }
+    /// `output_size` of every rank.
+    pub fn output_sizes(&self) -> Vec<u64> {
+        match self {
+            Collective::AllToAll { traffic } => traffic.output_sizes(),
+            _ => (0..self.num_ranks()).map(|r| self.output_size(r)).collect(),
+        }
+    }
     pub fn name(&self) -> &'static str {
         match self {
             Collective::AllToAll { .. } => "all_to_all",

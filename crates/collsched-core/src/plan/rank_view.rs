@@ -16,18 +16,23 @@ pub struct RankView {
     pub segments: Vec<Segment>,
     /// `(step, pairs)` for every step in which some transfer between two different ranks
     /// carries bytes, ascending; `pairs` counts the distinct (src, dst) of those transfers.
-    /// Every rank gets the same list, so collective transports join the same steps.
+    /// Every rank gets the same list, so collective transports join the same steps. Empty
+    /// unless asked for (`rank_view`'s `count_pairs`): point-to-point transports do not need it.
     pub moving_pairs: Vec<(u32, u32)>,
 }
 
-/// The part of `plan` that `rank` takes part in. Errors name a rank outside the plan. A
-/// loaded plan has passed `check_shape`; the bounds checked again here, inside the one pass
-/// (no second pass over the deps as `check_shape` makes), keep a plan built in memory and
-/// never checked from panicking.
-pub fn rank_view(plan: &Plan, rank: u32) -> Result<RankView> {
+/// The part of `plan` that `rank` takes part in, with the moving pairs of every step when
+/// `count_pairs` (which reads every transfer's segments; without it only this rank's are
+/// read). Errors name a rank outside the plan. A loaded plan has passed `check_shape`; the
+/// bounds checked again here, inside the one pass (no second pass over the deps as
+/// `check_shape` makes), keep a plan built in memory and never checked from panicking.
+pub fn rank_view(plan: &Plan, rank: u32, count_pairs: bool) -> Result<RankView> {
     let n = plan.num_ranks();
     if rank >= n {
         return invalid!("rank {rank} is outside the plan's {n} ranks");
+    }
+    if !count_pairs {
+        return own_transfers(plan, rank);
     }
     let mut view = RankView::default();
     // Moving transfers per step (a transfer between two ranks that carries bytes), counted
@@ -64,6 +69,30 @@ pub fn rank_view(plan: &Plan, rank: u32) -> Result<RankView> {
         }
     }
     view.moving_pairs = distinct_pairs_per_step(plan, &moving, (!far_steps).then_some(per_step));
+    Ok(view)
+}
+
+/// `rank_view` without the pair counts: one pass over the transfers, reading only this
+/// rank's segments.
+fn own_transfers(plan: &Plan, rank: u32) -> Result<RankView> {
+    let n = plan.num_ranks();
+    let mut view = RankView::default();
+    for (id, t) in plan.transfers.iter().enumerate() {
+        if t.src != rank && t.dst != rank {
+            continue;
+        }
+        let segs = plan
+            .segments
+            .get(t.seg_range())
+            .ok_or_else(|| Error::InvalidInput(format!("transfer {id}'s segments {}..{} lie outside the plan's {} segments", t.seg_begin, t.seg_end, plan.segments.len())))?;
+        if t.src >= n || t.dst >= n {
+            return invalid!("transfer {id} names rank {} outside the plan's {n} ranks", t.src.max(t.dst));
+        }
+        let begin = view.segments.len() as u32;
+        view.segments.extend_from_slice(segs);
+        view.ids.push(id as u32);
+        view.transfers.push(Transfer { seg_begin: begin, seg_end: view.segments.len() as u32, dep_begin: 0, dep_end: 0, ..*t });
+    }
     Ok(view)
 }
 
@@ -155,8 +184,11 @@ mod tests {
             }
             let expected_pairs: Vec<(u32, u32)> = pairs.iter().map(|(&s, set)| (s, set.len() as u32)).collect();
             for rank in 0..p_ranks as u32 {
-                let v = rank_view(&plan, rank).unwrap();
+                let v = rank_view(&plan, rank, true).unwrap();
                 prop_assert_eq!(&v.moving_pairs, &expected_pairs);
+                // Without the counts: the same transfers and segments, no pairs.
+                let own = rank_view(&plan, rank, false).unwrap();
+                prop_assert_eq!(&own, &RankView { moving_pairs: Vec::new(), ..v.clone() });
                 let mine: Vec<u32> = (0..plan.transfers.len() as u32).filter(|&i| { let t = &plan.transfers[i as usize]; t.src == rank || t.dst == rank }).collect();
                 prop_assert_eq!(&v.ids, &mine);
                 for (k, &id) in v.ids.iter().enumerate() {
@@ -174,11 +206,11 @@ mod tests {
         let c = Cluster::parse("h200:2,gpus=2").unwrap();
         let t = generators::zipf(4, 0.9, 1 << 12, 3).unwrap();
         let mut plan = plan_all_to_all(&t, &c, "spreadout", &Options::new()).unwrap();
-        let near = rank_view(&plan, 0).unwrap().moving_pairs;
+        let near = rank_view(&plan, 0, true).unwrap().moving_pairs;
         assert!(near.len() > 1);
         let far = TABLE_STEPS_MAX as u32 * 2;
         plan.transfers.iter_mut().for_each(|t| t.step += far);
-        let counted = rank_view(&plan, 0).unwrap().moving_pairs;
+        let counted = rank_view(&plan, 0, true).unwrap().moving_pairs;
         assert_eq!(counted, near.iter().map(|&(s, k)| (s + far, k)).collect::<Vec<_>>());
     }
 
@@ -187,8 +219,17 @@ mod tests {
         let c = Cluster::parse("h200:2,gpus=2").unwrap();
         let t = generators::uniform(4, 1 << 10, 0).unwrap();
         let mut plan = plan_all_to_all(&t, &c, "fanout", &Options::new()).unwrap();
-        assert!(rank_view(&plan, 4).unwrap_err().to_string().contains("rank 4 is outside the plan's 4 ranks"));
+        for count_pairs in [true, false] {
+            assert!(rank_view(&plan, 4, count_pairs).unwrap_err().to_string().contains("rank 4 is outside the plan's 4 ranks"));
+        }
         plan.transfers[1].seg_end = plan.segments.len() as u32 + 3;
-        assert!(rank_view(&plan, 0).unwrap_err().to_string().contains("transfer 1's segments"));
+        let (src, dst) = (plan.transfers[1].src, plan.transfers[1].dst);
+        for count_pairs in [true, false] {
+            assert!(rank_view(&plan, src, count_pairs).unwrap_err().to_string().contains("transfer 1's segments"));
+            assert!(rank_view(&plan, dst, count_pairs).unwrap_err().to_string().contains("transfer 1's segments"));
+        }
+        // Without the counts, a rank that does not take part never reads the bad range.
+        let other = (0..4).find(|&r| r != src && r != dst).unwrap();
+        assert!(rank_view(&plan, other, false).is_ok());
     }
 }
