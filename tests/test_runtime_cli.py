@@ -103,7 +103,7 @@ def test_cli_bench_planning_table():
     _register_all()
     r = CliRunner().invoke(app, ["bench", "--planning"])
     assert r.exit_code == 0, r.output
-    assert "fanout" in r.output and "hit(us)" in r.output
+    assert "fanout" in r.output and "hit(us)" in r.output and "p2p compile(ms)" in r.output
 
 
 def test_launcher_spawn_mode_and_failures_are_reported():

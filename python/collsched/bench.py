@@ -257,8 +257,10 @@ def run_bench(cfg: BenchConfig, nprocs: int = 8, gpus_per_server: int = 4, timeo
 
 
 def planning_times(specs=("h200:2,gpus=4", "h200:8"), skew: float = 1.2, reps: int = 5) -> list[dict]:
-    """Host time to plan, to compile one rank's program, and a plan-cache hit, per algorithm
-    (hot-expert matrix, 4096 tokens × top-2 × 7168 bf16 per rank). Runs in this process."""
+    """Host time to plan, to hash the plan (ranks compare hashes), to compile one rank's
+    program (for the p2p transport, NCCL's default, and with the steps every rank joins, for
+    alltoallv and hybrid, Gloo's default), and a plan-cache hit, per algorithm (hot-expert
+    matrix, 4096 tokens × top-2 × 7168 bf16 per rank). Runs in this process."""
     import collsched
     from collsched.comm import compile_rank_program
     from collsched.comm.cache import PlanCache
@@ -284,6 +286,8 @@ def planning_times(specs=("h200:2,gpus=4", "h200:8"), skew: float = 1.2, reps: i
             out.append({"cluster": spec, "ranks": n, "algorithm": name, "transfers": plan.num_transfers,
                         "steps": plan.num_steps,
                         "plan_ms": best(lambda: collsched.plan_all_to_all(m, cl, name), reps) * 1e3,
+                        "hash_ms": best(lambda: plan.hash, reps) * 1e3,
+                        "p2p_compile_ms": best(lambda: compile_rank_program(plan, 0, collective_steps=False), reps) * 1e3,
                         "compile_ms": best(lambda: compile_rank_program(plan, 0), reps) * 1e3,
                         "cache_hit_us": best(lambda: cache.get(m, cl, name, {}), reps * 10) * 1e6})
     return out
@@ -291,8 +295,9 @@ def planning_times(specs=("h200:2,gpus=4", "h200:8"), skew: float = 1.2, reps: i
 
 def format_planning(rows: list[dict]) -> str:
     lines = [f"#{'cluster':>14} {'P':>4} {'algorithm':>16} {'transfers':>9} {'steps':>5} {'plan(ms)':>9} "
-             f"{'compile(ms)':>11} {'hit(us)':>8}"]
+             f"{'hash(ms)':>8} {'p2p compile(ms)':>15} {'full compile(ms)':>16} {'hit(us)':>8}"]
     for r in rows:
         lines.append(f" {r['cluster']:>14} {r['ranks']:>4} {r['algorithm']:>16} {r['transfers']:>9} {r['steps']:>5} "
-                     f"{r['plan_ms']:9.3f} {r['compile_ms']:11.3f} {r['cache_hit_us']:8.1f}")
+                     f"{r['plan_ms']:9.3f} {r['hash_ms']:8.3f} {r['p2p_compile_ms']:15.3f} {r['compile_ms']:16.3f} "
+                     f"{r['cache_hit_us']:8.1f}")
     return "\n".join(lines)
