@@ -138,3 +138,20 @@ def test_plan_buffer_sizes_are_the_matrix_row_and_column_sums(n, seed, algorithm
     assert list(plan.input_sizes) == m.sum(axis=1).tolist() and list(plan.output_sizes) == m.sum(axis=0).tolist()
     for r in range(n):
         assert plan._rank_view(r, False)["sizes"] == (plan.input_sizes[r], plan.output_sizes[r], plan.scratch_bytes[r])
+
+
+def test_plan_hash_is_kept_and_safe_to_ask_from_many_threads():
+    """The hash is computed without the GIL on first use and then kept: threads asking at once
+    all get the value a fresh copy of the plan computes, and none waits forever."""
+    import threading
+
+    m = collsched.traffic.zipf(256, 0.8, 50 << 20, seed=2)
+    plan = collsched.plan_all_to_all(m, "h200:32", "fast")  # large enough to hash on two threads
+    got, threads = [], [threading.Thread(target=lambda: got.append(plan.hash)) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not any(t.is_alive() for t in threads)
+    want = collsched.Plan.from_binary(plan.to_binary()).hash
+    assert got == [want] * 8 and plan.hash == want and want in repr(plan)

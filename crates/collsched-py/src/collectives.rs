@@ -15,7 +15,7 @@ fn plan_collective(py: Python<'_>, kind: &str, algorithm: &str, ranks: u32, byte
     let opts: Options = options.unwrap_or_default();
     let c = cluster.map(|c| c.inner.clone());
     let plan = py.allow_threads(move || guarded(|| collsched_core::algo::collective::plan(kind, algorithm, ranks, bytes, elem_bytes, c.as_ref(), &opts)))?;
-    Ok(PyPlan { inner: plan })
+    Ok(PyPlan::new(plan))
 }
 
 /// `[(name, description)]` of the baseline collective algorithms.

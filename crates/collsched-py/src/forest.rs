@@ -250,21 +250,21 @@ fn forest_schedule(py: Python<'_>, graph: &PyGraph, k: Option<u64>, optimal: boo
 #[pyo3(signature = (schedule, shard_bytes, chunks = 8, merge = true, split_multiplicity = false))]
 fn forest_plan_allgather(py: Python<'_>, schedule: &PySchedule, shard_bytes: u64, chunks: u32, merge: bool, split_multiplicity: bool) -> PyResult<PyPlan> {
     let p = py.allow_threads(|| guarded(|| forest::plan_allgather_with(&schedule.inner, shard_bytes, &forest::PlanOptions { chunks, merge, split_multiplicity })))?;
-    Ok(PyPlan { inner: p })
+    Ok(PyPlan::new(p))
 }
 
 #[pyfunction]
 #[pyo3(signature = (schedule, shard_bytes, elem_bytes = 4, chunks = 8, merge = true, split_multiplicity = false))]
 fn forest_plan_reduce_scatter(py: Python<'_>, schedule: &PySchedule, shard_bytes: u64, elem_bytes: u32, chunks: u32, merge: bool, split_multiplicity: bool) -> PyResult<PyPlan> {
     let p = py.allow_threads(|| guarded(|| forest::plan_reduce_scatter_with(&schedule.inner, shard_bytes, elem_bytes, &forest::PlanOptions { chunks, merge, split_multiplicity })))?;
-    Ok(PyPlan { inner: p })
+    Ok(PyPlan::new(p))
 }
 
 #[pyfunction]
 #[pyo3(signature = (schedule, bytes, elem_bytes = 4, chunks = 8, merge = true, split_multiplicity = false))]
 fn forest_plan_allreduce(py: Python<'_>, schedule: &PySchedule, bytes: u64, elem_bytes: u32, chunks: u32, merge: bool, split_multiplicity: bool) -> PyResult<PyPlan> {
     let p = py.allow_threads(|| guarded(|| forest::plan_allreduce_with(&schedule.inner, bytes, elem_bytes, &forest::PlanOptions { chunks, merge, split_multiplicity })))?;
-    Ok(PyPlan { inner: p })
+    Ok(PyPlan::new(p))
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {

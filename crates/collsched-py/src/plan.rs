@@ -5,11 +5,31 @@ use collsched_core::{Plan, Traffic};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 use std::collections::BTreeMap;
+use std::sync::OnceLock;
 
 /// A communication plan: transfers of segments between rank buffers.
 #[pyclass(module = "collsched._core", name = "Plan", frozen)]
 pub struct PyPlan {
     pub inner: Plan,
+    /// `Plan::hash`, kept once computed (the plan cannot change): the runtime, the plan cache
+    /// and `repr` all ask for it.
+    hash: OnceLock<u64>,
+}
+
+impl PyPlan {
+    pub fn new(inner: Plan) -> PyPlan {
+        PyPlan { inner, hash: OnceLock::new() }
+    }
+    /// The content hash, computed without the GIL on first use. Not `get_or_init`: a second
+    /// thread waiting in it while holding the GIL would keep the first from taking it back.
+    fn content_hash(&self, py: Python<'_>) -> u64 {
+        if let Some(&h) = self.hash.get() {
+            return h;
+        }
+        let h = py.allow_threads(|| self.inner.hash());
+        let _ = self.hash.set(h);
+        h
+    }
 }
 
 impl Drop for PyPlan {
@@ -25,8 +45,8 @@ impl Drop for PyPlan {
 impl PyPlan {
     /// Content hash as 16 hex digits; ranks compare it before moving data.
     #[getter]
-    fn hash(&self) -> String {
-        format!("{:016x}", self.inner.hash())
+    fn hash(&self, py: Python<'_>) -> String {
+        format!("{:016x}", self.content_hash(py))
     }
     /// Hash of the plan's inputs (matrix, cluster, algorithm, options).
     #[getter]
@@ -106,14 +126,15 @@ impl PyPlan {
     }
     #[staticmethod]
     fn from_json(s: &str) -> PyResult<PyPlan> {
-        Ok(PyPlan { inner: guarded(|| Plan::from_json(s))? })
+        Ok(PyPlan::new(guarded(|| Plan::from_json(s))?))
     }
     fn to_binary<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
-        PyBytes::new(py, &self.inner.to_binary())
+        let bytes = py.allow_threads(|| self.inner.to_binary());
+        PyBytes::new(py, &bytes)
     }
     #[staticmethod]
     fn from_binary(b: &[u8]) -> PyResult<PyPlan> {
-        Ok(PyPlan { inner: guarded(|| Plan::from_binary(b))? })
+        Ok(PyPlan::new(guarded(|| Plan::from_binary(b))?))
     }
     /// Raw little-endian columns for the executor: `collsched.plan.plan_arrays` turns them into numpy.
     /// transfers: (src u32, dst u32, op u32, tier u32, step u32, seg_begin u32, seg_end u32, dep_begin u32, dep_end u32) per row;
@@ -143,7 +164,7 @@ impl PyPlan {
         d.set_item("sizes", (c.input_size(rank), c.output_size(rank), self.inner.scratch_bytes.get(rank as usize).copied().unwrap_or(0)))?;
         Ok(d)
     }
-    fn __repr__(&self) -> String {
+    fn __repr__(&self, py: Python<'_>) -> String {
         format!(
             "Plan({} {} on {} ranks: {} transfers, {} segments, {} steps, hash {:016x})",
             self.inner.algorithm,
@@ -152,7 +173,7 @@ impl PyPlan {
             self.inner.transfers.len(),
             self.inner.segments.len(),
             self.inner.num_steps(),
-            self.inner.hash()
+            self.content_hash(py)
         )
     }
 }
@@ -196,7 +217,7 @@ fn plan_all_to_all(py: Python<'_>, n: usize, data: &[u8], cluster: &PyCluster, a
             collsched_core::algo::plan_all_to_all(&t, c, algorithm, &opts)
         })
     })?;
-    Ok(PyPlan { inner: plan })
+    Ok(PyPlan::new(plan))
 }
 
 /// Benchmark helper: nanoseconds the core takes to plan (buffer → Traffic → Plan, the
