@@ -138,6 +138,22 @@ def correctness(algorithms: list[str]) -> dict:
 
     _case(res, "api/async_and_stats", async_and_stats)
 
+    def colliding_call_keys():
+        # Every matrix gets the same 64-bit key: the verified-plan shortcut must still compare
+        # the matrices, or the second call would run the first call's plan.
+        import collsched.comm.api as api
+
+        saved = api.fast_matrix_hash
+        api.fast_matrix_hash = lambda m: "0" * 16
+        try:
+            w = workloads(n)
+            return all(_compare_a2a(w[name], torch.float32, (2,), 40 + k, algorithm="fanout", cluster="h200:2,gpus=4")
+                       for k, name in enumerate(["uniform", "zipf", "uniform", "hot_experts"]))
+        finally:
+            api.fast_matrix_hash = saved
+
+    _case(res, "api/colliding_call_keys", colliding_call_keys)
+
     def verified_skip_interleaved():
         # Repeating a (matrix, configuration) skips the plan-hash round, even with other
         # configurations in between; a new matrix pays it again.
@@ -300,6 +316,25 @@ def _autograd_cases(res, n, rank):
         return torch.equal(a.grad, torch.ones_like(a))
 
     _case(res, "autograd/traffic_transposed", autograd_traffic)
+
+    def autograd_backward_plan_prefetched():
+        # The forward plans the transposed matrix in the background; the backward finds it.
+        r = workloads(n)["zipf"]
+        in_s, out_s = [int(v) for v in r[rank]], [int(v) for v in r[:, rank]]
+        cache = comm.PlanCache()  # its own: earlier cases' prefetches may still land in the default one
+        a = _fill((sum(in_s), 3), torch.float32, 1700 + rank).requires_grad_(True)
+        y = collsched.nn.all_to_all_single(a, out_s, in_s, algorithm="fast", cluster="h200:2,gpus=4", cache=cache)
+        fwd = comm.last_call_stats()
+        y.sum().backward()
+        bwd = comm.last_call_stats()
+        with torch.no_grad():  # no backward to follow: nothing prefetched
+            collsched.nn.all_to_all_single(a, out_s, in_s, algorithm="fanout", cluster="h200:2,gpus=4", cache=cache)
+        got = (fwd.prefetched, bwd.cache_hit, bwd.prefetched, cache.prefetched, len(cache._inflight), cache.misses)
+        assert got == (False, True, True, 1, 0, 2), \
+            f"(fwd prefetched, bwd hit, bwd prefetched, prefetches, in flight, misses) = {got}"
+        return torch.equal(a.grad, torch.ones_like(a))
+
+    _case(res, "autograd/backward_plan_prefetched", autograd_backward_plan_prefetched)
 
 
 def _expect(results, name, fn, exc_types, timeout_s=None):

@@ -72,7 +72,7 @@ def test_all_to_all_matches_torch_for_every_algorithm_workload_dtype(correctness
 
 
 def test_api_async_handle_stats_and_cache(correctness_results):
-    assert _count(correctness_results, "api/") == 2
+    assert _count(correctness_results, "api/") == 3
     assert _failures(correctness_results, "api/") == {}
 
 
@@ -86,7 +86,7 @@ def test_executor_runs_multistep_scratch_reduce_and_other_collectives(correctnes
 
 
 def test_autograd_gradients_equal_torch(correctness_results):
-    assert _count(correctness_results, "autograd/") == 2
+    assert _count(correctness_results, "autograd/") == 3
     assert _failures(correctness_results, "autograd/") == {}
 
 
@@ -239,6 +239,53 @@ def test_plan_cache_is_a_bounded_lru_and_checks_the_matrix():
     assert cache.get(ms[2], cl, "fanout", {})[0].plan_hash == collsched.plan_all_to_all(ms[2], cl, "fanout").hash
     # A different cluster is a different key.
     assert not cache.get(ms[2], collsched.Cluster.parse("h200:1"), "fanout", {})[1]
+
+
+def test_prefetched_plans_are_hits_with_their_program_compiled():
+    from collsched.comm.program import compile_rank_program
+
+    cache = comm.PlanCache()
+    cl = collsched.Cluster.parse("h200:2,gpus=4")
+    m = collsched.traffic.zipf(8, 0.9, 1 << 20, seed=5)
+    assert cache.prefetch(m, cl, "fast", {}, rank=3, collective_steps=False)
+    assert not cache.prefetch(m, cl, "fast", {})  # already on its way (or done)
+    e, hit = cache.get(m, cl, "fast", {})  # waits for the prefetch rather than planning again
+    assert hit and e.prefetched and cache.misses == 0 and cache.prefetched == 1
+    fresh = collsched.plan_all_to_all(m, cl, "fast")
+    assert e.plan_hash == fresh.hash
+    assert e.programs[(3, False)] == compile_rank_program(fresh, 3, collective_steps=False)
+    assert not cache.prefetch(m, cl, "fast", {})  # cached
+
+
+def test_a_get_waits_for_a_prefetch_in_flight_and_plans_once():
+    cache = comm.PlanCache()
+    cl = collsched.Cluster.parse("h200:40")
+    m = collsched.traffic.zipf(320, 0.8, 50 << 20, seed=1)  # a few ms to plan: still in flight below
+    assert cache.prefetch(m, cl, "fast", {})
+    e, hit = cache.get(m, cl, "fast", {})
+    assert hit and e.prefetched and (cache.misses, cache.prefetched, cache.hits) == (0, 1, 1)
+
+
+def test_a_failed_prefetch_leaves_the_error_to_the_call():
+    cache = comm.PlanCache()
+    cl = collsched.Cluster.parse("h200:2,gpus=4")
+    bad = collsched.traffic.uniform(6, 64, seed=0)  # 6 ranks on an 8-GPU cluster
+    assert cache.prefetch(bad, cl, "fanout", {})
+    with pytest.raises(ValueError, match="6"):
+        cache.get(bad, cl, "fanout", {}, wait_s=30)
+    assert cache.misses == 0 and cache.prefetched == 0 and len(cache) == 0
+
+
+def test_prefetches_past_the_queue_are_dropped():
+    cache = comm.PlanCache()
+    cl = collsched.Cluster.parse("h200:40")
+    ms = [collsched.traffic.zipf(320, 0.8, 50 << 20, seed=s) for s in range(2 + comm.cache.PREFETCH_QUEUE)]
+    queued = [cache.prefetch(m, cl, "fast", {}) for m in ms]
+    # One may be taken off the queue at once; none beyond the queue and that one is kept.
+    assert queued[:comm.cache.PREFETCH_QUEUE] == [True] * comm.cache.PREFETCH_QUEUE and not queued[-1]
+    for m, q in zip(ms, queued):
+        if q:
+            assert cache.get(m, cl, "fast", {})[1]
 
 
 def test_auto_falls_back_to_fanout_only_while_not_implemented():

@@ -3,7 +3,9 @@
 
 The backward of an all-to-all is the transposed all-to-all: gradients travel
 back along the same pairs, so the split sizes swap (and a `traffic=` matrix is
-transposed). Both directions are planned (and cached) by collsched.
+transposed). Both directions are planned (and cached) by collsched; when a
+backward will follow, the forward plans the transposed matrix on a background
+thread while it moves data, so the backward finds its plan ready.
 """
 from __future__ import annotations
 
@@ -38,6 +40,7 @@ class _AllToAll(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_output):
         kw = dict(ctx.kw)
+        kw.pop("prefetch_transpose", None)
         if "traffic" in kw:
             kw["traffic"] = _transpose(kw["traffic"])
         grad_output = grad_output.contiguous()
@@ -56,6 +59,9 @@ def all_to_all_single(input: torch.Tensor, output_split_sizes=None, input_split_
         output_split_sizes = [int(x) for x in output_split_sizes]
     if input_split_sizes is not None:
         input_split_sizes = [int(x) for x in input_split_sizes]
+    if torch.is_grad_enabled() and input.requires_grad:
+        # A backward will move the transposed matrix: plan it while the forward moves data.
+        kw = {"prefetch_transpose": True, **kw}
     return _AllToAll.apply(input, output_split_sizes, input_split_sizes, group, kw)
 
 

@@ -103,6 +103,7 @@ class CallStats:
     planned_by: str = ""
     plan_hash: str = ""
     cache_hit: bool = False
+    prefetched: bool = False  # the plan came from a background prefetch (`prefetch_transpose`)
     note: str = ""
     exchange_s: float = 0.0  # descriptor all_gather
     plan_s: float = 0.0  # cache lookup + planning on a miss
@@ -201,7 +202,7 @@ def _traffic_rows(traffic, world: int) -> np.ndarray:
 def all_to_all_single(output: torch.Tensor, input: torch.Tensor, output_split_sizes=None, input_split_sizes=None,
                       group=None, async_op: bool = False, *, algorithm: str = "auto", cluster=None, traffic=None,
                       options: dict | None = None, timeout: float | None = None, cache: PlanCache | None = None,
-                      transport: str = "auto", checks: bool = True):
+                      transport: str = "auto", checks: bool = True, prefetch_transpose: bool = False):
     """Drop-in for ``torch.distributed.all_to_all_single`` (dim-0 splits, any dtype and trailing shape).
 
     algorithm: any name of ``collsched.all_to_all_algorithms()``; options: its knobs.
@@ -215,6 +216,11 @@ def all_to_all_single(output: torch.Tensor, input: torch.Tensor, output_split_si
     checks: False skips the descriptor exchange and the plan-hash check (needs `traffic=`, which
         Megatron already all-gathers): one collective round less per call, but a rank with bad
         arguments raises alone and its peers only stop at the timeout.
+    prefetch_transpose: also plan the transposed matrix (and compile this rank's program) on a
+        background thread while this call moves its data: what an MoE combine after this
+        dispatch, or the backward of this call, moves (same dtype and row size). Its call then
+        finds the plan in the cache (``last_call_stats().prefetched``). ``collsched.nn`` sets it
+        when a backward will follow.
     Raises CollectiveInputError / TrafficMismatchError / PlanMismatchError on every rank together,
     CommTimeoutError / PeerFailureError when a peer is stuck or dead.
     """
@@ -224,7 +230,7 @@ def all_to_all_single(output: torch.Tensor, input: torch.Tensor, output_split_si
     options = dict(options or {})
     if not checks:
         return _unchecked(output, input, output_split_sizes, input_split_sizes, group, async_op, algorithm, cluster,
-                          traffic, options, timeout_s, cache, transport)
+                          traffic, options, timeout_s, cache, transport, prefetch_transpose)
     stats = CallStats(algorithm=algorithm)
     t_start = time.perf_counter()
     rank = dist.get_rank(group)
@@ -287,7 +293,7 @@ def all_to_all_single(output: torch.Tensor, input: torch.Tensor, output_split_si
         t0 = time.perf_counter()
         try:
             entry, stats.cache_hit = cache.get((rows * (row_elems * elem_size)).astype(np.uint64), clus, algorithm,
-                                               options)
+                                               options, wait_s=timeout_s)
             plan_hash = _i64(entry.plan_hash)
         except ValueError as e:
             problem = _Local(18, text=str(e))
@@ -313,13 +319,16 @@ def all_to_all_single(output: torch.Tensor, input: torch.Tensor, output_split_si
 
     call_key = _i64(hashlib.blake2b(f"{fast_matrix_hash(matrix)}|{cfg_hash}".encode(),
                                     digest_size=8).digest())
-    if entry is None and last is not None and last[0] == call_key and (gathered[:, _LAST_VERIFIED] == call_key).all():
+    # The key is a 64-bit hash: the matrix itself is compared too (the same verdict on every
+    # rank, which all hold the same gathered matrix and the same verified entry).
+    if entry is None and last is not None and last[0] == call_key and (gathered[:, _LAST_VERIFIED] == call_key).all() \
+            and np.array_equal(last[1].matrix, matrix):
         entry = last[1]  # every rank proved this very plan equal before
         stats.cache_hit = True
     elif entry is None:
         t0 = time.perf_counter()
         try:
-            entry, stats.cache_hit = cache.get(matrix, clus, algorithm, options)
+            entry, stats.cache_hit = cache.get(matrix, clus, algorithm, options, wait_s=timeout_s)
             err = ""
         except ValueError as e:
             err = str(e)
@@ -345,8 +354,11 @@ def all_to_all_single(output: torch.Tensor, input: torch.Tensor, output_split_si
     stats.planned_by = entry.algorithm
     stats.plan_hash = entry.plan_hash
     stats.note = entry.note
-    # 5. move the data.
+    stats.prefetched = stats.cache_hit and entry.prefetched
+    # 5. move the data (the transposed demand planned beside it, when asked).
     transport = choose_transport(transport, group, input.device)
+    if prefetch_transpose:
+        _prefetch_transpose(cache, matrix, clus, algorithm, options, rank, transport)
     prog = entry.program(rank, needs_collective_steps(transport))
     t0 = time.perf_counter()
     ex = run_program(prog, byte_view(input, "input"), byte_view(output, "output"), group, input.dtype, timeout_s,
@@ -403,8 +415,16 @@ def _check_descriptors(g: np.ndarray, world: int, rank: int, problem: _Local | N
                                    f"input_split_sizes; {len(bad)} such pairs)")
 
 
+def _prefetch_transpose(cache: PlanCache, matrix: np.ndarray, clus, algorithm: str, options: dict, rank: int,
+                        transport: str) -> None:
+    """Queue the transposed demand on the cache's background planner (nothing when symmetric)."""
+    t = np.ascontiguousarray(matrix.T)
+    if not np.array_equal(t, matrix):
+        cache.prefetch(t, clus, algorithm, options, rank, needs_collective_steps(transport))
+
+
 def _unchecked(output, input, output_split_sizes, input_split_sizes, group, async_op, algorithm, cluster, traffic,
-               options, timeout_s, cache, transport):
+               options, timeout_s, cache, transport, prefetch_transpose=False):
     """checks=False: validate locally (raising here), plan from `traffic`, execute; no exchange."""
     if traffic is None:
         raise ValueError("checks=False needs traffic= (the P×P matrix of rows), since nothing is exchanged")
@@ -436,12 +456,15 @@ def _unchecked(output, input, output_split_sizes, input_split_sizes, group, asyn
                                    + _PROBLEMS[e.code](e.d1, e.d2) + (f" ({e.text})" if e.text else "")) from None
     clus = resolve_cluster(cluster, world)
     t0 = time.perf_counter()
-    entry, stats.cache_hit = cache.get((rows * (row_elems * input.element_size())).astype(np.uint64), clus,
-                                       algorithm, options)
+    matrix = (rows * (row_elems * input.element_size())).astype(np.uint64)
+    entry, stats.cache_hit = cache.get(matrix, clus, algorithm, options, wait_s=timeout_s)
     stats.plan_s = time.perf_counter() - t0
     stats.planned_by, stats.plan_hash, stats.note = entry.algorithm, entry.plan_hash, entry.note
+    stats.prefetched = stats.cache_hit and entry.prefetched
     t0 = time.perf_counter()
     transport = choose_transport(transport, group, input.device)
+    if prefetch_transpose:
+        _prefetch_transpose(cache, matrix, clus, algorithm, options, rank, transport)
     ex = run_program(entry.program(rank, needs_collective_steps(transport)), byte_view(input, "input"),
                      byte_view(output, "output"), group, input.dtype, timeout_s, DEFAULT_POOL, transport)
     stats.execute_s = time.perf_counter() - t0

@@ -4,9 +4,14 @@ MoE routing repeats: the same matrix shows up again whenever the router is
 stable, and balanced/equal-split calls repeat exactly. A hit skips planning and
 program compilation; the stored matrix is compared on a hit, so a 64-bit hash
 collision can never return a wrong plan.
+
+A demand known ahead can be planned in the background (`prefetch`): the transposed
+matrix of a dispatch is what its combine and its backward move. A `get` for a demand
+being prefetched waits for it (bounded) instead of planning it twice.
 """
 from __future__ import annotations
 
+import queue
 import threading
 import time
 from collections import OrderedDict
@@ -15,8 +20,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 import collsched
+from collsched import _core
 from collsched.comm.program import RankProgram, compile_rank_program
-import hashlib
 
 @dataclass
 class CacheEntry:
@@ -27,6 +32,7 @@ class CacheEntry:
     plan_seconds: float
     note: str = ""
     programs: dict = field(default_factory=dict)
+    prefetched: bool = False  # planned in the background by `PlanCache.prefetch`
 
     def program(self, rank: int, collective_steps: bool = True) -> RankProgram:
         """This rank's program; one compiled with `collective_steps` also serves a request
@@ -39,10 +45,15 @@ class CacheEntry:
 
 
 def fast_matrix_hash(matrix: np.ndarray) -> str:
-    """Cache key of a u64 matrix: blake2b of its little-endian bytes (no validation pass; the
-    planner validates on a miss)."""
+    """Cache key of a u64 matrix: a 64-bit word-wise hash of its little-endian bytes, 16 hex
+    digits (no validation pass; the planner validates on a miss). Not collision-proof: every
+    use confirms a match by comparing the matrices."""
     m = np.ascontiguousarray(matrix, dtype="<u8")
-    return hashlib.blake2b(m.tobytes(), digest_size=16).hexdigest()
+    return f"{_core.bytes_hash(m.tobytes()):016x}"
+
+
+# Prefetches waiting for the background planner; more are dropped (a later call plans them).
+PREFETCH_QUEUE = 4
 
 
 class PlanCache:
@@ -54,34 +65,93 @@ class PlanCache:
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
+        self.prefetched = 0  # entries the background planner added
+        self._inflight: dict = {}  # key -> Event set when its prefetch is over (planned or failed)
+        self._queue: queue.Queue = queue.Queue(maxsize=PREFETCH_QUEUE)
+        self._worker: threading.Thread | None = None
 
     @staticmethod
     def key(matrix: np.ndarray, cluster, algorithm: str, options: dict) -> tuple:
         return (fast_matrix_hash(matrix), matrix.shape[0], cluster.spec(), algorithm,
                 tuple(sorted((str(k), str(v)) for k, v in options.items())))
 
-    def get(self, matrix: np.ndarray, cluster, algorithm: str, options: dict) -> tuple[CacheEntry, bool]:
-        """The entry for this demand, planning it on a miss. Returns (entry, hit)."""
+    def get(self, matrix: np.ndarray, cluster, algorithm: str, options: dict,
+            wait_s: float = 60.0) -> tuple[CacheEntry, bool]:
+        """The entry for this demand, planning it on a miss. Returns (entry, hit). A demand
+        being prefetched is waited for, at most `wait_s`, then planned here."""
+        matrix = np.ascontiguousarray(matrix, dtype="<u8")
+        key = self.key(matrix, cluster, algorithm, options)
+        for waited in (False, True):
+            with self._lock:
+                e = self._d.get(key)
+                if e is not None and np.array_equal(e.matrix, matrix):
+                    self._d.move_to_end(key)
+                    self.hits += 1
+                    return e, True
+                pending = self._inflight.get(key)
+            if waited or pending is None:
+                break
+            pending.wait(timeout=wait_s)
+        e = self._plan(matrix, cluster, algorithm, options)
+        with self._lock:
+            self.misses += 1
+            self._insert(key, e)
+        return e, False
+
+    def prefetch(self, matrix: np.ndarray, cluster, algorithm: str, options: dict, rank: int | None = None,
+                 collective_steps: bool = True) -> bool:
+        """Plan this demand on the background thread, and compile `rank`'s program (see
+        `compile_rank_program`) when given. False when it is cached, already being prefetched,
+        or the queue is full. Planning errors are dropped here: the call that needs the plan
+        plans it again and raises them itself."""
         matrix = np.ascontiguousarray(matrix, dtype="<u8")
         key = self.key(matrix, cluster, algorithm, options)
         with self._lock:
-            e = self._d.get(key)
-            if e is not None and np.array_equal(e.matrix, matrix):
-                self._d.move_to_end(key)
-                self.hits += 1
-                return e, True
+            if key in self._d or key in self._inflight:
+                return False
+            done = self._inflight[key] = threading.Event()
+            try:
+                self._queue.put_nowait((key, matrix, cluster, algorithm, dict(options), rank, collective_steps, done))
+            except queue.Full:
+                del self._inflight[key]
+                return False
+            if self._worker is None or not self._worker.is_alive():
+                self._worker = threading.Thread(target=self._prefetch_loop, name="collsched-prefetch", daemon=True)
+                self._worker.start()
+        return True
+
+    def _prefetch_loop(self) -> None:
+        while True:
+            key, matrix, cluster, algorithm, options, rank, collective_steps, done = self._queue.get()
+            try:
+                e = self._plan(matrix, cluster, algorithm, options)
+                e.prefetched = True
+                if rank is not None:
+                    e.program(rank, collective_steps)
+                with self._lock:
+                    self.prefetched += 1
+                    self._insert(key, e)
+            except Exception:  # noqa: BLE001 - see `prefetch`: the caller's own planning reports it
+                pass
+            finally:
+                with self._lock:
+                    self._inflight.pop(key, None)
+                done.set()
+
+    @staticmethod
+    def _plan(matrix: np.ndarray, cluster, algorithm: str, options: dict) -> CacheEntry:
         t0 = time.perf_counter()
         plan = collsched.plan_all_to_all(matrix, cluster, algorithm, **options)
         note = f"auto chose {plan.meta['choice']}" if algorithm == "auto" and "choice" in plan.meta else ""
-        e = CacheEntry(plan=plan, plan_hash=plan.hash, matrix=matrix.copy(), algorithm=plan.algorithm,
-                       plan_seconds=time.perf_counter() - t0, note=note)
-        with self._lock:
-            self.misses += 1
-            self._d[key] = e
-            self._d.move_to_end(key)
-            while len(self._d) > self.capacity:
-                self._d.popitem(last=False)
-        return e, False
+        return CacheEntry(plan=plan, plan_hash=plan.hash, matrix=matrix.copy(), algorithm=plan.algorithm,
+                          plan_seconds=time.perf_counter() - t0, note=note)
+
+    def _insert(self, key: tuple, e: CacheEntry) -> None:
+        """Under the lock: store `e` as the newest entry, dropping the oldest past capacity."""
+        self._d[key] = e
+        self._d.move_to_end(key)
+        while len(self._d) > self.capacity:
+            self._d.popitem(last=False)
 
     def __len__(self) -> int:
         return len(self._d)
@@ -89,7 +159,7 @@ class PlanCache:
     def clear(self) -> None:
         with self._lock:
             self._d.clear()
-            self.hits = self.misses = 0
+            self.hits = self.misses = self.prefetched = 0
 
 
 DEFAULT_CACHE = PlanCache()
