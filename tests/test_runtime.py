@@ -241,6 +241,24 @@ def test_plan_cache_is_a_bounded_lru_and_checks_the_matrix():
     assert not cache.get(ms[2], collsched.Cluster.parse("h200:1"), "fanout", {})[1]
 
 
+def test_plan_cache_keeps_to_its_byte_budget():
+    cl = collsched.Cluster.parse("h200:2,gpus=4")
+    ms = [collsched.traffic.uniform(8, 64, seed=s) for s in range(4)]
+    one = comm.PlanCache().get(ms[0], cl, "fanout", {})[0]
+    size = one.plan.nbytes + one.matrix.nbytes
+    cache = comm.PlanCache(max_bytes=2 * size + size // 2)  # room for two fanout entries
+    for m in ms:
+        cache.get(m, cl, "fanout", {})
+    assert len(cache) == 2 and cache.nbytes == 2 * size
+    assert cache.get(ms[3], cl, "fanout", {})[1] and not cache.get(ms[0], cl, "fanout", {})[1]
+    tiny = comm.PlanCache(max_bytes=1)  # the newest entry stays, alone
+    tiny.get(ms[0], cl, "fanout", {})
+    tiny.get(ms[1], cl, "fanout", {})
+    assert len(tiny) == 1 and tiny.get(ms[1], cl, "fanout", {})[1]
+    with pytest.raises(ValueError, match="max_bytes"):
+        comm.PlanCache(max_bytes=0)
+
+
 def test_prefetched_plans_are_hits_with_their_program_compiled():
     from collsched.comm.program import compile_rank_program
 

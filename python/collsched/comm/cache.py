@@ -56,11 +56,22 @@ def fast_matrix_hash(matrix: np.ndarray) -> str:
 PREFETCH_QUEUE = 4
 
 
+# Default byte budget: a FAST plan for 1024 GPUs holds ~120 MB, so 64 of them would hold 8 GB.
+DEFAULT_MAX_BYTES = 1 << 30
+
+
 class PlanCache:
-    def __init__(self, capacity: int = 64):
+    """At most `capacity` entries and `max_bytes` of plan arrays and matrices (the newest entry
+    is kept even when larger on its own), least recently used evicted first."""
+
+    def __init__(self, capacity: int = 64, max_bytes: int = DEFAULT_MAX_BYTES):
         if capacity < 1:
             raise ValueError("plan cache capacity must be at least 1")
+        if max_bytes < 1:
+            raise ValueError("plan cache max_bytes must be at least 1")
         self.capacity = capacity
+        self.max_bytes = max_bytes
+        self.nbytes = 0  # held by the entries
         self._d: OrderedDict = OrderedDict()
         self._lock = threading.Lock()
         self.hits = 0
@@ -147,19 +158,30 @@ class PlanCache:
                           plan_seconds=time.perf_counter() - t0, note=note)
 
     def _insert(self, key: tuple, e: CacheEntry) -> None:
-        """Under the lock: store `e` as the newest entry, dropping the oldest past capacity."""
+        """Under the lock: store `e` as the newest entry, dropping the oldest past the bounds."""
+        old = self._d.pop(key, None)
+        if old is not None:
+            self.nbytes -= _entry_bytes(old)
         self._d[key] = e
-        self._d.move_to_end(key)
-        while len(self._d) > self.capacity:
-            self._d.popitem(last=False)
+        self.nbytes += _entry_bytes(e)
+        while len(self._d) > self.capacity or (self.nbytes > self.max_bytes and len(self._d) > 1):
+            _, dropped = self._d.popitem(last=False)
+            self.nbytes -= _entry_bytes(dropped)
 
     def __len__(self) -> int:
         return len(self._d)
 
     def clear(self) -> None:
+        """Drop every entry (a prefetch in flight still lands afterwards)."""
         with self._lock:
             self._d.clear()
+            self.nbytes = 0
             self.hits = self.misses = self.prefetched = 0
+
+
+def _entry_bytes(e: CacheEntry) -> int:
+    """What an entry holds: the plan's arrays and the matrix (programs are small beside them)."""
+    return int(e.plan.nbytes) + int(e.matrix.nbytes)
 
 
 DEFAULT_CACHE = PlanCache()
