@@ -284,6 +284,40 @@ def test_a_get_waits_for_a_prefetch_in_flight_and_plans_once():
     assert hit and e.prefetched and (cache.misses, cache.prefetched, cache.hits) == (0, 1, 1)
 
 
+def test_a_transposed_prefetch_is_transposed_in_the_background_and_skips_symmetric_matrices():
+    import time
+
+    cache = comm.PlanCache()
+    cl = collsched.Cluster.parse("h200:2,gpus=4")
+    m = collsched.traffic.zipf(8, 0.9, 1 << 20, seed=6)
+    assert cache.prefetch(m, cl, "fast", {}, rank=2, collective_steps=False, transpose=True)
+    e, hit = cache.get(np.ascontiguousarray(m.T), cl, "fast", {})
+    # Either it waited for the prefetch or (had the thread not yet registered it) planned it.
+    assert (hit, e.prefetched, cache.prefetched) in [(True, True, 1), (False, False, 0)]
+    sym = collsched.traffic.balanced(8, 1 << 20)
+    assert cache.prefetch(sym, cl, "fast", {}, transpose=True)
+    deadline = time.time() + 30
+    while not cache._queue.empty() or cache._inflight:
+        assert time.time() < deadline
+        time.sleep(0.01)
+    time.sleep(0.05)  # the thread finishes the item it took
+    assert cache.prefetched <= 1 and not any(np.array_equal(x.matrix, sym) for x in cache._d.values())
+
+
+def test_a_forked_child_does_not_wait_for_its_parents_prefetches():
+    import threading
+    import time
+
+    cache = comm.PlanCache()
+    cl = collsched.Cluster.parse("h200:2,gpus=4")
+    m = collsched.traffic.uniform(8, 64, seed=9)
+    cache._inflight[cache.key(m.astype("<u8"), cl, "fanout", {})] = threading.Event()  # never set here
+    cache._pid = -1  # as in a child forked while that prefetch ran in the parent
+    t0 = time.perf_counter()
+    e, hit = cache.get(m, cl, "fanout", {}, wait_s=30)
+    assert not hit and time.perf_counter() - t0 < 10 and cache._inflight == {}
+
+
 def test_a_failed_prefetch_leaves_the_error_to_the_call():
     cache = comm.PlanCache()
     cl = collsched.Cluster.parse("h200:2,gpus=4")

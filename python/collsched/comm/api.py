@@ -417,10 +417,9 @@ def _check_descriptors(g: np.ndarray, world: int, rank: int, problem: _Local | N
 
 def _prefetch_transpose(cache: PlanCache, matrix: np.ndarray, clus, algorithm: str, options: dict, rank: int,
                         transport: str) -> None:
-    """Queue the transposed demand on the cache's background planner (nothing when symmetric)."""
-    t = np.ascontiguousarray(matrix.T)
-    if not np.array_equal(t, matrix):
-        cache.prefetch(t, clus, algorithm, options, rank, needs_collective_steps(transport))
+    """Queue the transposed demand on the cache's background planner (which transposes it, and
+    plans nothing for a symmetric matrix)."""
+    cache.prefetch(matrix, clus, algorithm, options, rank, needs_collective_steps(transport), transpose=True)
 
 
 def _unchecked(output, input, output_split_sizes, input_split_sizes, group, async_op, algorithm, cluster, traffic,

@@ -11,6 +11,7 @@ being prefetched waits for it (bounded) instead of planning it twice.
 """
 from __future__ import annotations
 
+import os
 import queue
 import threading
 import time
@@ -77,9 +78,21 @@ class PlanCache:
         self.hits = 0
         self.misses = 0
         self.prefetched = 0  # entries the background planner added
+        self._start_prefetching()
+
+    def _start_prefetching(self) -> None:
         self._inflight: dict = {}  # key -> Event set when its prefetch is over (planned or failed)
         self._queue: queue.Queue = queue.Queue(maxsize=PREFETCH_QUEUE)
         self._worker: threading.Thread | None = None
+        self._pid = os.getpid()
+
+    def _after_fork(self) -> None:
+        """In a forked child the parent's prefetch thread does not exist: its prefetches in
+        flight would never finish (a `get` would wait for them), and the lock may have been
+        held at the fork. Start over (the entries stay)."""
+        if self._pid != os.getpid():
+            self._lock = threading.Lock()
+            self._start_prefetching()
 
     @staticmethod
     def key(matrix: np.ndarray, cluster, algorithm: str, options: dict) -> tuple:
@@ -90,6 +103,7 @@ class PlanCache:
             wait_s: float = 60.0) -> tuple[CacheEntry, bool]:
         """The entry for this demand, planning it on a miss. Returns (entry, hit). A demand
         being prefetched is waited for, at most `wait_s`, then planned here."""
+        self._after_fork()
         matrix = np.ascontiguousarray(matrix, dtype="<u8")
         key = self.key(matrix, cluster, algorithm, options)
         for waited in (False, True):
@@ -110,21 +124,28 @@ class PlanCache:
         return e, False
 
     def prefetch(self, matrix: np.ndarray, cluster, algorithm: str, options: dict, rank: int | None = None,
-                 collective_steps: bool = True) -> bool:
+                 collective_steps: bool = True, transpose: bool = False) -> bool:
         """Plan this demand on the background thread, and compile `rank`'s program (see
-        `compile_rank_program`) when given. False when it is cached, already being prefetched,
-        or the queue is full. Planning errors are dropped here: the call that needs the plan
-        plans it again and raises them itself."""
+        `compile_rank_program`) when given. With `transpose`, the demand is the transposed
+        matrix, transposed on that thread (a 1024-rank matrix takes milliseconds), and nothing
+        is planned for a symmetric one. False when the queue is full or, without `transpose`,
+        when the demand is cached or already being prefetched. Planning errors are dropped
+        here: the call that needs the plan plans it again and raises them itself."""
+        self._after_fork()
         matrix = np.ascontiguousarray(matrix, dtype="<u8")
-        key = self.key(matrix, cluster, algorithm, options)
         with self._lock:
-            if key in self._d or key in self._inflight:
-                return False
-            done = self._inflight[key] = threading.Event()
+            if transpose:
+                key = done = None  # both known once transposed
+            else:
+                key = self.key(matrix, cluster, algorithm, options)
+                if key in self._d or key in self._inflight:
+                    return False
+                done = self._inflight[key] = threading.Event()
             try:
                 self._queue.put_nowait((key, matrix, cluster, algorithm, dict(options), rank, collective_steps, done))
             except queue.Full:
-                del self._inflight[key]
+                if key is not None:
+                    del self._inflight[key]
                 return False
             if self._worker is None or not self._worker.is_alive():
                 self._worker = threading.Thread(target=self._prefetch_loop, name="collsched-prefetch", daemon=True)
@@ -132,22 +153,34 @@ class PlanCache:
         return True
 
     def _prefetch_loop(self) -> None:
+        q = self._queue  # this thread's queue: a forked child starts its own
         while True:
-            key, matrix, cluster, algorithm, options, rank, collective_steps, done = self._queue.get()
-            try:
-                e = self._plan(matrix, cluster, algorithm, options)
-                e.prefetched = True
-                if rank is not None:
-                    e.program(rank, collective_steps)
-                with self._lock:
-                    self.prefetched += 1
-                    self._insert(key, e)
-            except Exception:  # noqa: BLE001 - see `prefetch`: the caller's own planning reports it
-                pass
-            finally:
-                with self._lock:
-                    self._inflight.pop(key, None)
-                done.set()
+            self._prefetch_one(*q.get())
+
+    def _prefetch_one(self, key, matrix, cluster, algorithm, options, rank, collective_steps, done) -> None:
+        if key is None:  # `transpose`: the demand is known from here on
+            t = np.ascontiguousarray(matrix.T)
+            if np.array_equal(t, matrix):
+                return
+            matrix, key = t, self.key(t, cluster, algorithm, options)
+            with self._lock:
+                if key in self._d or key in self._inflight:
+                    return
+                done = self._inflight[key] = threading.Event()
+        try:
+            e = self._plan(matrix, cluster, algorithm, options)
+            e.prefetched = True
+            if rank is not None:
+                e.program(rank, collective_steps)
+            with self._lock:
+                self.prefetched += 1
+                self._insert(key, e)
+        except Exception:  # noqa: BLE001 - see `prefetch`: the caller's own planning reports it
+            pass
+        finally:
+            with self._lock:
+                self._inflight.pop(key, None)
+            done.set()
 
     @staticmethod
     def _plan(matrix: np.ndarray, cluster, algorithm: str, options: dict) -> CacheEntry:

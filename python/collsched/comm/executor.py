@@ -107,10 +107,10 @@ def execute(plan, input: torch.Tensor, output: torch.Tensor, group=None, *, dtyp
     world = dist.get_world_size(group)
     if plan.num_ranks != world:
         raise ValueError(f"plan is for {plan.num_ranks} ranks but the process group has {world}")
-    transport = choose_transport(transport, group, input.device)
-    prog = program if program is not None else _PROGRAMS.get(plan, rank, needs_collective_steps(transport))
     in_b = byte_view(input, "input")
     out_b = byte_view(output, "output")
+    transport = choose_transport(transport, group, in_b.device)
+    prog = program if program is not None else _PROGRAMS.get(plan, rank, needs_collective_steps(transport))
     if in_b.numel() < prog.input_bytes:
         raise ValueError(f"input has {in_b.numel()} bytes but the plan reads {prog.input_bytes} on rank {rank}")
     if out_b.numel() < prog.output_bytes:
