@@ -231,31 +231,24 @@ def compile_rank_program(plan, rank: int, arrays: PlanArrays | None = None, *,
         if src == dst:
             sp.local.append((op, segs))
             continue
-        if src == rank:
-            if len(segs) == 1:
-                b, off, _db, _do, nbytes = segs[0]
-                side = [(b, off, nbytes, 0)]
-            else:
-                side, nbytes = [], 0
-                for b, off, _db, _do, ln in segs:
-                    side.append((b, off, ln, nbytes))
-                    nbytes += ln
-            msg = Message(tid, dst, op, nbytes, side)
+        sending = src == rank
+        at = 0 if sending else 2  # the sender reads (src_buf, src_off), the receiver writes (dst_buf, dst_off)
+        if len(segs) == 1:
+            seg = segs[0]
+            nbytes = seg[4]
+            side = [(seg[at], seg[at + 1], nbytes, 0)]
+        else:
+            side, nbytes = [], 0
+            for seg in segs:
+                side.append((seg[at], seg[at + 1], seg[4], nbytes))
+                nbytes += seg[4]
+        msg = Message(tid, dst if sending else src, op, nbytes, side)
+        sp.p2p_order.append((sending, msg))
+        if sending:
             sp.sends.append(msg)
-            sp.p2p_order.append((True, msg))
             sent += nbytes
         else:
-            if len(segs) == 1:
-                _sb, _so, b, off, nbytes = segs[0]
-                side = [(b, off, nbytes, 0)]
-            else:
-                side, nbytes = [], 0
-                for _sb, _so, b, off, ln in segs:
-                    side.append((b, off, ln, nbytes))
-                    nbytes += ln
-            msg = Message(tid, src, op, nbytes, side)
             sp.recvs.append(msg)
-            sp.p2p_order.append((False, msg))
             received += nbytes
     for st, k in (rows.moving_pairs.items() if collective_steps else ()):
         sp = steps.get(st)

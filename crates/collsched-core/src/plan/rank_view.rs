@@ -43,13 +43,7 @@ pub fn rank_view(plan: &Plan, rank: u32, count_pairs: bool) -> Result<RankView> 
     // Which transfers move, one bit each: the second pass then reads no segments.
     let mut moving = vec![0u64; plan.transfers.len().div_ceil(64)];
     for (id, t) in plan.transfers.iter().enumerate() {
-        let segs = plan
-            .segments
-            .get(t.seg_range())
-            .ok_or_else(|| Error::InvalidInput(format!("transfer {id}'s segments {}..{} lie outside the plan's {} segments", t.seg_begin, t.seg_end, plan.segments.len())))?;
-        if t.src >= n || t.dst >= n {
-            return invalid!("transfer {id} names rank {} outside the plan's {n} ranks", t.src.max(t.dst));
-        }
+        let segs = checked_segments(plan, id, t)?;
         if t.src != t.dst && segs.iter().any(|s| s.len > 0) {
             moving[id / 64] |= 1 << (id % 64);
             if (t.step as usize) < TABLE_STEPS_MAX {
@@ -62,10 +56,7 @@ pub fn rank_view(plan: &Plan, rank: u32, count_pairs: bool) -> Result<RankView> 
             }
         }
         if t.src == rank || t.dst == rank {
-            let begin = view.segments.len() as u32;
-            view.segments.extend_from_slice(segs);
-            view.ids.push(id as u32);
-            view.transfers.push(Transfer { seg_begin: begin, seg_end: view.segments.len() as u32, dep_begin: 0, dep_end: 0, ..*t });
+            view.push(id, t, segs);
         }
     }
     view.moving_pairs = distinct_pairs_per_step(plan, &moving, (!far_steps).then_some(per_step));
@@ -75,25 +66,36 @@ pub fn rank_view(plan: &Plan, rank: u32, count_pairs: bool) -> Result<RankView> 
 /// `rank_view` without the pair counts: one pass over the transfers, reading only this
 /// rank's segments.
 fn own_transfers(plan: &Plan, rank: u32) -> Result<RankView> {
-    let n = plan.num_ranks();
     let mut view = RankView::default();
     for (id, t) in plan.transfers.iter().enumerate() {
-        if t.src != rank && t.dst != rank {
-            continue;
+        if t.src == rank || t.dst == rank {
+            view.push(id, t, checked_segments(plan, id, t)?);
         }
-        let segs = plan
-            .segments
-            .get(t.seg_range())
-            .ok_or_else(|| Error::InvalidInput(format!("transfer {id}'s segments {}..{} lie outside the plan's {} segments", t.seg_begin, t.seg_end, plan.segments.len())))?;
-        if t.src >= n || t.dst >= n {
-            return invalid!("transfer {id} names rank {} outside the plan's {n} ranks", t.src.max(t.dst));
-        }
-        let begin = view.segments.len() as u32;
-        view.segments.extend_from_slice(segs);
-        view.ids.push(id as u32);
-        view.transfers.push(Transfer { seg_begin: begin, seg_end: view.segments.len() as u32, dep_begin: 0, dep_end: 0, ..*t });
     }
     Ok(view)
+}
+
+/// Transfer `id`'s segments, once its segment range and ranks are known to be in the plan.
+fn checked_segments<'p>(plan: &'p Plan, id: usize, t: &Transfer) -> Result<&'p [Segment]> {
+    let n = plan.num_ranks();
+    let segs = plan
+        .segments
+        .get(t.seg_range())
+        .ok_or_else(|| Error::InvalidInput(format!("transfer {id}'s segments {}..{} lie outside the plan's {} segments", t.seg_begin, t.seg_end, plan.segments.len())))?;
+    if t.src >= n || t.dst >= n {
+        return invalid!("transfer {id} names rank {} outside the plan's {n} ranks", t.src.max(t.dst));
+    }
+    Ok(segs)
+}
+
+impl RankView {
+    /// Append transfer `id` with its own copy of its segments.
+    fn push(&mut self, id: usize, t: &Transfer, segs: &[Segment]) {
+        let begin = self.segments.len() as u32;
+        self.segments.extend_from_slice(segs);
+        self.ids.push(id as u32);
+        self.transfers.push(Transfer { seg_begin: begin, seg_end: self.segments.len() as u32, dep_begin: 0, dep_end: 0, ..*t });
+    }
 }
 
 /// Pair tables up to this many entries (4 MiB of u32 stamps at 1024 ranks), with steps below
