@@ -325,6 +325,12 @@ def _autograd_cases(res, n, rank):
         a = _fill((sum(in_s), 3), torch.float32, 1700 + rank).requires_grad_(True)
         y = collsched.nn.all_to_all_single(a, out_s, in_s, algorithm="fast", cluster="h200:2,gpus=4", cache=cache)
         fwd = comm.last_call_stats()
+        # The background thread keys the transposed demand once it has transposed it; wait for
+        # the plan itself (the wait of a call that comes first is tested in test_runtime.py).
+        deadline = time.time() + 60
+        while cache.prefetched == 0:
+            assert time.time() < deadline, "the transposed plan was never prefetched"
+            time.sleep(0.001)
         y.sum().backward()
         bwd = comm.last_call_stats()
         with torch.no_grad():  # no backward to follow: nothing prefetched

@@ -329,15 +329,25 @@ def test_a_failed_prefetch_leaves_the_error_to_the_call():
 
 
 def test_prefetches_past_the_queue_are_dropped():
+    import threading
+
     cache = comm.PlanCache()
-    cl = collsched.Cluster.parse("h200:40")
-    ms = [collsched.traffic.zipf(320, 0.8, 50 << 20, seed=s) for s in range(2 + comm.cache.PREFETCH_QUEUE)]
-    queued = [cache.prefetch(m, cl, "fast", {}) for m in ms]
-    # One may be taken off the queue at once; none beyond the queue and that one is kept.
-    assert queued[:comm.cache.PREFETCH_QUEUE] == [True] * comm.cache.PREFETCH_QUEUE and not queued[-1]
-    for m, q in zip(ms, queued):
-        if q:
-            assert cache.get(m, cl, "fast", {})[1]
+    cl = collsched.Cluster.parse("h200:2,gpus=4")
+    ms = [collsched.traffic.uniform(8, 64, seed=s) for s in range(3 + comm.cache.PREFETCH_QUEUE)]
+    release, taken, plan = threading.Event(), threading.Event(), cache._plan
+
+    def held_plan(*args):  # the thread holds its first demand until released
+        taken.set()
+        assert release.wait(30)
+        return plan(*args)
+
+    cache._plan = held_plan
+    assert cache.prefetch(ms[0], cl, "fanout", {}) and taken.wait(30)
+    queued = [cache.prefetch(m, cl, "fanout", {}) for m in ms[1:]]
+    assert queued == [True] * comm.cache.PREFETCH_QUEUE + [False, False]
+    release.set()
+    for m, q in zip(ms, [True] + queued):
+        assert cache.get(m, cl, "fanout", {})[1] == q  # dropped ones are planned by the call
 
 
 def test_auto_falls_back_to_fanout_only_while_not_implemented():

@@ -128,9 +128,10 @@ class PlanCache:
         """Plan this demand on the background thread, and compile `rank`'s program (see
         `compile_rank_program`) when given. With `transpose`, the demand is the transposed
         matrix, transposed on that thread (a 1024-rank matrix takes milliseconds), and nothing
-        is planned for a symmetric one. False when the queue is full or, without `transpose`,
-        when the demand is cached or already being prefetched. Planning errors are dropped
-        here: the call that needs the plan plans it again and raises them itself."""
+        is planned for a symmetric one; a `get` for it waits for it only once that thread has
+        taken it up (before, it plans it itself). False when the queue is full or, without
+        `transpose`, when the demand is cached or already being prefetched. Planning errors
+        are dropped here: the call that needs the plan plans it again and raises them itself."""
         self._after_fork()
         matrix = np.ascontiguousarray(matrix, dtype="<u8")
         with self._lock:
