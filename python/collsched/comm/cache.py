@@ -134,11 +134,11 @@ class PlanCache:
         are dropped here: the call that needs the plan plans it again and raises them itself."""
         self._after_fork()
         matrix = np.ascontiguousarray(matrix, dtype="<u8")
+        # Hashed before taking the lock (a millisecond at 1024 ranks; `get`s wait on the lock).
+        key = None if transpose else self.key(matrix, cluster, algorithm, options)
+        done = None  # with `transpose`, both are known once transposed
         with self._lock:
-            if transpose:
-                key = done = None  # both known once transposed
-            else:
-                key = self.key(matrix, cluster, algorithm, options)
+            if key is not None:
                 if key in self._d or key in self._inflight:
                     return False
                 done = self._inflight[key] = threading.Event()
