@@ -9,6 +9,9 @@ block), each from Python (matrix in, Plan out) and core-only (timed inside Rust)
 Floor: the time to fill as many bytes as FAST's plan arrays take (`Plan.nbytes`), split
 over this thread and the planner's helper, measured in the same run: what writing that
 plan costs at least on this machine, before any planning.
+At fanout's rate: FAST's plan bytes times fanout's time per plan byte, from Python, in the
+same run. fanout does no scheduling (one transfer and one segment per block), so this is
+what writing FAST's plan costs at the rate this library's simplest producer writes a plan.
 Stage counts: uniform and Zipf 0.5/0.8/0.99 for N = 4..128 servers, against 8·N.
 
 Steady state, as when a job plans every step: one untimed warm-up plan per algorithm and
@@ -59,8 +62,10 @@ def main():
     rows = []
     print(f"## Planning time (median, µs), Zipf(0.8), 50 MB mean pair; load average {os.getloadavg()[0]:.1f}")
     print("   floor: filling FAST's plan arrays (plan MB) over two threads, the least writing that plan costs here")
+    print("   at fanout rate: FAST's plan bytes at fanout's µs per plan byte (fanout schedules nothing)")
     print(f"{'GPUs':>6} {'servers':>7} {'reps':>4} " + " ".join(f"{a + ' py':>12} {a + ' core':>13}" for a in ALGOS)
-          + f" {'target':>8} {'fast/target':>11} {'fast/fanout':>11} {'plan MB':>8} {'floor':>7} {'fast/floor':>10} {'stages':>6} {'segments':>9}")
+          + f" {'target':>8} {'fast/target':>11} {'fast/fanout':>11} {'plan MB':>8} {'floor':>7} {'fast/floor':>10}"
+          f" {'at fanout rate':>14} {'stages':>6} {'segments':>9}")
     for servers in [int(x) for x in args.servers.split(",")]:
         cluster = collsched.Cluster.parse(f"h200:{servers}")
         p = servers * 8
@@ -70,15 +75,19 @@ def main():
         core = {a: median_core_us(mats, cluster, a) for a in ALGOS}
         plan = collsched.plan_all_to_all(mats[0], cluster, "fast")
         floor = _core._write_floor_ns(plan.nbytes, reps) / 1e3
+        fanout_rate = py["fanout"] / collsched.plan_all_to_all(mats[0], cluster, "fanout").nbytes  # µs per plan byte
+        at_fanout_rate = fanout_rate * plan.nbytes
         tgt = TARGET_US.get(servers)
         print(f"{p:>6} {servers:>7} {reps:>4} " + " ".join(f"{py[a]:>12.0f} {core[a]:>13.0f}" for a in ALGOS)
               + f" {tgt or '-':>8} {py['fast'] / tgt if tgt else float('nan'):>11.2f} {py['fast'] / py['fanout']:>11.2f}"
-              f" {plan.nbytes / 1e6:>8.1f} {floor:>7.0f} {py['fast'] / floor:>10.1f} {plan.meta['stages']:>6} {plan.num_segments:>9}")
+              f" {plan.nbytes / 1e6:>8.1f} {floor:>7.0f} {py['fast'] / floor:>10.1f} {at_fanout_rate:>14.0f}"
+              f" {plan.meta['stages']:>6} {plan.num_segments:>9}")
         rows.append({"kind": "planning_us", "gpus": p, "servers": servers, "workload": "zipf0.8", "fast": round(py["fast"], 1),
                      "fanout": round(py["fanout"], 1), "balanced_direct": round(py["balanced_direct"], 1),
                      "fast_core": round(core["fast"], 1), "balanced_direct_core": round(core["balanced_direct"], 1),
                      "fanout_core": round(core["fanout"], 1), "stages": plan.meta["stages"], "segments": plan.num_segments,
-                     "reps": reps, "plan_bytes": plan.nbytes, "write_floor": round(floor, 1)})
+                     "reps": reps, "plan_bytes": plan.nbytes, "write_floor": round(floor, 1),
+                     "at_fanout_rate": round(at_fanout_rate, 1)})
     print()
     print("## Birkhoff stages (one matrix each, seed 0), target ≤ 8·N")
     workloads = [("uniform", None), ("zipf0.5", 0.5), ("zipf0.8", 0.8), ("zipf0.99", 0.99)]
@@ -93,7 +102,7 @@ def main():
             rows.append({"kind": "stages", "gpus": n * 8, "servers": n, "workload": name, "fast": counts[-1], "fanout": "",
                          "balanced_direct": "", "fast_core": "", "balanced_direct_core": "", "fanout_core": "",
                          "stages": counts[-1], "segments": plan.num_segments, "reps": 1, "plan_bytes": plan.nbytes,
-                         "write_floor": ""})
+                         "write_floor": "", "at_fanout_rate": ""})
         print(f"{n:>4} " + " ".join(f"{c:>9}" for c in counts) + f" {8 * n:>5} {n * n - 2 * n + 2:>8}")
     if args.csv:
         os.makedirs(os.path.dirname(args.csv), exist_ok=True)

@@ -350,6 +350,37 @@ def test_prefetches_past_the_queue_are_dropped():
         assert cache.get(m, cl, "fanout", {})[1] == q  # dropped ones are planned by the call
 
 
+def test_a_prefetch_in_flight_does_not_land_after_clear():
+    import threading
+    import time
+
+    cache = comm.PlanCache()
+    cl = collsched.Cluster.parse("h200:2,gpus=4")
+    ms = [collsched.traffic.zipf(8, 0.9, 64 << 10, seed=s) for s in (1, 2)]
+    assert not np.array_equal(ms[1], ms[1].T)  # so its transposed prefetch is planned
+    release, taken, plan = threading.Event(), threading.Event(), cache._plan
+
+    def held_plan(*args):  # the thread holds its first demand until released
+        taken.set()
+        assert release.wait(30)
+        return plan(*args)
+
+    cache._plan = held_plan
+    assert cache.prefetch(ms[0], cl, "fanout", {}) and taken.wait(30)  # in flight
+    assert cache.prefetch(ms[1], cl, "fanout", {}, transpose=True)  # queued behind it
+    cache.clear()
+    release.set()
+    # Waits for the cleared prefetch, finds nothing stored, plans it itself.
+    assert cache.get(ms[0], cl, "fanout", {}, wait_s=30)[1] is False
+    deadline = time.time() + 30
+    while not cache._queue.empty() or cache._inflight:
+        assert time.time() < deadline
+        time.sleep(0.01)
+    time.sleep(0.05)  # the thread finishes the item it took
+    assert cache.prefetched == 0 and len(cache) == 1  # only the call's own plan
+    assert cache.get(np.ascontiguousarray(ms[1].T), cl, "fanout", {})[1] is False
+
+
 def test_auto_falls_back_to_fanout_only_while_not_implemented():
     cl = collsched.Cluster.parse("h200:2,gpus=4")
     entry, _ = comm.PlanCache().get(collsched.traffic.balanced(8, 64), cl, "auto", {})

@@ -78,6 +78,7 @@ class PlanCache:
         self.hits = 0
         self.misses = 0
         self.prefetched = 0  # entries the background planner added
+        self._generation = 0  # bumped by `clear`: a prefetch queued before it does not land
         self._start_prefetching()
 
     def _start_prefetching(self) -> None:
@@ -143,7 +144,8 @@ class PlanCache:
                     return False
                 done = self._inflight[key] = threading.Event()
             try:
-                self._queue.put_nowait((key, matrix, cluster, algorithm, dict(options), rank, collective_steps, done))
+                self._queue.put_nowait((key, matrix, cluster, algorithm, dict(options), rank, collective_steps, done,
+                                        self._generation))
             except queue.Full:
                 if key is not None:
                     del self._inflight[key]
@@ -158,14 +160,16 @@ class PlanCache:
         while True:
             self._prefetch_one(*q.get())
 
-    def _prefetch_one(self, key, matrix, cluster, algorithm, options, rank, collective_steps, done) -> None:
+    def _prefetch_one(self, key, matrix, cluster, algorithm, options, rank, collective_steps, done,
+                      generation) -> None:
         if key is None:  # `transpose`: the demand is known from here on
             t = np.ascontiguousarray(matrix.T)
             if np.array_equal(t, matrix):
                 return
             matrix, key = t, self.key(t, cluster, algorithm, options)
             with self._lock:
-                if key in self._d or key in self._inflight:
+                # Cached, being planned, or cleared since it was queued: nothing to plan.
+                if key in self._d or key in self._inflight or generation != self._generation:
                     return
                 done = self._inflight[key] = threading.Event()
         try:
@@ -174,8 +178,9 @@ class PlanCache:
             if rank is not None:
                 e.program(rank, collective_steps)
             with self._lock:
-                self.prefetched += 1
-                self._insert(key, e)
+                if generation == self._generation:  # not cleared since it was queued
+                    self.prefetched += 1
+                    self._insert(key, e)
         except Exception:  # noqa: BLE001 - see `prefetch`: the caller's own planning reports it
             pass
         finally:
@@ -206,8 +211,10 @@ class PlanCache:
         return len(self._d)
 
     def clear(self) -> None:
-        """Drop every entry (a prefetch in flight still lands afterwards)."""
+        """Drop every entry. Prefetches queued or in flight still run (a `get` waiting for
+        one is not cut short) but their plans are dropped, not stored."""
         with self._lock:
+            self._generation += 1
             self._d.clear()
             self.nbytes = 0
             self.hits = self.misses = self.prefetched = 0
