@@ -285,8 +285,6 @@ def test_a_get_waits_for_a_prefetch_in_flight_and_plans_once():
 
 
 def test_a_transposed_prefetch_is_transposed_in_the_background_and_skips_symmetric_matrices():
-    import time
-
     cache = comm.PlanCache()
     cl = collsched.Cluster.parse("h200:2,gpus=4")
     m = collsched.traffic.zipf(8, 0.9, 1 << 20, seed=6)
@@ -296,11 +294,7 @@ def test_a_transposed_prefetch_is_transposed_in_the_background_and_skips_symmetr
     assert (hit, e.prefetched, cache.prefetched) in [(True, True, 1), (False, False, 0)]
     sym = collsched.traffic.balanced(8, 1 << 20)
     assert cache.prefetch(sym, cl, "fast", {}, transpose=True)
-    deadline = time.time() + 30
-    while not cache._queue.empty() or cache._inflight:
-        assert time.time() < deadline
-        time.sleep(0.01)
-    time.sleep(0.05)  # the thread finishes the item it took
+    _wait_background_idle(cache)
     assert cache.prefetched <= 1 and not any(np.array_equal(x.matrix, sym) for x in cache._d.values())
 
 
@@ -328,20 +322,39 @@ def test_a_failed_prefetch_leaves_the_error_to_the_call():
     assert cache.misses == 0 and cache.prefetched == 0 and len(cache) == 0
 
 
-def test_prefetches_past_the_queue_are_dropped():
+def _wait_background_idle(cache):
+    """Until the cache's background thread has nothing queued or in flight, then a little more
+    for the item it took last (a transposed demand is registered only once transposed)."""
+    import time
+
+    deadline = time.time() + 30
+    while not cache._queue.empty() or cache._inflight:
+        assert time.time() < deadline
+        time.sleep(0.01)
+    time.sleep(0.05)
+
+
+def _hold_background_planning(cache):
+    """Make the cache's background thread hold the demand it plans until `release` is set;
+    `taken` is set once it holds one. Returns (release, taken)."""
     import threading
 
-    cache = comm.PlanCache()
-    cl = collsched.Cluster.parse("h200:2,gpus=4")
-    ms = [collsched.traffic.uniform(8, 64, seed=s) for s in range(3 + comm.cache.PREFETCH_QUEUE)]
     release, taken, plan = threading.Event(), threading.Event(), cache._plan
 
-    def held_plan(*args):  # the thread holds its first demand until released
+    def held_plan(*args):
         taken.set()
         assert release.wait(30)
         return plan(*args)
 
     cache._plan = held_plan
+    return release, taken
+
+
+def test_prefetches_past_the_queue_are_dropped():
+    cache = comm.PlanCache()
+    cl = collsched.Cluster.parse("h200:2,gpus=4")
+    ms = [collsched.traffic.uniform(8, 64, seed=s) for s in range(3 + comm.cache.PREFETCH_QUEUE)]
+    release, taken = _hold_background_planning(cache)
     assert cache.prefetch(ms[0], cl, "fanout", {}) and taken.wait(30)
     queued = [cache.prefetch(m, cl, "fanout", {}) for m in ms[1:]]
     assert queued == [True] * comm.cache.PREFETCH_QUEUE + [False, False]
@@ -351,32 +364,18 @@ def test_prefetches_past_the_queue_are_dropped():
 
 
 def test_a_prefetch_in_flight_does_not_land_after_clear():
-    import threading
-    import time
-
     cache = comm.PlanCache()
     cl = collsched.Cluster.parse("h200:2,gpus=4")
     ms = [collsched.traffic.zipf(8, 0.9, 64 << 10, seed=s) for s in (1, 2)]
     assert not np.array_equal(ms[1], ms[1].T)  # so its transposed prefetch is planned
-    release, taken, plan = threading.Event(), threading.Event(), cache._plan
-
-    def held_plan(*args):  # the thread holds its first demand until released
-        taken.set()
-        assert release.wait(30)
-        return plan(*args)
-
-    cache._plan = held_plan
+    release, taken = _hold_background_planning(cache)
     assert cache.prefetch(ms[0], cl, "fanout", {}) and taken.wait(30)  # in flight
     assert cache.prefetch(ms[1], cl, "fanout", {}, transpose=True)  # queued behind it
     cache.clear()
     release.set()
     # Waits for the cleared prefetch, finds nothing stored, plans it itself.
     assert cache.get(ms[0], cl, "fanout", {}, wait_s=30)[1] is False
-    deadline = time.time() + 30
-    while not cache._queue.empty() or cache._inflight:
-        assert time.time() < deadline
-        time.sleep(0.01)
-    time.sleep(0.05)  # the thread finishes the item it took
+    _wait_background_idle(cache)
     assert cache.prefetched == 0 and len(cache) == 1  # only the call's own plan
     assert cache.get(np.ascontiguousarray(ms[1].T), cl, "fanout", {})[1] is False
 
