@@ -372,11 +372,16 @@ def test_a_prefetch_in_flight_does_not_land_after_clear():
     assert cache.prefetch(ms[0], cl, "fanout", {}) and taken.wait(30)  # in flight
     assert cache.prefetch(ms[1], cl, "fanout", {}, transpose=True)  # queued behind it
     cache.clear()
+    assert cache.prefetch(ms[0], cl, "fanout", {})  # again: the one in flight will not land
+    release_again, taken_again = _hold_background_planning(cache)  # holds the second one
     release.set()
-    # Waits for the cleared prefetch, finds nothing stored, plans it itself.
-    assert cache.get(ms[0], cl, "fanout", {}, wait_s=30)[1] is False
+    assert taken_again.wait(30)
+    # The first one's end did not unregister the second (a `get` now waits for it).
+    assert cache.key(ms[0], cl, "fanout", {}) in cache._inflight
+    release_again.set()
     _wait_background_idle(cache)
-    assert cache.prefetched == 0 and len(cache) == 1  # only the call's own plan
+    e, hit = cache.get(ms[0], cl, "fanout", {})
+    assert hit and e.prefetched and cache.prefetched == 1 and len(cache) == 1  # the second prefetch only
     assert cache.get(np.ascontiguousarray(ms[1].T), cl, "fanout", {})[1] is False
 
 

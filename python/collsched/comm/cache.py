@@ -185,7 +185,8 @@ class PlanCache:
             pass
         finally:
             with self._lock:
-                self._inflight.pop(key, None)
+                if self._inflight.get(key) is done:  # not a newer prefetch of it, after a `clear`
+                    del self._inflight[key]
             done.set()
 
     @staticmethod
@@ -211,10 +212,12 @@ class PlanCache:
         return len(self._d)
 
     def clear(self) -> None:
-        """Drop every entry. Prefetches queued or in flight still run (a `get` waiting for
-        one is not cut short) but their plans are dropped, not stored."""
+        """Drop every entry. Prefetches queued or in flight before it still run, but their plans
+        are dropped, not stored: a later `get` plans its demand itself rather than wait for
+        one, and the same demand can be prefetched again."""
         with self._lock:
             self._generation += 1
+            self._inflight.clear()
             self._d.clear()
             self.nbytes = 0
             self.hits = self.misses = self.prefetched = 0
