@@ -162,14 +162,17 @@ class PlanCache:
 
     def _prefetch_one(self, key, matrix, cluster, algorithm, options, rank, collective_steps, done,
                       generation) -> None:
+        if generation != self._generation:  # cleared since it was queued: its plan would be dropped
+            if done is not None:
+                done.set()
+            return
         if key is None:  # `transpose`: the demand is known from here on
             t = np.ascontiguousarray(matrix.T)
             if np.array_equal(t, matrix):
                 return
             matrix, key = t, self.key(t, cluster, algorithm, options)
             with self._lock:
-                # Cached, being planned, or cleared since it was queued: nothing to plan.
-                if key in self._d or key in self._inflight or generation != self._generation:
+                if key in self._d or key in self._inflight:
                     return
                 done = self._inflight[key] = threading.Event()
         try:
