@@ -1,0 +1,124 @@
+"""`collsched testbed run | clean | calibrate`: the two-tier fabric on network namespaces (docs/testbed.md)."""
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from typing import Callable, Optional
+
+import typer
+
+from collsched.cli_core import EXIT_BAD_INPUT, _one_line, _stderr, _stdout, reporting_errors
+
+EXIT_INTERRUPTED = 130
+
+
+def testbed_errors(fn: Callable) -> Callable:
+    """TestbedError (not root, no namespaces, a limit of this host, a failed rank) → one line, exit 2;
+    Ctrl-C → one line, exit 130 (the fabric is already gone: teardown runs in `finally`)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        from collsched.testbed.fabric import TestbedError
+
+        try:
+            return fn(*args, **kwargs)
+        except TestbedError as e:
+            print(f"error: {_one_line(e)}", file=sys.stderr)
+            raise typer.Exit(EXIT_BAD_INPUT) from None
+        except KeyboardInterrupt:
+            print("interrupted: ranks stopped, fabric removed", file=sys.stderr)
+            raise typer.Exit(EXIT_INTERRUPTED) from None
+
+    return reporting_errors(wrapper)
+
+
+def format_results(res: dict) -> "object":
+    """A rich Table of a run's results (lower time is better)."""
+    from rich.table import Table
+
+    fab = res["fabric"]
+    t = Table(title=f"Executed on the testbed: {fab['servers']} servers × {fab['gpus']} ranks, NIC "
+                    f"{fab['nic_bps'] * 8 / 1e6:g} Mbit/s, {res['workload']}, mean {res['mean_bytes'] / 2**20:g} MiB "
+                    f"per pair, transport {res['transport']}; median of {res['iters']} rounds, slowest rank",
+              caption="time: lower is better. vs torch = torch's time / this time (above 1 = faster than torch). "
+                      "exec/pred = executed / simulated on the derived cluster (1 = the model is exact). "
+                      f"Lower bound {res['lower_bound_s'] * 1e3:.1f} ms.")
+    for col in ("algorithm", "planned by", "steps", "time ms", "predicted ms", "exec/pred", "algbw GB/s", "vs torch",
+                "output"):
+        t.add_column(col, justify="left" if col in ("algorithm", "planned by") else "right", no_wrap=True)
+    base = next((r["time_s"] for r in res["results"] if r["algorithm"] == "torch"), None)
+    for r in res["results"]:
+        pred = r["predicted_s"]
+        t.add_row(r["algorithm"], r["planned_by"], str(r["steps"] or ""), f"{r['time_s'] * 1e3:.1f}",
+                  "—" if pred is None else f"{pred * 1e3:.1f}",
+                  "—" if pred is None else f"{r['ratio_to_predicted']:.2f}",
+                  f"{r['algbw_gbps']:.4f}", "—" if base is None else f"{base / r['time_s']:.2f}×",
+                  "[green]identical[/green]" if r["identical"] else "[red]DIFFERS[/red]")
+    return t
+
+
+def register(app: typer.Typer) -> None:
+    tb = typer.Typer(help="Two-tier fabric on network namespaces: run plans on shaped NICs (root; docs/testbed.md).",
+                     no_args_is_help=True)
+    app.add_typer(tb, name="testbed")
+
+    @tb.command("run")
+    @testbed_errors
+    def run_cmd(
+        servers: int = typer.Option(2, "--servers", help="emulated servers"),
+        gpus: int = typer.Option(4, "--gpus", help="ranks per server (one emulated NIC each)"),
+        nic: str = typer.Option("200Mbps", "--nic", help="NIC rate per direction (htb), e.g. 200Mbps"),
+        queue: str = typer.Option("256KiB", "--queue", help="bounded queue (bfifo) of every shaped port"),
+        scaleup: str = typer.Option("unshaped", "--scaleup", help="scale-up rate between ranks of a server, or 'unshaped'"),
+        latency: Optional[str] = typer.Option(None, "--latency",
+                                              help="added latency: needs netem, which this kernel lacks (refused)"),
+        workload: str = typer.Option("zipf:0.8", "--workload", help="balanced | uniform | zipf:S | hot:S | path"),
+        mean: str = typer.Option("1MiB", "--mean", help="mean bytes per rank pair"),
+        algorithms: str = typer.Option("torch,fanout,fast,auto", "--algorithms",
+                                       help="comma list; torch = torch.distributed.all_to_all_single"),
+        iters: int = typer.Option(5, "--iters", help="timed rounds (median reported)"),
+        warmup: int = typer.Option(1, "--warmup", help="untimed calls per method first"),
+        transport: str = typer.Option("auto", "--transport", help="collsched's transport (passed through)"),
+        seed: int = typer.Option(0, "--seed", help="workload seed"),
+        timeout: float = typer.Option(300.0, "--timeout", help="deadline of the whole run (s)"),
+        json_out: bool = typer.Option(False, "--json", help="print JSON instead of the table"),
+    ) -> None:
+        """Build the fabric, run each algorithm through the normal runtime, compare with torch, tear down."""
+        from collsched.testbed.fabric import FabricSpec
+        from collsched.testbed.runner import RunConfig, run
+        from collsched.units import parse_bytes
+
+        spec = FabricSpec.from_knobs(servers, gpus, nic, queue, scaleup, latency)
+        if iters < 1 or warmup < 0:
+            raise ValueError(f"--iters must be ≥ 1 and --warmup ≥ 0, got {iters} and {warmup}")
+        cfg = RunConfig(workload=workload, mean=parse_bytes(mean), algorithms=[a.strip() for a in algorithms.split(",")
+                                                                               if a.strip()],
+                        iters=iters, warmup=warmup, transport=transport, seed=seed, timeout_s=timeout)
+        err = _stderr()
+
+        def built(fabric):
+            from collsched.testbed.model import cluster_spec
+
+            err.print(f"fabric {fabric.prefix}: cluster {cluster_spec(spec, cfg.params)}")
+
+        with err.status("building fabric…") as status:
+            res = run(spec, cfg, on_progress=lambda line: status.update(line), on_built=built)
+        if json_out:
+            print(json.dumps(res, indent=1))
+        else:
+            out = _stdout()
+            out.print(f"cluster: {res['cluster']}")
+            out.print(format_results(res))
+        if not all(r["identical"] for r in res["results"]):
+            raise typer.Exit(1)
+
+    @tb.command("clean")
+    @testbed_errors
+    def clean_cmd(all_runs: bool = typer.Option(False, "--all", help="also remove fabrics of runs still alive")) -> None:
+        """Remove the namespaces (and with them veths, bridges, qdiscs) left by runs that died."""
+        from collsched.testbed.fabric import check_available, clean
+
+        check_available()
+        removed = clean(all_runs)
+        print(f"removed {len(removed)} namespace(s)" + (": " + " ".join(removed) if removed else ""))

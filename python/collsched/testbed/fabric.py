@@ -1,0 +1,280 @@
+"""A two-tier fabric from network namespaces on one Linux machine (needs root and iproute2).
+
+Wiring (S servers × G ranks; one network namespace per rank, one for the core switch)::
+
+    rank ns  <prefix>-r<r>                        switch ns  <prefix>-sw
+    ┌──────────────────────────┐                 ┌──────────────────────────┐
+    │ nic 10.99.0.<r+1>/24 ────┼── veth (NIC) ───┼── n<r> ── br0 (bridge) ─ │
+    │   htb: uplink at --nic   │                 │   htb: downlink at --nic │
+    │ u<p> ── veth (scale-up) ─┼── to rank p of the same server (/32 route) │
+    └──────────────────────────┘                 └──────────────────────────┘
+
+Every rank owns one emulated NIC (a veth into the bridge that plays a non-blocking core
+switch), shaped to the NIC rate in both directions (the rank's egress = uplink, the
+bridge's egress towards the rank = downlink) by htb with a bounded bfifo queue, so
+incast really queues and drops and TCP backs off. Ranks of one server are joined pairwise
+by scale-up veths (unshaped, or shaped to ``--scaleup``) with a /32 route to the peer's
+NIC address, so Gloo, bound to ``nic`` (``GLOO_SOCKET_IFNAME``), reaches same-server
+peers over the scale-up path and everyone else through its own NIC. Addresses exist only
+inside these namespaces (10.99.0.0/24 in each run's own namespaces; nothing routes
+outside them), and every name carries the run's prefix ``collsched-<pid>-<hex>`` so
+concurrent runs never collide and ``clean`` can tell a live run's leftovers from a dead one's.
+"""
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import shutil
+import subprocess
+from dataclasses import dataclass
+
+from collsched.units import parse_bandwidth, parse_bytes
+
+NS_PREFIX = "collsched-"
+NETNS_DIR = "/var/run/netns"
+SUBNET = "10.99.0"  # inside the run's namespaces only
+STORE_PORT = 29500  # rank 0's rendezvous store; every run has its own namespaces, so no clash
+
+# What this host can emulate. A rank is a Python process moving bytes through TCP over
+# veth; on a 2-core host the CPU, not the shaper, binds beyond these (docs/testbed.md).
+MIN_NIC_BPS = 125_000  # 1 Mbit/s: below this htb's rate accounting and TCP timers dominate
+MAX_NIC_BPS = 125_000_000  # 1 Gbit/s per emulated NIC
+MAX_RANKS_PER_CORE = 8
+MIN_QUEUE = 16 * 1024  # a few full frames plus one GSO burst
+MAX_QUEUE = 64 * 2**20
+GOODPUT = 0.95  # TCP payload per shaped byte on 1500-byte frames (1448/1514 ≈ 0.956), measured 0.95
+
+
+class TestbedError(RuntimeError):
+    """The testbed cannot run here or with these knobs; the message is one line naming the limit."""
+
+    __test__ = False  # not a pytest test class
+
+
+def _bits(bps: int) -> str:
+    return f"{bps * 8}bit"
+
+
+@dataclass(frozen=True)
+class FabricSpec:
+    """The knobs of one fabric.
+
+    Args:
+        servers: emulated servers S (≥ 1).
+        gpus: ranks per server G (≥ 1); one emulated NIC each.
+        nic_bps: NIC rate per direction, bytes/s of shaped wire (htb rate).
+        queue_bytes: bfifo limit of every shaped queue (bytes).
+        scaleup_bps: scale-up rate per direction between two ranks of a server, or None (unshaped).
+    """
+
+    servers: int
+    gpus: int
+    nic_bps: int
+    queue_bytes: int = 256 * 1024
+    scaleup_bps: int | None = None
+
+    @property
+    def ranks(self) -> int:
+        return self.servers * self.gpus
+
+    @classmethod
+    def from_knobs(cls, servers: int, gpus: int, nic: str | int, queue: str | int = "256KiB",
+                   scaleup: str | int | None = "unshaped", latency: str | None = None) -> "FabricSpec":
+        """Parse and check CLI-style knobs; raise TestbedError naming the limit that is exceeded."""
+        if latency:
+            raise TestbedError(f"--latency {latency!r}: this kernel has no netem qdisc, so latency cannot be emulated; "
+                               "per-transfer latency is measured (calibration), not set")
+        if isinstance(servers, bool) or not isinstance(servers, int) or servers < 1:
+            raise TestbedError(f"--servers must be a positive integer, got {servers!r}")
+        if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
+            raise TestbedError(f"--gpus must be a positive integer, got {gpus!r}")
+        cores = os.cpu_count() or 1
+        max_ranks = min(64, MAX_RANKS_PER_CORE * cores)
+        if servers * gpus > max_ranks:
+            raise TestbedError(f"{servers}×{gpus} = {servers * gpus} ranks is too many for this host: at most {max_ranks} "
+                               f"({MAX_RANKS_PER_CORE} per CPU core × {cores} cores, 64 addresses)")
+        try:
+            nic_bps = parse_bandwidth(nic)
+        except ValueError as e:
+            raise TestbedError(f"--nic: {e}") from None
+        if not MIN_NIC_BPS <= nic_bps <= MAX_NIC_BPS:
+            raise TestbedError(f"--nic {nic}: this host emulates NIC rates from {MIN_NIC_BPS * 8 // 10**6} Mbit/s to "
+                               f"{MAX_NIC_BPS * 8 // 10**6} Mbit/s per NIC (beyond that the CPU, not the shaper, binds)")
+        try:
+            q = parse_bytes(queue)
+        except ValueError as e:
+            raise TestbedError(f"--queue: {e}") from None
+        if not MIN_QUEUE <= q <= MAX_QUEUE:
+            raise TestbedError(f"--queue {queue}: must be between {MIN_QUEUE // 1024} KiB and {MAX_QUEUE >> 20} MiB")
+        up = None
+        if scaleup not in (None, "", "unshaped", "none"):
+            try:
+                up = parse_bandwidth(scaleup)
+            except ValueError as e:
+                raise TestbedError(f"--scaleup: {e} (or 'unshaped')") from None
+            if up < nic_bps:
+                raise TestbedError(f"--scaleup {scaleup}: the scale-up path must be at least the NIC rate ({nic})")
+            if up > 4 * MAX_NIC_BPS:
+                raise TestbedError(f"--scaleup {scaleup}: at most {4 * MAX_NIC_BPS * 8 // 10**9} Gbit/s can be shaped "
+                                   "here; use 'unshaped' for a faster path")
+        return cls(servers, gpus, nic_bps, q, up)
+
+
+def _run(cmd: list[str], stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    p = subprocess.run(cmd, input=stdin, capture_output=True, text=True, timeout=60)
+    if check and p.returncode != 0:
+        err = (p.stderr or p.stdout).strip().splitlines()
+        raise TestbedError(f"{' '.join(cmd[:4])} failed: {err[-1] if err else 'exit ' + str(p.returncode)}")
+    return p
+
+
+def check_available() -> None:
+    """Raise TestbedError (one line) unless this process can build a fabric: root, iproute2, tc, namespaces."""
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        raise TestbedError("the testbed needs root (network namespaces, veths and tc); run as root or use "
+                           "`collsched demo`/`bench` on plain local Gloo ranks")
+    for tool in ("ip", "tc"):
+        if shutil.which(tool) is None:
+            raise TestbedError(f"the testbed needs iproute2's `{tool}`, which is not on PATH")
+    name = f"{NS_PREFIX}{os.getpid()}-probe{secrets.token_hex(2)}"
+    p = _run(["ip", "netns", "add", name], check=False)
+    if p.returncode != 0:
+        raise TestbedError(f"network namespaces are unavailable here: {(p.stderr or '').strip() or 'ip netns add failed'}")
+    _run(["ip", "netns", "del", name], check=False)
+
+
+def new_prefix() -> str:
+    """A run prefix: the owner's pid (so `clean` knows whether it is alive) and a random tag."""
+    return f"{NS_PREFIX}{os.getpid()}-{secrets.token_hex(3)}"
+
+
+def rank_addr(rank: int) -> str:
+    return f"{SUBNET}.{rank + 1}"
+
+
+class Fabric:
+    """A built fabric; ``with Fabric(spec) as f:`` builds it and always tears it down.
+
+    Attributes:
+        spec: the knobs.
+        prefix: every namespace name starts with it.
+    """
+
+    def __init__(self, spec: FabricSpec, prefix: str | None = None):
+        self.spec = spec
+        self.prefix = prefix or new_prefix()
+        self.created: list[str] = []
+
+    def rank_ns(self, rank: int) -> str:
+        return f"{self.prefix}-r{rank}"
+
+    @property
+    def switch_ns(self) -> str:
+        return f"{self.prefix}-sw"
+
+    def namespaces(self) -> list[str]:
+        return [self.switch_ns] + [self.rank_ns(r) for r in range(self.spec.ranks)]
+
+    def _shape(self, dev: str, bps: int) -> list[str]:
+        # htb, not tbf: htb accounts veth's GSO super-packets by bytes instead of dropping them.
+        burst = max(16 * 1024, bps // 500)  # ≥ 2 ms at rate (kernel timer slack)
+        return [f"qdisc add dev {dev} root handle 1: htb default 1",
+                f"class add dev {dev} parent 1: classid 1:1 htb rate {_bits(bps)} ceil {_bits(bps)} "
+                f"burst {burst} cburst {burst} quantum 1514",
+                f"qdisc add dev {dev} parent 1:1 handle 10: bfifo limit {self.spec.queue_bytes}"]
+
+    def build(self) -> "Fabric":
+        s = self.spec
+        G = s.gpus
+        root = []
+        for ns in self.namespaces():
+            root.append(f"netns add {ns}")
+        for r in range(s.ranks):
+            root.append(f"link add nic netns {self.rank_ns(r)} type veth peer name n{r} netns {self.switch_ns}")
+        for r in range(s.ranks):
+            for p in range(r + 1, (r // G + 1) * G):
+                root.append(f"link add u{p} netns {self.rank_ns(r)} type veth peer name u{r} netns {self.rank_ns(p)}")
+        # Record the names before creating anything, so a half-built fabric is torn down too.
+        self.created = self.namespaces()
+        _run(["ip", "-batch", "-"], "\n".join(root) + "\n")
+        sw_ip = ["link add br0 type bridge", "link set br0 up"]
+        sw_tc = []
+        for r in range(s.ranks):
+            sw_ip += [f"link set n{r} master br0", f"link set n{r} up"]
+            sw_tc += self._shape(f"n{r}", s.nic_bps)
+        _run(["ip", "-n", self.switch_ns, "-batch", "-"], "\n".join(sw_ip) + "\n")
+        _run(["tc", "-n", self.switch_ns, "-batch", "-"], "\n".join(sw_tc) + "\n")
+        for r in range(s.ranks):
+            ns = self.rank_ns(r)
+            ip = ["link set lo up", f"addr add {rank_addr(r)}/24 dev nic", "link set nic up"]
+            tc = self._shape("nic", s.nic_bps)
+            for p in range((r // G) * G, (r // G + 1) * G):
+                if p == r:
+                    continue
+                ip += [f"link set u{p} up", f"route add {rank_addr(p)}/32 dev u{p}"]
+                if s.scaleup_bps is not None:
+                    tc += self._shape(f"u{p}", s.scaleup_bps)
+            _run(["ip", "-n", ns, "-batch", "-"], "\n".join(ip) + "\n")
+            _run(["tc", "-n", ns, "-batch", "-"], "\n".join(tc) + "\n")
+        return self
+
+    def teardown(self) -> None:
+        """Delete every namespace of this run (their veths, bridge and qdiscs go with them). Idempotent."""
+        if self.created:
+            delete_namespaces(self.created)
+            self.created = []
+
+    def __enter__(self) -> "Fabric":
+        try:
+            return self.build()
+        except BaseException:
+            self.teardown()
+            raise
+
+    def __exit__(self, *exc) -> None:
+        self.teardown()
+
+
+def list_namespaces() -> list[str]:
+    """Names of every network namespace whose name starts with ``collsched-``."""
+    try:
+        names = os.listdir(NETNS_DIR)
+    except OSError:
+        return []
+    return sorted(n for n in names if n.startswith(NS_PREFIX))
+
+
+def delete_namespaces(names: list[str]) -> None:
+    existing = set(list_namespaces())
+    todo = [n for n in names if n in existing]
+    if todo:
+        # -force: go on past a name another cleaner already removed.
+        _run(["ip", "-force", "-batch", "-"], "".join(f"netns del {n}\n" for n in todo), check=False)
+
+
+_OWNER = re.compile(rf"^{re.escape(NS_PREFIX)}(\d+)-")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def clean(all_runs: bool = False) -> list[str]:
+    """Remove leftover namespaces of earlier runs; returns the names removed.
+
+    Without ``all_runs`` a run whose owning process is still alive is left alone (a
+    concurrent run keeps its fabric)."""
+    victims = []
+    for n in list_namespaces():
+        m = _OWNER.match(n)
+        if all_runs or m is None or not _alive(int(m.group(1))):
+            victims.append(n)
+    delete_namespaces(victims)
+    return victims
