@@ -52,6 +52,11 @@ class TestbedError(RuntimeError):
     __test__ = False  # not a pytest test class
 
 
+def htb_burst(bps: int) -> int:
+    """Bytes htb may send at line speed: at least 2 ms at the rate (kernel timer slack)."""
+    return max(16 * 1024, bps // 500)
+
+
 def _bits(bps: int) -> str:
     return f"{bps * 8}bit"
 
@@ -178,7 +183,7 @@ class Fabric:
 
     def _shape(self, dev: str, bps: int) -> list[str]:
         # htb, not tbf: htb accounts veth's GSO super-packets by bytes instead of dropping them.
-        burst = max(16 * 1024, bps // 500)  # ≥ 2 ms at rate (kernel timer slack)
+        burst = htb_burst(bps)
         return [f"qdisc add dev {dev} root handle 1: htb default 1",
                 f"class add dev {dev} parent 1: classid 1:1 htb rate {_bits(bps)} ceil {_bits(bps)} "
                 f"burst {burst} cburst {burst} quantum 1514",

@@ -1,0 +1,196 @@
+"""The namespace testbed: a real 2×2 fabric (root only; skipped with the reason elsewhere),
+and the knob checks every host can run."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from collsched.testbed import fabric as fab  # noqa: E402
+from collsched.testbed.fabric import Fabric, FabricSpec, TestbedError, list_namespaces  # noqa: E402
+from collsched.testbed.runner import RunConfig, check_algorithms, check_size, make_matrix  # noqa: E402
+
+
+def _why_not() -> str | None:
+    try:
+        fab.check_available()
+    except TestbedError as e:
+        return str(e)
+    return None
+
+
+_REASON = _why_not()
+needs_netns = pytest.mark.skipif(_REASON is not None, reason=f"testbed unavailable: {_REASON}")
+
+
+def _ours(prefix: str) -> list[str]:
+    return [n for n in list_namespaces() if n.startswith(prefix)]
+
+
+# ------------------------------------------------------------------ knobs (any host)
+
+
+@pytest.mark.parametrize("knobs, match", [
+    (dict(servers=2, gpus=4, nic="10Gbps"), r"NIC rates from 1 Mbit/s to 1000 Mbit/s"),
+    (dict(servers=2, gpus=4, nic="100Kbps"), r"NIC rates from 1 Mbit/s"),
+    (dict(servers=64, gpus=8, nic="100Mbps"), r"too many for this host: at most \d+"),
+    (dict(servers=2, gpus=4, nic="100Mbps", latency="1ms"), r"no netem"),
+    (dict(servers=0, gpus=4, nic="100Mbps"), r"--servers must be a positive integer"),
+    (dict(servers=2, gpus=4, nic="fast"), r"--nic: cannot parse"),
+    (dict(servers=2, gpus=4, nic="100Mbps", queue="1KiB"), r"--queue 1KiB: must be between"),
+    (dict(servers=2, gpus=4, nic="100Mbps", scaleup="50Mbps"), r"at least the NIC rate"),
+])
+def test_knobs_the_host_cannot_emulate_are_refused_naming_the_limit(knobs, match):
+    with pytest.raises(TestbedError, match=match):
+        FabricSpec.from_knobs(**knobs)
+
+
+def test_bad_workload_algorithm_and_size_are_one_line_errors():
+    spec = FabricSpec.from_knobs(2, 2, "100Mbps")
+    with pytest.raises(TestbedError, match="--workload: unknown workload 'zipp:1'"):
+        make_matrix(spec, RunConfig(workload="zipp:1"))
+    with pytest.raises(TestbedError, match="unknown algorithm 'fastest'"):
+        check_algorithms(["torch", "fastest"])
+    big = RunConfig(workload="balanced", mean=200 * 2**20)
+    with pytest.raises(TestbedError, match="at most 256 MiB per rank"):
+        check_size(spec, make_matrix(spec, big), big)
+    slow = RunConfig(workload="balanced", mean=40 * 2**20, iters=50)
+    with pytest.raises(TestbedError, match="the testbed runs at most 600 s"):
+        check_size(spec, make_matrix(spec, slow), slow)
+
+
+def test_not_root_is_one_line(monkeypatch):
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    with pytest.raises(TestbedError, match="needs root") as e:
+        fab.check_available()
+    assert "\n" not in str(e.value)
+
+
+def test_prefixes_are_distinct_and_name_the_owner():
+    a, b = fab.new_prefix(), fab.new_prefix()
+    assert a != b and a.startswith(f"collsched-{os.getpid()}-")
+
+
+# ------------------------------------------------------------------ real fabric (root + netns)
+
+
+def send_timing(nbytes: int) -> dict:
+    """Rank worker: rank 0 sends `nbytes` to rank 2 (other server), then to rank 1 (same server)."""
+    import torch.distributed as dist
+
+    rank = dist.get_rank()
+    buf = torch.zeros(nbytes, dtype=torch.uint8) + rank
+    out = {}
+    for peer, name in ((2, "remote"), (1, "local")):
+        dist.barrier()
+        t0 = time.perf_counter()
+        if rank == 0:
+            dist.send(buf, peer)
+        elif rank == peer:
+            dist.recv(buf, 0)
+            assert int(buf[0]) == 0 and int(buf[-1]) == 0
+        out[name] = time.perf_counter() - t0
+    return out
+
+
+def die_midway() -> int:
+    import torch.distributed as dist
+
+    dist.barrier()
+    if dist.get_rank() == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    dist.barrier()  # the survivors wait here for a rank that will never come
+    time.sleep(60)
+    return 0
+
+
+@needs_netns
+def test_2x2_fanout_and_fast_match_torch_and_leave_nothing():
+    from collsched.testbed.runner import run
+
+    spec = FabricSpec.from_knobs(2, 2, "200Mbps")
+    cfg = RunConfig(workload="zipf:0.9", mean=96 * 1024, algorithms=["torch", "fanout", "fast"], iters=1, warmup=1,
+                    timeout_s=60)
+    prefixes = []
+    res = run(spec, cfg, on_built=lambda f: prefixes.append(f.prefix))
+    assert [r["algorithm"] for r in res["results"]] == ["torch", "fanout", "fast"]
+    assert all(r["identical"] for r in res["results"])
+    assert res["cluster"].startswith("custom:2,gpus=2,nics=2")
+    for r in res["results"]:
+        assert r["time_s"] > 0
+        # Nothing finishes faster than the fabric's lower bound at the shaped rate.
+        assert r["time_s"] >= 0.9 * res["lower_bound_s"], r
+    assert res["results"][1]["predicted_s"] > 0
+    assert _ours(prefixes[0]) == []
+
+
+@needs_netns
+def test_shaping_binds_across_servers_and_scaleup_is_faster():
+    from collsched.testbed.launch import run_ranks
+
+    nbytes = 1 << 20
+    spec = FabricSpec.from_knobs(2, 2, "50Mbps")
+    with Fabric(spec) as f:
+        assert len(_ours(f.prefix)) == 5  # 4 ranks + the switch
+        res = run_ranks(f, send_timing, (nbytes,), timeout_s=60)
+    assert _ours(f.prefix) == []
+    # At the shaped rate, less what htb lets through before its bucket runs dry: its burst and
+    # one GSO super-packet (up to 64 KiB) sent on a positive token count.
+    wire = (nbytes - fab.htb_burst(spec.nic_bps) - 64 * 1024) / spec.nic_bps
+    took = max(res[0]["remote"], res[2]["remote"])
+    assert took >= wire, res
+    assert took < 3 * nbytes / spec.nic_bps, res  # and it does run at about the NIC rate
+    assert res[1]["local"] < wire / 2, res  # same server: the unshaped scale-up path, not the NIC
+
+
+@needs_netns
+def test_killed_rank_stops_the_run_quickly_and_leaves_nothing():
+    from collsched.testbed.launch import RankError, run_ranks
+
+    spec = FabricSpec.from_knobs(2, 2, "100Mbps")
+    t0 = time.monotonic()
+    with pytest.raises(RankError, match=r"rank 1 died \(signal 9\)"):
+        with Fabric(spec) as f:
+            run_ranks(f, die_midway, timeout_s=60)
+    assert time.monotonic() - t0 < 30  # not the 60 s deadline
+    assert _ours(f.prefix) == []
+
+
+@needs_netns
+def test_clean_removes_dead_runs_but_not_live_ones():
+    dead = Fabric(FabricSpec.from_knobs(1, 2, "100Mbps"), prefix="collsched-999999999-dead01").build()
+    live = Fabric(FabricSpec.from_knobs(1, 2, "100Mbps")).build()  # owned by this (live) process
+    try:
+        removed = fab.clean()
+        assert set(dead.namespaces()) <= set(removed)
+        assert _ours(dead.prefix) == []
+        assert len(_ours(live.prefix)) == 3
+    finally:
+        dead.teardown()
+        live.teardown()
+    assert _ours(live.prefix) == []
+
+
+@needs_netns
+def test_ctrl_c_tears_the_fabric_down():
+    proc = subprocess.Popen([sys.executable, "-m", "collsched.cli", "testbed", "run", "--servers", "1", "--gpus", "2",
+                             "--nic", "100Mbps", "--workload", "balanced", "--mean", "4MiB", "--algorithms", "torch",
+                             "--iters", "50"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    prefix = f"collsched-{proc.pid}-"
+    deadline = time.monotonic() + 30
+    while not _ours(prefix) and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    assert _ours(prefix), "the fabric never appeared"
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    assert "interrupted" in err and "Traceback" not in err
+    assert _ours(prefix) == []
