@@ -194,3 +194,47 @@ def test_ctrl_c_tears_the_fabric_down():
     assert proc.returncode == 130, err
     assert "interrupted" in err and "Traceback" not in err
     assert _ours(prefix) == []
+
+
+def test_bench_testbed_spec_is_parsed_or_refused():
+    from collsched.testbed.bench import parse_testbed
+
+    s = parse_testbed("2x4,nic=200Mbps,queue=128KiB")
+    assert (s.servers, s.gpus, s.nic_bps, s.queue_bytes, s.scaleup_bps) == (2, 4, 25_000_000, 128 * 1024, None)
+    for bad, match in (("2y4,nic=1Mbps", "expected SERVERSxGPUS"), ("2x4", "nic=RATE is required"),
+                       ("2x4,nic=100Mbps,warp=9", "unknown or empty key 'warp'")):
+        with pytest.raises(TestbedError, match=match):
+            parse_testbed(bad)
+
+
+@needs_netns
+def test_cli_json_has_the_issue_shape():
+    import json
+
+    from typer.testing import CliRunner
+
+    from collsched.cli import _register_all, app
+
+    _register_all()
+    r = CliRunner().invoke(app, ["testbed", "run", "--servers", "2", "--gpus", "2", "--nic", "200Mbps", "--workload",
+                                 "hot:1.2", "--mean", "64KiB", "--algorithms", "torch,auto", "--iters", "1", "--json"])
+    assert r.exit_code == 0, r.output
+    res = json.loads(r.stdout[r.stdout.index("{"):])
+    assert res["cluster"].startswith("custom:2,gpus=2")
+    assert [x["algorithm"] for x in res["results"]] == ["torch", "auto"]
+    for x in res["results"]:
+        assert {"algorithm", "time_s", "predicted_s", "algbw_gbps", "identical"} <= set(x) and x["identical"] is True
+    assert res["results"][0]["predicted_s"] is None and res["results"][1]["predicted_s"] > 0
+
+
+def test_cli_errors_are_one_line(monkeypatch):
+    from typer.testing import CliRunner
+
+    from collsched.cli import _register_all, app
+
+    _register_all()
+    r = CliRunner().invoke(app, ["testbed", "run", "--servers", "40", "--gpus", "8"])
+    assert r.exit_code == 2 and "too many for this host" in r.output and "Traceback" not in r.output
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    r = CliRunner().invoke(app, ["testbed", "run", "--servers", "2", "--gpus", "2", "--mean", "64KiB"])
+    assert r.exit_code == 2 and "needs root" in r.output and len(r.output.strip().splitlines()) == 1

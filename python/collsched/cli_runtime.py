@@ -42,6 +42,8 @@ def register(app: typer.Typer) -> None:
         json_out: Optional[str] = typer.Option(None, "--json", help="also write the rows to this JSON file"),
         planning: bool = typer.Option(False, "--planning",
                                       help="instead: time planning, program compilation and cache hits here"),
+        testbed: Optional[str] = typer.Option(None, "--testbed",
+                                              help="run on the namespace testbed, e.g. 2x4,nic=200Mbps (root; docs/testbed.md)"),
     ) -> None:
         """nccl-tests-style all-to-all benchmark of torch and every collsched algorithm (torchrun or local ranks)."""
         import torch.distributed as dist
@@ -79,7 +81,13 @@ def register(app: typer.Typer) -> None:
             Cluster.parse(cluster)
         if backend not in ("auto", "gloo", "nccl"):
             raise typer.BadParameter(f"unknown backend {backend!r} (known: auto, gloo, nccl)")
-        result = run_bench(cfg, nprocs=nprocs, gpus_per_server=gpus_per_server, backend=backend)
+        if testbed:
+            from collsched.cli_testbed import testbed_errors
+            from collsched.testbed.bench import run_bench_on_testbed
+
+            result = testbed_errors(run_bench_on_testbed)(cfg, testbed)
+        else:
+            result = run_bench(cfg, nprocs=nprocs, gpus_per_server=gpus_per_server, backend=backend)
         if result is None:  # non-zero rank under torchrun
             return
         print(format_table(result))
