@@ -1,0 +1,432 @@
+"""`MoEBuffer`: token-level MoE dispatch and combine over a torch.distributed group.
+
+A dispatch is one count exchange and one or two all-to-alls of packed rows:
+
+1. every rank all-gathers a descriptor: problem code, row shape, and its counts (tokens per
+   expert, units per destination key). Each rank checks every descriptor the same way, so a
+   bad argument anywhere raises the same error everywhere, before any data moves;
+2. hop 1: each unit (one copy per token and destination node with ``dedup="node"``) goes to
+   its hop rank (the node's forwarder chosen by the balancer; a rank is its own node's
+   forwarder), with the token's expert ids and weights for that node packed behind its row;
+3. hop 2 (``dedup="node"`` only, inside each node): the forwarder sends one row per
+   (token, expert) pair to the expert's GPU; the receiver scatters the rows straight into
+   their place in the expert-major output (``plan.place``: the expert-level distribution
+   descriptors as one index).
+
+Combine runs the hops backwards: the expert GPU returns rows to the forwarder, which sums
+them with their weights per token (partial reduction) and sends one vector per token and
+node back; the origin sums the nodes' vectors in token order.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from collsched.comm.errors import CollectiveInputError, resolve_timeout
+from collsched.comm.groups import all_gather_i64, blocking_waits, require_initialized, wait_all
+from collsched.moe.routing import (DEDUP_MODES, SCHEDULES, CallPlan, Layout, hop_pairs, plan_exchange, plan_local)
+
+_IDS = itertools.count(1)
+_FLOAT_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+_DTYPE_CODE = {d: i + 1 for i, d in enumerate(_FLOAT_DTYPES)}
+
+# Problem codes: (code, a, b) travel in the descriptor so every rank words the same error.
+_PROBLEMS = {
+    1: lambda a, b: "x must be a 2-D floating-point tensor [T, H] (float32, float64, float16 or bfloat16)",
+    2: lambda a, b: f"topk_idx must be an int64 tensor [T, K] with T = x.size(0) = {a}",
+    3: lambda a, b: f"topk_idx holds expert id {a}, outside [-1, {b}) (-1 marks no expert)",
+    4: lambda a, b: f"topk_weights must be a float32 tensor of topk_idx's shape [T, K] (T = {a}, K = {b})",
+    5: lambda a, b: f"topk_idx row {a} names expert {b} twice",
+    6: lambda a, b: "x, topk_idx and topk_weights must be on one device",
+    7: lambda a, b: f"y must be the [N, H] expert outputs of this handle: N = {a}, H = {b}, the dispatched dtype",
+    8: lambda a, b: "the handle belongs to another MoEBuffer or is not a dispatch handle",
+    9: lambda a, b: "combine(weighted=True) needs topk_weights, but the dispatch was called without them",
+    10: lambda a, b: f"bad argument ({a})",
+}
+_BAD_ARG_CODES = {"weighted": 1}
+_HDR = 8  # code, a, b, T, H, dtype, K, has_weights
+
+
+def _problem_text(rank: int, code: int, a: int, b: int) -> str:
+    text = _PROBLEMS.get(code, lambda a, b: f"problem #{code}")(a, b)
+    return f"rank {rank}: {text}"
+
+
+@dataclass
+class DispatchHandle:
+    """What combine needs to undo a dispatch. Opaque; pass it back to ``MoEBuffer.combine``."""
+
+    buffer_id: int
+    call_id: int
+    tokens: int  # T on this rank
+    rows: int  # N on this rank
+    hidden: int
+    dtype: torch.dtype
+    topk: int
+    has_weights: bool
+    plan: CallPlan
+    unit_token: torch.Tensor  # [U_out] token of each unit this rank sent in hop 1
+    unit_ids: torch.Tensor  # [U_out, K] expert ids each unit carried (-1 elsewhere)
+    hop_ids: torch.Tensor  # [U_in, K] ids of the units this rank received as a hop
+    hop_weights: torch.Tensor | None  # [U_in, K] float32
+    pair_unit: torch.Tensor  # [P] hop unit of each pair this rank sent in hop 2, in send order
+    pair_k: torch.Tensor  # [P]
+    place_t: torch.Tensor  # [N] output row of each incoming row (on the data's device)
+    buffer: object = field(default=None, repr=False)  # the MoEBuffer (for the autograd functions)
+    row_weights: torch.Tensor | None = field(default=None, repr=False)  # Dispatched.weights (combine's backward)
+
+    @property
+    def internode_rows(self) -> int:
+        """Rows this rank sent across nodes in hop 1 (dispatch; the same come back in combine)."""
+        return self._internode
+
+
+@dataclass
+class Dispatched:
+    """Result of `MoEBuffer.dispatch`.
+
+    Attributes:
+        x (Tensor [N, H], x.dtype): rows for this rank's local experts, expert-major (expert
+            ``e``'s rows contiguous, ascending expert id; inside, by (source rank, token)).
+        weights (Tensor [N] float32 or None): router weight of each row's (token, expert) pair.
+        tokens_per_expert (list[int]): rows per local expert, ascending expert id.
+        handle (DispatchHandle): for `MoEBuffer.combine`.
+    """
+
+    x: torch.Tensor
+    weights: torch.Tensor | None
+    tokens_per_expert: list
+    handle: DispatchHandle = field(repr=False)
+
+
+class MoEBuffer:
+    """Token-level MoE dispatch and combine on a process group (Fusco's design, see docs/moe.md).
+
+    Creating a buffer is collective: every rank of ``group`` must construct it with the same
+    arguments (checked: a disagreement raises the same error on every rank).
+
+    Args:
+        group (ProcessGroup, optional): the expert-parallel group (default: the world).
+        num_experts (int): E, experts over the whole group.
+        cluster (Cluster | str, optional): gives GPUs per node; default ``COLLSCHED_CLUSTER``,
+            else ``LOCAL_WORLD_SIZE`` GPUs per node (as ``collsched.all_to_all_single``).
+        dedup (str): ``"node"`` one copy per token per destination node through forwarders
+            (Fusco), ``"rank"`` one per token per destination rank, ``"none"`` one per
+            (token, expert) pair (the plain all-to-all dispatcher).
+        balance (bool): choose forwarders with Fusco's sort-and-shift balancer; False: the
+            GPU of the same local index (DeepEP's static choice).
+        schedule (str): ``"direct"`` sends hop 1 directly; ``"fast"`` moves hop 1 (the
+            deduplicated node-level matrix) with collsched's FAST plan.
+        placement (sequence of int [E], optional): rank of each expert; default contiguous
+            blocks, expert ``e`` on rank ``e // (E / R)``.
+        timeout (float, optional): seconds each wait may take (default ``COLLSCHED_TIMEOUT_S`` or 60).
+
+    Raises:
+        ValueError: a bad argument on this rank (before any communication), or
+        CollectiveInputError: ranks disagree (raised on every rank).
+    """
+
+    def __init__(self, group=None, num_experts: int = 0, cluster=None, dedup: str = "node", balance: bool = True,
+                 schedule: str = "direct", placement=None, timeout: float | None = None):
+        require_initialized()
+        from collsched.comm.api import resolve_cluster
+
+        self.group = group
+        self.rank = dist.get_rank(group)
+        self.world = dist.get_world_size(group)
+        self.timeout_s = resolve_timeout(timeout)
+        if dedup not in DEDUP_MODES:
+            raise ValueError(f"dedup must be one of {DEDUP_MODES}, got {dedup!r}")
+        if schedule not in SCHEDULES:
+            raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
+        if isinstance(num_experts, bool) or not isinstance(num_experts, (int, np.integer)) or num_experts <= 0:
+            raise ValueError(f"num_experts must be a positive int, got {num_experts!r}")
+        self.cluster = resolve_cluster(cluster, self.world)
+        self.layout = Layout.build(self.world, self.cluster.gpus_per_server, int(num_experts), placement)
+        self.num_experts = int(num_experts)
+        self.dedup, self.balance, self.schedule = dedup, bool(balance), schedule
+        self.id = next(_IDS)
+        self._calls = 0
+        self.last_stats: dict = {}
+        # Every rank must agree on the configuration: one exchange now, none per call.
+        own = self.layout.owner
+        digest = int(np.bitwise_xor.reduce((own * 1000003 + np.arange(own.size)) * 2654435761 % (2**61 - 1))) \
+            if own.size else 0
+        desc = torch.tensor([self.num_experts, DEDUP_MODES.index(dedup), int(self.balance),
+                             SCHEDULES.index(schedule), self.layout.gpus_per_node, digest], dtype=torch.int64)
+        got = all_gather_i64(desc, group, self.timeout_s, "MoEBuffer configuration exchange").numpy()
+        names = ("num_experts", "dedup", "balance", "schedule", "GPUs per node (cluster)", "placement")
+        for col, name in enumerate(names):
+            vals = got[:, col]
+            if (vals != vals[0]).any():
+                bad = int(np.nonzero(vals != vals[0])[0][0])
+                shown = (lambda v: DEDUP_MODES[v]) if col == 1 else (lambda v: SCHEDULES[v]) if col == 3 else int
+                raise CollectiveInputError(
+                    f"ranks disagree on {name}: rank 0 has {shown(int(vals[0]))}, rank {bad} has {shown(int(vals[bad]))}"
+                    if col != 5 else f"ranks disagree on the expert placement (rank 0 vs rank {bad})")
+
+    @property
+    def local_experts(self) -> list:
+        """Global ids of this rank's experts, ascending (the order of `Dispatched.x`'s blocks)."""
+        return self.layout.experts_of[self.rank].tolist()
+
+    # ---------------------------------------------------------------- helpers
+    def _a2a(self, out: torch.Tensor, inp: torch.Tensor, out_splits: list, in_splits: list, what: str,
+             matrix: np.ndarray | None = None) -> None:
+        if self.schedule == "fast" and matrix is not None:
+            from collsched.comm.api import all_to_all_single as cs_a2a
+
+            # Every rank derived the same matrix from the checked exchange: no second check.
+            cs_a2a(out, inp, out_splits, in_splits, group=self.group, algorithm="fast", cluster=self.cluster,
+                   traffic=matrix, checks=False, timeout=self.timeout_s)
+            return
+        work = dist.all_to_all_single(out, inp, out_splits, in_splits, group=self.group, async_op=True)
+        wait_all([work], self.timeout_s, blocking_waits(self.group, inp.device), what)
+
+    def _check_all(self, desc: torch.Tensor, what: str) -> np.ndarray:
+        got = all_gather_i64(desc, self.group, self.timeout_s, what).numpy()
+        bad = np.nonzero(got[:, 0])[0]
+        if bad.size:
+            r = int(bad[0])
+            raise CollectiveInputError(_problem_text(r, int(got[r, 0]), int(got[r, 1]), int(got[r, 2])))
+        return got
+
+    # ---------------------------------------------------------------- dispatch
+    def dispatch(self, x: torch.Tensor, topk_idx: torch.Tensor, topk_weights: torch.Tensor | None = None) -> Dispatched:
+        """Send each token's row to the GPUs of its experts, expert-major on arrival.
+
+        Collective: every rank of the group calls it (a rank without tokens passes T = 0).
+
+        Args:
+            x (Tensor [T, H], float32/float64/float16/bfloat16): this rank's tokens.
+            topk_idx (Tensor [T, K] int64): expert ids per token, -1 = no expert; an id at most once per row.
+            topk_weights (Tensor [T, K] float32, optional): router weights; needed for a weighted combine.
+        Returns:
+            Dispatched: ``.x [N, H]``, ``.weights [N]``, ``.tokens_per_expert``, ``.handle``.
+        Raises:
+            CollectiveInputError: on every rank when any rank's arguments are bad (out-of-range ids,
+                shapes, dtypes, devices) or ranks disagree on H, dtype, K or on passing weights.
+            CommTimeoutError, PeerFailureError: a peer is stuck or gone.
+        """
+        code, a, b = self._validate(x, topk_idx, topk_weights)
+        ok = code == 0
+        lay = self.layout
+        if ok:
+            lp = plan_local(topk_idx, lay, self.dedup)
+            ekeys, kkeys = lp.expert_counts, lp.key_counts
+        else:
+            ekeys = np.zeros(lay.num_experts, np.int64)
+            kkeys = np.zeros(lay.ranks, np.int64)
+        t = int(x.shape[0]) if ok else 0
+        hdr = [code, a, b, t, int(x.shape[1]) if ok else 0, _DTYPE_CODE.get(x.dtype, 0) if ok else 0,
+               int(topk_idx.shape[1]) if ok else 0, int(topk_weights is not None)]
+        desc = torch.from_numpy(np.concatenate([np.asarray(hdr, np.int64), ekeys, kkeys]))
+        got = self._check_all(desc, f"MoE dispatch count exchange on rank {self.rank}")
+        for col, name in ((4, "hidden size H"), (5, "dtype"), (6, "top-k K"), (7, "passing topk_weights")):
+            vals = got[:, col]
+            if (vals != vals[0]).any():
+                j = int(np.nonzero(vals != vals[0])[0][0])
+                raise CollectiveInputError(f"ranks disagree on {name}: rank 0 has {int(vals[0])}, rank {j} has "
+                                           f"{int(vals[j])}" + (" (1 = given)" if col == 7 else ""))
+        e = lay.num_experts
+        plan = plan_exchange(self.rank, lay, self.dedup, self.balance, got[:, _HDR:_HDR + e],
+                             got[:, _HDR + e:_HDR + e + lay.ranks])
+        self._calls += 1
+        x = x.contiguous()
+        dev, dtype, h, k = x.device, x.dtype, x.shape[1], topk_idx.shape[1]
+        has_w = topk_weights is not None
+        row_b = h * x.element_size()
+        w_in = topk_weights.contiguous() if has_w else torch.zeros(topk_idx.shape, dtype=torch.float32, device=dev)
+        # Hop 1: row, then the unit's K expert ids and K weights (metadata with the data).
+        width1 = row_b + 12 * k
+        xb = _rows_u8(x)
+        send1 = torch.cat([xb[lp.unit_token], lp.unit_ids.view(torch.uint8).reshape(-1, 8 * k),
+                           w_in[lp.unit_token].view(torch.uint8).reshape(-1, 4 * k)], dim=1)
+        recv1 = torch.empty((sum(plan.recv1), width1), dtype=torch.uint8, device=dev)
+        self._a2a(recv1, send1, plan.recv1, plan.send1, f"MoE dispatch hop 1 on rank {self.rank}", plan.matrix1)
+        hop_ids = _fresh(recv1[:, row_b:row_b + 8 * k]).view(torch.int64).reshape(-1, k)
+        hop_w = _fresh(recv1[:, row_b + 8 * k:]).view(torch.float32).reshape(-1, k)
+        pu, pk, powner = hop_pairs(hop_ids, lay)
+        # Hop 2 rows: the row and the pair's weight.
+        width2 = row_b + 4
+        send2 = torch.cat([recv1[:, :row_b][pu], _fresh(hop_w[pu, pk]).view(torch.uint8).reshape(-1, 4)], dim=1)
+        if self.dedup == "node":
+            recv2 = torch.empty((sum(plan.recv2), width2), dtype=torch.uint8, device=dev)
+            self._a2a(recv2, send2, plan.recv2, plan.send2, f"MoE dispatch hop 2 on rank {self.rank}")
+        else:
+            recv2 = send2  # the hop is the expert's own GPU
+        n_rows = int(plan.place.size)
+        place_t = torch.from_numpy(plan.place).to(dev)
+        out = torch.empty((n_rows, h), dtype=dtype, device=dev)
+        if out.numel():
+            _rows_u8(out).index_copy_(0, place_t, recv2[:, :row_b])
+        weights = None
+        if has_w:
+            weights = torch.empty(n_rows, dtype=torch.float32, device=dev)
+            weights.index_copy_(0, place_t, _fresh(recv2[:, row_b:]).view(torch.float32).reshape(-1))
+        handle = DispatchHandle(self.id, self._calls, t, n_rows, h, dtype, k, has_w, plan, lp.unit_token,
+                                lp.unit_ids, hop_ids, hop_w if has_w else None, pu, pk, place_t, self, weights)
+        node_of = lambda r: r // lay.gpus_per_node  # noqa: E731
+        handle._internode = int(sum(c for j, c in enumerate(plan.send1) if node_of(j) != node_of(self.rank)))
+        self.last_stats = {"internode_rows": handle._internode, "row_bytes": row_b,
+                           "internode_bytes": handle._internode * row_b}
+        return Dispatched(out, weights, plan.tokens_per_expert, handle)
+
+    def _validate(self, x, idx, w) -> tuple[int, int, int]:
+        if not isinstance(x, torch.Tensor) or x.dim() != 2 or x.dtype not in _FLOAT_DTYPES:
+            return 1, 0, 0
+        t = x.shape[0]
+        if not isinstance(idx, torch.Tensor) or idx.dtype != torch.int64 or idx.dim() != 2 or idx.shape[0] != t \
+                or idx.shape[1] < 1:
+            return 2, t, 0
+        if w is not None and (not isinstance(w, torch.Tensor) or w.dtype != torch.float32 or w.shape != idx.shape):
+            return 4, t, idx.shape[1]
+        if idx.device != x.device or (w is not None and w.device != x.device):
+            return 6, 0, 0
+        if idx.numel():
+            lo, hi = int(idx.min()), int(idx.max())
+            if lo < -1 or hi >= self.num_experts:
+                return 3, (lo if lo < -1 else hi), self.num_experts
+            if idx.shape[1] > 1:
+                s = torch.sort(idx, dim=1).values
+                dup = (s[:, 1:] == s[:, :-1]) & (s[:, 1:] >= 0)
+                if bool(dup.any()):
+                    row = int(dup.any(1).nonzero()[0, 0])
+                    return 5, row, int(s[row, 1:][dup[row]][0])
+        return 0, 0, 0
+
+    # ---------------------------------------------------------------- combine
+    def combine(self, y: torch.Tensor, handle: DispatchHandle, weighted: bool = True) -> torch.Tensor:
+        """Return each token's expert outputs to it and sum them: ``out[t] = Σ_k w_k · y(t, k)``.
+
+        Collective. The forwarder of each node sums its node's outputs for a token (with the
+        weights when ``weighted``) and returns one vector per token and node.
+
+        Args:
+            y (Tensor [N, H], the dispatched dtype): expert outputs, rows as in `Dispatched.x`.
+            handle (DispatchHandle): from this buffer's `dispatch`.
+            weighted (bool): multiply by the router weights (needs ``topk_weights`` at dispatch).
+        Returns:
+            Tensor [T, H]: in the original token order; tokens with no expert are zeros.
+        Raises:
+            CollectiveInputError: on every rank when any rank passes a bad ``y``, a foreign handle,
+                a weighted combine without weights, or ranks pass handles of different calls.
+        """
+        code, a, b = 0, 0, 0
+        if not isinstance(handle, DispatchHandle) or handle.buffer_id != self.id:
+            code = 8
+        elif not isinstance(y, torch.Tensor) or y.dim() != 2 or y.shape[0] != handle.rows or \
+                y.shape[1] != handle.hidden or y.dtype != handle.dtype:
+            code, a, b = 7, handle.rows, handle.hidden
+        elif weighted and not handle.has_weights:
+            code = 9
+        call = handle.call_id if code == 0 else 0
+        got = self._check_all(torch.tensor([code, a, b, call], dtype=torch.int64),
+                              f"MoE combine check on rank {self.rank}")
+        if (got[:, 3] != got[0, 3]).any():
+            raise CollectiveInputError(f"ranks pass handles of different dispatch calls (call ids {got[:, 3].tolist()})")
+        out, _ = self._combine(y, handle, weighted)
+        return out
+
+    def _combine(self, y: torch.Tensor | None, handle: DispatchHandle, weighted: bool,
+                 pair_scalar: torch.Tensor | None = None, hidden: bool = True):
+        """The hops backwards. ``pair_scalar`` [N] float32 (optional) travels back beside the rows
+        and lands at its (token, k) slot: the weight gradient. Returns ([T, H] or None, [T, K] or None)."""
+        plan = handle.plan
+        dev = handle.place_t.device
+        h, k, dtype = handle.hidden, handle.topk, handle.dtype
+        row_b = h * torch.empty(0, dtype=dtype).element_size() if hidden else 0
+        has_s = pair_scalar is not None
+        width2 = row_b + 4 * has_s
+        n_rows = handle.rows
+        parts = []
+        if hidden:
+            parts.append(_rows_u8(y.contiguous())[handle.place_t])
+        if has_s:
+            parts.append(pair_scalar.contiguous()[handle.place_t].view(torch.uint8).reshape(-1, 4))
+        back2 = torch.cat(parts, dim=1) if parts else torch.empty((n_rows, 0), dtype=torch.uint8, device=dev)
+        p = handle.pair_unit.numel()
+        if self.dedup == "node":
+            got2 = torch.empty((p, width2), dtype=torch.uint8, device=dev)
+            self._a2a(got2, back2, plan.send2, plan.recv2, f"MoE combine hop 2 on rank {self.rank}")
+        else:
+            got2 = back2
+        u_in = handle.hop_ids.shape[0]
+        # Partial reduction on the hop: one vector per unit (token and node), summed in float32.
+        width1 = row_b + 4 * k * has_s
+        back1 = torch.empty((u_in, width1), dtype=torch.uint8, device=dev)
+        if hidden:
+            rows = _fresh(got2[:, :row_b]).view(dtype).reshape(p, h).float() if p else \
+                torch.empty((0, h), dtype=torch.float32, device=dev)
+            if weighted:
+                rows = rows * handle.hop_weights[handle.pair_unit, handle.pair_k][:, None]
+            part = torch.zeros((u_in, h), dtype=torch.float32, device=dev)
+            part.index_add_(0, handle.pair_unit, rows)
+            if u_in:
+                back1[:, :row_b] = part.to(dtype).view(torch.uint8).reshape(u_in, row_b)
+        if has_s:
+            grid = torch.zeros((u_in, k), dtype=torch.float32, device=dev)
+            if p:
+                grid[handle.pair_unit, handle.pair_k] = _fresh(got2[:, row_b:]).view(torch.float32).reshape(-1)
+            back1[:, row_b:] = grid.view(torch.uint8).reshape(u_in, 4 * k)
+        u_out = handle.unit_token.numel()
+        got1 = torch.empty((u_out, width1), dtype=torch.uint8, device=dev)
+        self._a2a(got1, back1, plan.send1, plan.recv1, f"MoE combine hop 1 on rank {self.rank}",
+                  plan.matrix1.T.copy() if self.schedule == "fast" else None)
+        out = None
+        if hidden:
+            acc = torch.zeros((handle.tokens, h), dtype=torch.float32, device=dev)
+            if u_out:
+                acc.index_add_(0, handle.unit_token, _fresh(got1[:, :row_b]).view(dtype).reshape(u_out, h).float())
+            out = acc.to(dtype)
+        grad_w = None
+        if has_s:
+            grad_w = torch.zeros((handle.tokens, k), dtype=torch.float32, device=dev)
+            if u_out:
+                vals = _fresh(got1[:, row_b:]).view(torch.float32).reshape(u_out, k)
+                m = handle.unit_ids >= 0
+                tk = m.nonzero()
+                grad_w[handle.unit_token[tk[:, 0]], tk[:, 1]] = vals[tk[:, 0], tk[:, 1]]
+        return out, grad_w
+
+    def _redispatch(self, g: torch.Tensor, handle: DispatchHandle) -> torch.Tensor:
+        """Dispatch rows ``g`` [T, H] along an earlier dispatch's routes (no exchange): the
+        backward of combine. Returns [N, H] in the dispatched layout."""
+        plan = handle.plan
+        dev = handle.place_t.device
+        h, dtype = handle.hidden, g.dtype
+        row_b = h * g.element_size()
+        send1 = _rows_u8(g.contiguous())[handle.unit_token]
+        recv1 = torch.empty((handle.hop_ids.shape[0], row_b), dtype=torch.uint8, device=dev)
+        self._a2a(recv1, send1, plan.recv1, plan.send1, f"MoE backward hop 1 on rank {self.rank}", plan.matrix1)
+        send2 = recv1[handle.pair_unit]
+        if self.dedup == "node":
+            recv2 = torch.empty((handle.rows, row_b), dtype=torch.uint8, device=dev)
+            self._a2a(recv2, send2, plan.recv2, plan.send2, f"MoE backward hop 2 on rank {self.rank}")
+        else:
+            recv2 = send2
+        out = torch.empty((handle.rows, h), dtype=dtype, device=dev)
+        if out.numel():
+            _rows_u8(out).index_copy_(0, handle.place_t, recv2)
+        return out
+
+
+def _fresh(t: torch.Tensor) -> torch.Tensor:
+    """A packed column slice copied into its own dense buffer, so it can be viewed as another dtype."""
+    out = torch.empty(t.shape, dtype=t.dtype, device=t.device)
+    out.copy_(t)
+    return out
+
+
+def _rows_u8(t: torch.Tensor) -> torch.Tensor:
+    """A contiguous [T, H] tensor's rows as bytes [T, H * itemsize] (a view, no copy)."""
+    if t.numel():
+        return t.view(torch.uint8).reshape(t.shape[0], -1)
+    return torch.empty((t.shape[0], t.shape[1] * t.element_size()), dtype=torch.uint8, device=t.device)
+
+
+__all__ = ["MoEBuffer", "Dispatched", "DispatchHandle"]

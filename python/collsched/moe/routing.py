@@ -1,0 +1,245 @@
+"""Routing bookkeeping for MoE dispatch and combine: expert placement, the sort-and-shift
+forwarder balancer (Fusco §3.4, Algorithm 1), and the per-rank plan of one call.
+
+Planning is split in two halves around the one count exchange of a dispatch:
+
+- `plan_local` (before): from this rank's ``topk_idx`` alone, the *units* it sends (one per
+  token and destination node with ``dedup="node"``, per token and destination rank with
+  ``"rank"``, per (token, expert) pair with ``"none"``), in send order, and the counts that
+  describe them to the peers (tokens per expert, units per destination key);
+- `plan_exchange` (after): from every rank's counts, the forwarder table, this rank's split
+  sizes of both hops and, for the receiving side, where each incoming row lands in the
+  expert-major output (Fusco's expert-level distribution descriptors, as one index).
+
+Everything is vectorised (torch on the routing's device for per-token work, numpy for the
+per-rank count matrices), integer-only and deterministic, so every rank derives the same
+forwarders and sizes from the same gathered counts.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+DEDUP_MODES = ("node", "rank", "none")
+SCHEDULES = ("direct", "fast")
+
+
+def default_placement(num_experts: int, ranks: int) -> np.ndarray:
+    """Contiguous blocks: expert ``e`` on rank ``e // (E / R)`` (Megatron's and DeepEP's placement).
+
+    Raises:
+        ValueError: when ``num_experts`` is not a positive multiple of ``ranks``.
+    """
+    if num_experts <= 0 or num_experts % ranks:
+        raise ValueError(f"num_experts must be a positive multiple of the group size {ranks} "
+                         f"(experts sit in equal contiguous blocks), got {num_experts}; pass placement= otherwise")
+    return np.arange(num_experts, dtype=np.int64) // (num_experts // ranks)
+
+
+def check_placement(placement, num_experts: int, ranks: int) -> np.ndarray:
+    """``placement`` as an int64 array of length E with every entry a rank of the group."""
+    if placement is None:
+        return default_placement(num_experts, ranks)
+    if isinstance(placement, torch.Tensor):
+        placement = placement.detach().cpu().numpy()
+    p = np.asarray(placement)
+    if p.ndim != 1 or p.shape[0] != num_experts or not np.issubdtype(p.dtype, np.integer):
+        raise ValueError(f"placement must be {num_experts} integer ranks (one per expert), got shape {p.shape} "
+                         f"and dtype {p.dtype}")
+    if p.size and (p.min() < 0 or p.max() >= ranks):
+        raise ValueError(f"placement entries must be ranks in [0, {ranks}), got values in [{p.min()}, {p.max()}]")
+    return p.astype(np.int64)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The group's shape and the expert placement, as every rank sees it."""
+
+    ranks: int  # R
+    gpus_per_node: int  # G
+    num_experts: int  # E
+    owner: np.ndarray  # [E] rank of each expert
+    local_index: np.ndarray  # [E] position of each expert among its owner's experts (ascending ids)
+    experts_of: tuple  # per rank: np.ndarray of its experts, ascending
+
+    @property
+    def nodes(self) -> int:
+        return self.ranks // self.gpus_per_node
+
+    @staticmethod
+    def build(ranks: int, gpus_per_node: int, num_experts: int, placement=None) -> "Layout":
+        if gpus_per_node <= 0 or ranks % gpus_per_node:
+            raise ValueError(f"{ranks} ranks are not a whole number of nodes of {gpus_per_node} GPUs")
+        owner = check_placement(placement, num_experts, ranks)
+        order = np.lexsort((np.arange(num_experts), owner))
+        counts = np.bincount(owner, minlength=ranks)
+        starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+        local_index = np.empty(num_experts, dtype=np.int64)
+        local_index[order] = np.arange(num_experts) - np.repeat(starts, counts)
+        experts_of = tuple(order[starts[r]:starts[r] + counts[r]] for r in range(ranks))
+        return Layout(ranks, gpus_per_node, num_experts, owner, local_index, experts_of)
+
+
+def balance_forwarders(load: np.ndarray, gpus_per_node: int, balance: bool = True) -> np.ndarray:
+    """Forwarder table ``F[i, s]``: the GPU of node ``s`` that forwards GPU ``i``'s tokens for node ``s``.
+
+    Fusco's Algorithm 1: sort each node's GPUs by cross-node load (descending, ties by
+    index), rotate node ``s``'s order by ``s`` positions, and let position ``p`` of every
+    node form communication group ``p``; the GPUs of a group forward for each other. With
+    ``balance=False``, the static groups of GPUs with the same local index (DeepEP's choice).
+    ``F[i, node(i)] == i``: a GPU is its own node's forwarder.
+
+    Args:
+        load (np.ndarray [R] int): cross-node units each GPU sends.
+        gpus_per_node (int): G; R must be a multiple.
+    Returns:
+        np.ndarray [R, S] int64.
+    """
+    load = np.asarray(load, dtype=np.int64)
+    g = gpus_per_node
+    r = load.shape[0]
+    s_count = r // g
+    if balance:
+        local = load.reshape(s_count, g)
+        # Descending load, ties by local index: a stable sort of the negated loads.
+        perm = np.argsort(-local, axis=1, kind="stable")
+        shift = (np.arange(g)[None, :] - np.arange(s_count)[:, None]) % g
+        shifted = np.take_along_axis(perm, shift, axis=1)  # shifted[s, p] = perm[s, (p - s) mod G]
+        member = shifted + (np.arange(s_count) * g)[:, None]  # member[s, p]: rank in group p on node s
+    else:
+        member = np.tile(np.arange(g), (s_count, 1)) + (np.arange(s_count) * g)[:, None]
+    group_of = np.empty(r, dtype=np.int64)
+    group_of[member.reshape(-1)] = np.tile(np.arange(g), s_count)
+    return member[:, group_of].T.copy()  # F[i, s] = member[s, group_of[i]]
+
+
+@dataclass
+class LocalPlan:
+    """What one rank sends in a dispatch, from its own routing (before any exchange)."""
+
+    unit_token: torch.Tensor  # [U] int64: token of each unit, in send order (by hop rank, then token)
+    unit_ids: torch.Tensor  # [U, K] int64: the unit's expert ids (others -1): the metadata that travels with it
+    unit_key: np.ndarray  # [U] destination key (node, rank or owner) of each unit, ascending
+    expert_counts: np.ndarray  # [E] tokens routed to each expert (pairs)
+    key_counts: np.ndarray  # [R] units per key (node keys use the first S entries)
+
+
+def plan_local(idx: torch.Tensor, layout: Layout, dedup: str) -> LocalPlan:
+    """Units of this rank's tokens for ``dedup``; ``idx`` is a validated [T, K] int64 tensor (-1 = none)."""
+    dev = idx.device
+    t_count, k = idx.shape
+    valid = idx >= 0
+    owner_t = torch.as_tensor(layout.owner, device=dev)
+    own = owner_t[idx.clamp(min=0)] if idx.numel() else idx.clone()
+    e_valid = idx[valid]
+    expert_counts = np.bincount(e_valid.cpu().numpy(), minlength=layout.num_experts).astype(np.int64)
+    key_counts = np.zeros(layout.ranks, dtype=np.int64)
+    if dedup == "none":
+        tk = valid.nonzero()  # (t, k) row-major: by token, then k
+        keys = own[tk[:, 0], tk[:, 1]]
+        order = torch.sort(keys, stable=True).indices
+        tk, keys = tk[order], keys[order]
+        unit_token = tk[:, 0]
+        ids = torch.full((tk.shape[0], k), -1, dtype=torch.int64, device=dev)
+        ids[torch.arange(tk.shape[0], device=dev), tk[:, 1]] = idx[tk[:, 0], tk[:, 1]]
+        keys_np = keys.cpu().numpy()
+        key_counts[:] = np.bincount(keys_np, minlength=layout.ranks)
+        return LocalPlan(unit_token, ids, keys_np, expert_counts, key_counts)
+    if dedup == "node":
+        key = torch.div(own, layout.gpus_per_node, rounding_mode="floor")
+        nkeys = layout.nodes
+    else:
+        key, nkeys = own, layout.ranks
+    key = key.masked_fill(~valid, nkeys)  # masked pairs land in a spare column
+    present = torch.zeros((t_count, nkeys + 1), dtype=torch.bool, device=dev)
+    present.scatter_(1, key, True)
+    present = present[:, :nkeys]
+    kt = present.t().nonzero()  # (key, token), by key then token
+    unit_key, unit_token = kt[:, 0], kt[:, 1]
+    ids = idx[unit_token].masked_fill(key[unit_token] != unit_key[:, None], -1)
+    key_counts[:nkeys] = present.sum(0).cpu().numpy()
+    return LocalPlan(unit_token, ids, unit_key.cpu().numpy(), expert_counts, key_counts)
+
+
+@dataclass
+class CallPlan:
+    """One rank's split sizes and placement index for a dispatch (and, mirrored, its combine)."""
+
+    forwarders: np.ndarray | None  # [R, S] (dedup="node") else None
+    send1: list  # rows this rank sends each rank in hop 1 (to forwarders / owners)
+    recv1: list  # rows it receives from each rank in hop 1
+    send2: list  # hop 2 (node-internal distribution; dedup="node" only, else [])
+    recv2: list
+    place: np.ndarray  # [N] output row of each incoming hop-2 row (message order)
+    tokens_per_expert: list  # per local expert
+    matrix1: np.ndarray  # [R, R] hop-1 rows i -> j (every rank's, for a FAST schedule and the byte count)
+
+
+def plan_exchange(me: int, layout: Layout, dedup: str, balance: bool, expert_counts: np.ndarray,
+                  key_counts: np.ndarray) -> CallPlan:
+    """From every rank's counts (``expert_counts`` [R, E], ``key_counts`` [R, R]), this rank's sizes.
+
+    The receiver's rows arrive from each hop rank ``h`` (ascending) as blocks ordered by
+    (local expert, source rank), each block in the source's token order; ``place`` maps
+    them to the expert-major output, where expert ``e``'s block holds its rows by
+    (source rank, token).
+    """
+    r, g = layout.ranks, layout.gpus_per_node
+    n = expert_counts
+    mine = layout.experts_of[me]
+    c = n[:, mine]  # [R, E_local] rows of source i for my expert e
+    node_of = np.arange(r) // g
+    fwd = None
+    if dedup == "node":
+        s_count = layout.nodes
+        remote = node_of[:, None] != np.arange(s_count)[None, :]
+        load = (key_counts[:, :s_count] * remote).sum(1)
+        fwd = balance_forwarders(load, g, balance)
+        m1 = np.zeros((r, r), dtype=np.int64)
+        np.add.at(m1, (np.repeat(np.arange(r), s_count), fwd.reshape(-1)), key_counts[:, :s_count].reshape(-1))
+        # pairs[i, j]: rows of source i for rank j's experts; they travel hop h = F[i, node(j)] -> j.
+        pairs = np.zeros((r, r), dtype=np.int64)
+        np.add.at(pairs.T, layout.owner, n.T)
+        m2 = np.zeros((r, r), dtype=np.int64)
+        np.add.at(m2, (fwd[:, node_of].reshape(-1), np.tile(np.arange(r), r)), pairs.reshape(-1))
+        hop_of_source = fwd[:, node_of[me]]  # [R] hop through which source i reaches me
+        send2, recv2 = m2[me].tolist(), m2[:, me].tolist()
+    else:
+        m1 = key_counts.copy()
+        hop_of_source = np.full(r, me)
+        send2, recv2 = [], []
+    totals = c.sum(0)
+    base = np.concatenate([[0], np.cumsum(totals)[:-1]]).astype(np.int64)  # [E_local]
+    within = np.cumsum(c, axis=0) - c  # [R, E_local] exclusive prefix over sources
+    e_loc = c.shape[1]
+    # Blocks in message order: by hop, then local expert, then source.
+    src_grid = np.repeat(np.arange(r), e_loc)
+    exp_grid = np.tile(np.arange(e_loc), r)
+    order = np.lexsort((src_grid, exp_grid, hop_of_source[src_grid]))
+    lens = c.reshape(-1)[order]
+    starts = (base[exp_grid] + within.reshape(-1))[order]
+    total = int(lens.sum())
+    offs = np.cumsum(lens) - lens
+    place = np.repeat(starts - offs, lens) + np.arange(total, dtype=np.int64)
+    return CallPlan(fwd, m1[me].tolist(), m1[:, me].tolist(), send2, recv2, place, totals.tolist(), m1)
+
+
+def hop_pairs(ids: torch.Tensor, layout: Layout, me: int | None = None):
+    """Pairs (unit, k) of the units a hop holds, sorted by (owner, local expert); stable, so
+    rows of one expert stay in (source rank, token) order. Returns (unit, k, owner) tensors."""
+    dev = ids.device
+    uk = (ids >= 0).nonzero()
+    e = ids[uk[:, 0], uk[:, 1]]
+    owner_t = torch.as_tensor(layout.owner, device=dev)
+    li = torch.as_tensor(layout.local_index, device=dev)
+    own = owner_t[e]
+    key = own * layout.num_experts + li[e]
+    order = torch.sort(key, stable=True).indices
+    uk = uk[order]
+    return uk[:, 0], uk[:, 1], own[order]
+
+
+__all__ = ["DEDUP_MODES", "SCHEDULES", "Layout", "default_placement", "check_placement", "balance_forwarders",
+           "LocalPlan", "plan_local", "CallPlan", "plan_exchange", "hop_pairs"]
