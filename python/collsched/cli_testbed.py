@@ -41,16 +41,15 @@ def format_results(res: dict) -> "object":
     t = Table(title=f"Executed on the testbed: {fab['servers']} servers × {fab['gpus']} ranks, NIC "
                     f"{fab['nic_bps'] * 8 / 1e6:g} Mbit/s, {res['workload']}, mean {res['mean_bytes'] / 2**20:g} MiB "
                     f"per pair, transport {res['transport']}; median of {res['iters']} rounds, slowest rank",
-              caption="time: lower is better. vs torch = torch's time / this time (above 1 = faster than torch). "
-                      "exec/pred = executed / simulated on the derived cluster (1 = the model is exact). "
+              caption="time: lower is better. speed-up = torch's time / this time (above 1 = faster than torch). "
+                      "sim = simulated on the derived cluster; exec/sim = executed / simulated (1 = the model is exact). "
                       f"Lower bound {res['lower_bound_s'] * 1e3:.1f} ms.")
-    for col in ("algorithm", "planned by", "steps", "time ms", "predicted ms", "exec/pred", "algbw GB/s", "vs torch",
-                "output"):
-        t.add_column(col, justify="left" if col in ("algorithm", "planned by") else "right", no_wrap=True)
+    for col in ("algorithm", "steps", "time ms", "sim ms", "exec/sim", "algbw GB/s", "speed-up", "output"):
+        t.add_column(col, justify="left" if col == "algorithm" else "right", no_wrap=True)
     base = next((r["time_s"] for r in res["results"] if r["algorithm"] == "torch"), None)
     for r in res["results"]:
         pred = r["predicted_s"]
-        t.add_row(r["algorithm"], r["planned_by"], str(r["steps"] or ""), f"{r['time_s'] * 1e3:.1f}",
+        t.add_row(r["algorithm"], str(r["steps"] or ""), f"{r['time_s'] * 1e3:.1f}",
                   "—" if pred is None else f"{pred * 1e3:.1f}",
                   "—" if pred is None else f"{r['ratio_to_predicted']:.2f}",
                   f"{r['algbw_gbps']:.4f}", "—" if base is None else f"{base / r['time_s']:.2f}×",
