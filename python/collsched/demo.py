@@ -145,10 +145,10 @@ def simulate_h200(console, tokens_per_rank: int = 4096, hidden: int = 7168) -> N
 
 
 TESTBED_NIC = "200Mbps"
-TESTBED_MEAN = 2**20  # bytes per rank pair
+TESTBED_MEAN = 2**20  # bytes per rank pair at the default 2048 tokens per rank
 
 
-def run_on_testbed(console, iters: int) -> int:
+def run_on_testbed(console, tokens_per_rank: int, iters: int) -> int:
     """The demo on a 2×4 namespace fabric (caller checked that it can be built)."""
     from rich.panel import Panel
 
@@ -157,12 +157,13 @@ def run_on_testbed(console, iters: int) -> int:
     from collsched.testbed.runner import RunConfig, run
 
     spec = FabricSpec.from_knobs(DEMO_RANKS // DEMO_GPUS_PER_SERVER, DEMO_GPUS_PER_SERVER, TESTBED_NIC)
-    cfg = RunConfig(workload=f"hot:{SKEW}", mean=TESTBED_MEAN, algorithms=[TORCH] + available_algorithms(),
+    mean = max(1024, TESTBED_MEAN * tokens_per_rank // 2048)
+    cfg = RunConfig(workload=f"hot:{SKEW}", mean=mean, algorithms=[TORCH] + available_algorithms(),
                     iters=iters, warmup=1)
     console.print(Panel.fit(
         f"[bold]collsched demo[/bold] on the testbed: {spec.servers} emulated servers × {spec.gpus} ranks, one "
         f"{TESTBED_NIC} NIC per rank (network namespaces + tc), Gloo over TCP\n"
-        f"MoE dispatch, hot experts (Zipf {SKEW}, top-2), {TESTBED_MEAN >> 20} MiB mean per rank pair"))
+        f"MoE dispatch, hot experts (Zipf {SKEW}, top-2), {mean / 2**20:g} MiB mean per rank pair"))
     with console.status("building the fabric…") as status:
         res = run(spec, cfg, on_progress=lambda line: status.update(line))
     console.print(f"cluster model of this fabric: {res['cluster']}")
@@ -191,7 +192,7 @@ def run_demo(tokens_per_rank: int = 2048, iters: int = 7, timeout_s: float = 240
                       f"has no NIC bottleneck, so torch's single call is hard to beat here[/yellow]")
     else:
         t0 = time.perf_counter()
-        code = run_on_testbed(console, min(iters, 5))
+        code = run_on_testbed(console, tokens_per_rank, min(iters, 5))
         simulate_h200(console)
         console.print(f"done in {time.perf_counter() - t0:.1f} s")
         return code
