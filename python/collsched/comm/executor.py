@@ -1,13 +1,24 @@
 """Run any Plan on a torch.distributed process group, for this rank.
 
-Per step: gather each outgoing message (one copy; none for a single segment),
-post all sends and receives of the step in one `batch_isend_irecv`, ordered by
-transfer id on both sides (NCCL matches point-to-point operations by order, Gloo
-by tag: the tag is the transfer id), wait with a timeout, scatter each received
-message into its segments (copy, or add in the tensor's dtype), then run the
-step's local copies. The verifier guarantees transfers of one step never touch
-the same bytes, so this order is safe. On NCCL no step blocks the host: waits
-order the current stream and copies run on it.
+Two orders, by what the backend can do:
+
+- **Gloo, point-to-point (the default there): dependency-driven.** A transfer starts when
+  the transfers of this rank it depends on have completed (`program.rank_deps`), not at a
+  step barrier: see `overlap.py`. Each direction of a rank pair travels on a process group
+  of its own (`duplex.py`), because Gloo moves the two directions of one group's pair one
+  after the other.
+- **Steps** (NCCL point-to-point; the alltoallv and hybrid transports): per step, gather each
+  outgoing message (one copy; none for a single segment), post the step's sends and
+  receives in transfer-id order on both sides (NCCL matches point-to-point operations by
+  order, Gloo by tag: the tag is the transfer id), wait with a timeout, scatter each
+  received message into its segments (copy, or add in the tensor's dtype), run the step's
+  local copies. NCCL needs steps: its operations on one communicator run in issue order
+  and only a group (one batch) runs concurrently, so a batch must hold no dependent pair,
+  which a step guarantees; its waits only order the current stream, so no step blocks the
+  host. all_to_all_single is a collective every rank joins, so those transports need steps too.
+
+The verifier guarantees that conflicting accesses are ordered by deps and by steps, so both
+orders are safe.
 """
 from __future__ import annotations
 
@@ -18,11 +29,12 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from collsched.comm.duplex import router
 from collsched.comm.errors import classify_transport_error, resolve_timeout
-from collsched.comm.groups import blocking_waits, global_ranks, require_initialized, wait_all
+from collsched.comm.groups import blocking_waits, require_initialized, wait_all
+from collsched.comm.overlap import run_overlapped
 from collsched.comm.pool import DEFAULT_POOL, BufferPool
-from collsched.comm.program import (BUFFER_NAMES, OP_COPY, OP_REDUCE_SUM, STAGING_ALIGN, RankProgram,
-                                    compile_rank_program)
+from collsched.comm.program import BUFFER_NAMES, OP_COPY, OP_REDUCE_SUM, RankProgram, compile_rank_program
 
 _TAG_SPACE = 2**31 - 1
 
@@ -78,28 +90,47 @@ TRANSPORTS = ("auto", "p2p", "alltoallv", "hybrid")
 
 
 def choose_transport(transport: str, group, device: torch.device) -> str:
-    """p2p (batch_isend_irecv per step) on NCCL; hybrid on Gloo: dense steps (at least half of
-    the rank pairs talk) as one all_to_all_single, whose pairs Gloo posts from C++ at once,
-    sparse steps (rounds of a permutation, rail-aligned scale-out) as p2p, where an
-    all-to-all would make every rank wake for nothing. Every rank must choose the same."""
+    """"auto" is "p2p" on every backend: on NCCL a batch_isend_irecv per step, on Gloo
+    dependency-driven and full duplex, which on Gloo also beats one all_to_all_single per
+    dense step (the former "hybrid" default; docs/runtime.md has the measurement). Every rank
+    must choose the same."""
     if transport not in TRANSPORTS:
         raise ValueError(f"transport must be one of {TRANSPORTS}, got {transport!r}")
-    if transport != "auto":
-        return transport
-    return "hybrid" if blocking_waits(group, device) else "p2p"
+    return "p2p" if transport == "auto" else transport
 
 
 def execute(plan, input: torch.Tensor, output: torch.Tensor, group=None, *, dtype: torch.dtype | None = None,
             timeout: float | None = None, program: RankProgram | None = None,
-            pool: BufferPool | None = None, transport: str = "auto") -> ExecStats:
+            pool: BufferPool | None = None, transport: str = "auto", overlap: bool = True,
+            duplex: bool = True) -> ExecStats:
     """Execute `plan` for this rank of `group`: read `input`, write `output`.
 
-    Tensors must be contiguous; their bytes are what the plan's offsets index.
-    `dtype` is the element type ReduceSum adds in (default: input's dtype).
-    `timeout` bounds each step's wait (default ``COLLSCHED_TIMEOUT_S`` or 60 s).
-    `transport`: "p2p" (one batch_isend_irecv per step), "alltoallv" (one all_to_all_single
-    per step: every rank joins every step that moves data), "hybrid" (alltoallv for dense
-    steps, p2p for sparse ones) or "auto" (p2p on NCCL, hybrid on Gloo). Every rank of the group must call this with the same plan and transport.
+    Args:
+        plan: a verified Plan for ``group.size()`` ranks.
+        input: contiguous tensor, any shape and dtype; its bytes are what the plan's Input
+            offsets index (at least the plan's input size of this rank).
+        output: contiguous tensor on input's device; at least the plan's output size in bytes.
+        group: the process group (default: the default group).
+        dtype: the element type ReduceSum adds in (default: input's dtype).
+        timeout: seconds any one wait may take (default ``COLLSCHED_TIMEOUT_S`` or 60).
+        program: this rank's compiled program (default: compiled and cached here).
+        pool: where scratch and staging come from (default ``DEFAULT_POOL``).
+        transport: "p2p" (point-to-point messages; dependency-driven on Gloo, a
+            batch_isend_irecv per step on NCCL), "alltoallv" (one all_to_all_single per step:
+            every rank joins every step that moves data), "hybrid" (alltoallv for dense steps,
+            p2p step batches for sparse ones) or "auto" ("p2p").
+        overlap: Gloo p2p only; False runs step by step (a barrier-like wait per step).
+        duplex: Gloo only; False sends both directions of a rank pair on `group` itself.
+
+    Every rank of the group must call this with the same plan, transport, overlap and duplex.
+
+    Returns:
+        ExecStats of this rank.
+
+    Raises:
+        ValueError: sizes, devices or ranks disagree with the plan.
+        CommTimeoutError: a wait ran past `timeout` (names the transfer or step and its peers).
+        PeerFailureError: the transport reported a broken connection.
     """
     require_initialized()
     timeout_s = resolve_timeout(timeout)
@@ -118,11 +149,8 @@ def execute(plan, input: torch.Tensor, output: torch.Tensor, group=None, *, dtyp
     if in_b.device != out_b.device:
         raise ValueError(f"input is on {in_b.device} but output on {out_b.device}")
     red_dtype = dtype if dtype is not None else input.dtype
-    return run_program(prog, in_b, out_b, group, red_dtype, timeout_s, pool or DEFAULT_POOL, transport)
-
-
-def _seg(bufs, b: int, off: int, ln: int) -> torch.Tensor:
-    return bufs[b][off:off + ln]
+    return run_program(prog, in_b, out_b, group, red_dtype, timeout_s, pool or DEFAULT_POOL, transport,
+                       overlap=overlap, duplex=duplex)
 
 
 def needs_collective_steps(transport: str) -> bool:
@@ -131,78 +159,60 @@ def needs_collective_steps(transport: str) -> bool:
 
 
 def run_program(prog: RankProgram, in_b: torch.Tensor, out_b: torch.Tensor, group, dtype: torch.dtype,
-                timeout_s: float, pool: BufferPool, transport: str = "p2p") -> ExecStats:
+                timeout_s: float, pool: BufferPool, transport: str = "p2p", *, overlap: bool = True,
+                duplex: bool = True) -> ExecStats:
+    """Run a compiled program for this rank (what `execute` does after its checks).
+
+    `overlap` and `duplex` apply to point-to-point messages on Gloo: dependency-driven
+    (no step barrier) and one process group per direction. False gives the step-by-step,
+    single-group execution (the benchmark's baselines). NCCL always runs step batches on
+    the group itself (see the module docstring).
+    """
     if needs_collective_steps(transport) and not prog.collective_steps:
         raise ValueError(f"the {transport} transport needs a program compiled with collective_steps=True "
                          f"(this one has only the steps rank {prog.rank} acts in)")
     t0 = time.perf_counter()
     device = in_b.device
     blocking = blocking_waits(group, device)
-    peers = global_ranks(group)
-    merge = blocking and transport in prog.merged
+    route = router(group, timeout_s, duplex=duplex and blocking and transport != "alltoallv")
+    dep_driven = blocking and overlap and transport == "p2p"
+    ov = prog.overlap if dep_driven else None
     # The all_to_all layouts are computed only for the transports that use them.
-    stage_bytes = {"p2p": lambda: prog.staging_bytes, "alltoallv": lambda: prog.a2a_staging_bytes,
+    stage_bytes = {"p2p": lambda: ov.staging_bytes if dep_driven else prog.staging_bytes,
+                   "alltoallv": lambda: prog.a2a_staging_bytes,
                    "hybrid": lambda: max(prog.dense_a2a_staging_bytes, prog.staging_bytes)}[transport]()
-    if merge:
-        stage_bytes = max(stage_bytes, prog.merged_staging_bytes)
     scratch = pool.acquire(prog.scratch_bytes, device) if prog.scratch_bytes else None
     staging = pool.acquire(stage_bytes, device) if stage_bytes else None
     empty = in_b[:0]
     bufs = (in_b, out_b, scratch if scratch is not None else empty)
+    ok = False
     try:
-        if merge:
-            for group_steps in prog.merged[transport]:
-                if transport == "hybrid" and group_steps[0].dense:
-                    _a2a_step(prog, group_steps[0], bufs, staging, group, dtype, timeout_s, blocking)
-                    _locals(group_steps[0], bufs, dtype, group_steps[0].a2a.self_local)
-                else:
-                    _merged_p2p(prog, group_steps, bufs, staging, group, peers, dtype, timeout_s)
-            return ExecStats(steps=prog.active_steps, bytes_sent=prog.bytes_sent, bytes_received=prog.bytes_received,
-                             seconds=time.perf_counter() - t0)
-        for sp in prog.steps:
-            if transport == "alltoallv" or (transport == "hybrid" and sp.dense):
-                skip = -1
-                if sp.a2a is not None:
-                    _a2a_step(prog, sp, bufs, staging, group, dtype, timeout_s, blocking)
-                    skip = sp.a2a.self_local
-                for i, (op, segs) in enumerate(sp.local):
-                    if i == skip:
-                        continue
-                    _apply(op, [bufs[s[2]][s[3]:s[3] + s[4]] for s in segs],
-                           [bufs[s[0]][s[1]:s[1] + s[4]] for s in segs], dtype)
-                continue
-            if sp.p2p_order:
-                ops = []
-                for is_send, m in sp.p2p_order:  # transfer-id order on both sides
-                    if m.stage_off < 0:
-                        b, off, ln, _ = m.segs[0]
-                        msg = bufs[b][off:off + ln]
-                    else:
-                        msg = staging[m.stage_off:m.stage_off + m.nbytes]
-                        if is_send:
-                            torch.cat([bufs[b][off:off + ln] for b, off, ln, _ in m.segs], out=msg)
-                    ops.append(dist.P2POp(dist.isend if is_send else dist.irecv, msg, peers[m.peer], group,
-                                          m.tid % _TAG_SPACE))
-                try:
-                    works = dist.batch_isend_irecv(ops)
-                except RuntimeError as e:
-                    raise classify_transport_error(e, _step_what(prog, sp)) from e
-                wait_all(works, timeout_s, blocking, _step_what(prog, sp) if blocking else "")
-            for m in sp.recvs:
-                if m.stage_off < 0:
+        if dep_driven:
+            run_overlapped(ov, bufs, staging, route, dtype, timeout_s, _apply)
+        else:
+            for sp in prog.steps:
+                if transport == "alltoallv" or (transport == "hybrid" and sp.dense):
+                    skip = -1
+                    if sp.a2a is not None:
+                        _a2a_step(prog, sp, bufs, staging, group, dtype, timeout_s, blocking)
+                        skip = sp.a2a.self_local
+                    _locals(sp, bufs, dtype, skip)
                     continue
-                base = m.stage_off
-                dsts = [bufs[b][off:off + ln] for b, off, ln, _ in m.segs]
-                srcs = [staging[base + mo:base + mo + ln] for _, _, ln, mo in m.segs]
-                _apply(m.op, dsts, srcs, dtype)
-            for op, segs in sp.local:
-                dsts = [bufs[s[2]][s[3]:s[3] + s[4]] for s in segs]
-                srcs = [bufs[s[0]][s[1]:s[1] + s[4]] for s in segs]
-                _apply(op, dsts, srcs, dtype)
+                if sp.p2p_order:
+                    _p2p_step(prog, sp, bufs, staging, route, timeout_s, blocking)
+                for m in sp.recvs:
+                    if m.stage_off < 0:
+                        continue
+                    base = m.stage_off
+                    _apply(m.op, [bufs[b][off:off + ln] for b, off, ln, _ in m.segs],
+                           [staging[base + mo:base + mo + ln] for _, _, ln, mo in m.segs], dtype)
+                _locals(sp, bufs, dtype)
+        ok = True
     finally:
-        if staging is not None:
+        # After a failure a posted receive may still land: its buffers are not reused.
+        if ok and staging is not None:
             pool.release(staging)
-        if scratch is not None:
+        if ok and scratch is not None:
             pool.release(scratch)
     return ExecStats(steps=prog.active_steps, bytes_sent=prog.bytes_sent, bytes_received=prog.bytes_received,
                      seconds=time.perf_counter() - t0)
@@ -215,36 +225,33 @@ def _locals(sp, bufs, dtype, skip: int = -1) -> None:
                    dtype)
 
 
-def _merged_p2p(prog, steps, bufs, staging, group, peers, dtype, timeout_s: float) -> None:
-    """Several conflict-free steps as one batch (blocking backends only: Gloo matches by tag,
-    so peers that did not merge the same steps still pair up)."""
-    ops, recvs, base = [], [], 0
-    for sp in steps:
-        for is_send, m in sp.p2p_order:
-            if m.stage_off < 0:
-                b, off, ln, _ = m.segs[0]
-                msg = bufs[b][off:off + ln]
-            else:
-                msg = staging[base + m.stage_off:base + m.stage_off + m.nbytes]
-                if is_send:
-                    torch.cat([bufs[b][off:off + ln] for b, off, ln, _ in m.segs], out=msg)
-            ops.append(dist.P2POp(dist.isend if is_send else dist.irecv, msg, peers[m.peer], group,
-                                  m.tid % _TAG_SPACE))
-            if not is_send and m.stage_off >= 0:
-                recvs.append((m, msg))
-        base += sp.staging_bytes + STAGING_ALIGN
-    if ops:
-        what = f"collsched steps {steps[0].step}..{steps[-1].step} on rank {prog.rank}"
-        try:
-            works = dist.batch_isend_irecv(ops)
-        except RuntimeError as e:
-            raise classify_transport_error(e, what) from e
-        wait_all(works, timeout_s, True, what)
-    for m, msg in recvs:
-        _apply(m.op, [bufs[b][off:off + ln] for b, off, ln, _ in m.segs], [msg[mo:mo + ln] for _, _, ln, mo in m.segs],
-               dtype)
-    for sp in steps:
-        _locals(sp, bufs, dtype)
+def _p2p_step(prog, sp, bufs, staging, route, timeout_s: float, blocking: bool) -> None:
+    """One step's messages, posted in transfer-id order on both sides (NCCL matches point-to-point
+    operations by order, Gloo by tag: the tag is the transfer id), then waited for. On NCCL one
+    batch_isend_irecv on the group (the wait orders the stream, the host goes on); on Gloo each
+    message on its direction's group."""
+    ops = []
+    for is_send, m in sp.p2p_order:
+        if m.stage_off < 0:
+            b, off, ln, _ = m.segs[0]
+            msg = bufs[b][off:off + ln]
+        else:
+            msg = staging[m.stage_off:m.stage_off + m.nbytes]
+            if is_send:
+                torch.cat([bufs[b][off:off + ln] for b, off, ln, _ in m.segs], out=msg)
+        ops.append((is_send, msg, m))
+    try:
+        if not blocking:
+            works = dist.batch_isend_irecv([dist.P2POp(dist.isend if s else dist.irecv, msg, route.peers[m.peer],
+                                                       route.group, m.tid % _TAG_SPACE) for s, msg, m in ops])
+        else:
+            works = [dist.isend(msg, route.peers[m.peer], group=route.send_group(m.peer), tag=m.tid % _TAG_SPACE)
+                     if s else
+                     dist.irecv(msg, route.peers[m.peer], group=route.recv_group(m.peer), tag=m.tid % _TAG_SPACE)
+                     for s, msg, m in ops]
+    except RuntimeError as e:
+        raise classify_transport_error(e, _step_what(prog, sp)) from e
+    wait_all(works, timeout_s, blocking, _step_what(prog, sp) if blocking else "")
 
 
 def _step_what(prog, sp) -> str:

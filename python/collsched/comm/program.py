@@ -4,11 +4,12 @@
 structured arrays. `compile_rank_program` keeps only what one rank does, step by
 step, as plain Python tuples: the executor's inner loop then does no numpy
 indexing and no decoding. It reads the core's rank view (`Plan._rank_view`), so
-only that rank's transfers are decoded, not the whole plan.
+only that rank's transfers are decoded, not the whole plan. `RankProgram.overlap`
+is the same work as one list of actions in transfer-id order, each with the actions
+of this rank it waits for (`rank_deps`): what the dependency-driven executor runs.
 """
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -93,6 +94,7 @@ class StepProgram:
     sends: list = field(default_factory=list)  # Messages, ascending transfer id
     recvs: list = field(default_factory=list)  # Messages, ascending transfer id
     local: list = field(default_factory=list)  # (op, [(src_buf, src_off, dst_buf, dst_off, len)]) in transfer order
+    local_tids: list = field(default_factory=list)  # transfer id of each `local` entry
     staging_bytes: int = 0
     global_comm: bool = False  # some rank sends in this step (collective transports must join it)
     dense: bool = False  # at least half of all ordered rank pairs talk in this step (same on every rank)
@@ -113,8 +115,8 @@ class StepProgram:
         return isinstance(other, StepProgram) and self._key() == other._key()
 
     def _key(self) -> tuple:
-        return (self.step, self.sends, self.recvs, self.local, self.staging_bytes, self.global_comm, self.dense,
-                self.p2p_order, self._n, self._rank)
+        return (self.step, self.sends, self.recvs, self.local, self.local_tids, self.staging_bytes, self.global_comm,
+                self.dense, self.p2p_order, self._n, self._rank)
 
 
 @dataclass
@@ -133,6 +135,18 @@ class RankProgram:
     # Whether steps every rank joins are marked (`compile_rank_program`'s `collective_steps`):
     # without, `steps` holds only the steps this rank acts in, and only p2p can run it.
     collective_steps: bool = True
+    # (plan, arrays) it was compiled from: `overlap` reads the plan's deps on first use.
+    _source: tuple = field(default=None, repr=False, compare=False)
+
+    @cached_property
+    def overlap(self) -> "OverlapProgram":
+        """This rank's actions in transfer-id order with their dependencies (`rank_deps`),
+        for the dependency-driven executor. Computed on first use: the step transports
+        (NCCL, alltoallv, hybrid) never need it."""
+        plan, arrays = self._source if self._source is not None else (None, None)
+        if plan is None:
+            raise ValueError("this program was built without its plan: compile it with compile_rank_program")
+        return overlap_program(self, rank_deps(plan, self.rank, arrays))
 
     @property
     def active_steps(self) -> int:
@@ -149,18 +163,6 @@ class RankProgram:
         """The same over dense steps only: what the hybrid transport posts as all_to_all."""
         return max([sp.a2a.staging_bytes for sp in self.steps if sp.dense and sp.a2a is not None] or [0])
 
-    @cached_property
-    def merged(self) -> dict:
-        """transport -> [[StepProgram, ...], ...]: consecutive p2p steps whose accesses to this
-        rank's buffers never conflict, posted as one batch on blocking backends (Gloo): "p2p"
-        groups every step, "hybrid" keeps dense steps alone. Computed on first use: NCCL runs
-        never merge, so their compilation skips it."""
-        return _merges(self.steps)
-
-    @cached_property
-    def merged_staging_bytes(self) -> int:
-        return max([sum(sp.staging_bytes for sp in g) + STAGING_ALIGN * len(g)
-                    for groups in self.merged.values() for g in groups] or [0])
 
 
 def _align(x: int) -> int:
@@ -230,6 +232,7 @@ def compile_rank_program(plan, rank: int, arrays: PlanArrays | None = None, *,
         uses_reduce |= op == OP_REDUCE_SUM
         if src == dst:
             sp.local.append((op, segs))
+            sp.local_tids.append(tid)
             continue
         sending = src == rank
         at = 0 if sending else 2  # the sender reads (src_buf, src_off), the receiver writes (dst_buf, dst_off)
@@ -289,6 +292,7 @@ def compile_rank_program(plan, rank: int, arrays: PlanArrays | None = None, *,
         bytes_received=received,
         uses_reduce=uses_reduce,
         collective_steps=collective_steps,
+        _source=(plan, arrays),
     )
 
 
@@ -377,71 +381,135 @@ def _layout(sends: list, recvs: list, n: int) -> AllToAllStep:
     return step
 
 
-class _Intervals:
-    """The union of byte intervals per buffer, as sorted disjoint (start, end) lists, with an
-    overlap query: both O(log k) searches (a linear scan made merging quadratic in a
-    group's accesses). Intervals are never empty (empty segments are dropped)."""
+# --- dependency-driven execution ------------------------------------------------------------
 
-    def __init__(self):
-        self.by_buf: dict = {}
-
-    def add(self, buf: int, lo: int, hi: int) -> None:
-        starts, ends = self.by_buf.setdefault(buf, ([], []))
-        i = bisect_left(ends, lo)  # first interval that ends at or after lo
-        j = bisect_right(starts, hi)  # intervals up to j start at or before hi
-        if i < j:
-            lo, hi = min(lo, starts[i]), max(hi, ends[j - 1])
-        starts[i:j] = [lo]
-        ends[i:j] = [hi]
-
-    def overlaps(self, buf: int, lo: int, hi: int) -> bool:
-        v = self.by_buf.get(buf)
-        if v is None:
-            return False
-        starts, ends = v
-        i = bisect_right(ends, lo)  # the first interval that ends after lo
-        return i < len(starts) and starts[i] < hi
+SEND, RECV, LOCAL = 0, 1, 2
 
 
-def _accesses(sp: StepProgram):
-    """(buf, lo, hi, writes) of everything the step touches on this rank."""
-    for m in sp.sends:
-        for b, off, ln, _ in m.segs:
-            yield b, off, off + ln, False
-    for m in sp.recvs:
-        for b, off, ln, _ in m.segs:
-            yield b, off, off + ln, True
-    for _op, segs in sp.local:
-        for sb, so, db, do, ln in segs:
-            yield sb, so, so + ln, False
-            yield db, do, do + ln, True
+@dataclass(slots=True)
+class Action:
+    """One transfer of this rank for the dependency-driven executor.
+
+    `kind` is SEND, RECV or LOCAL; `msg` the Message (SEND/RECV) or `local` the
+    ``(op, segs)`` of a local copy; `deps` the indices of earlier actions that must
+    complete first; `stage_off` the message's place in the run's staging area (each staged
+    message has its own, since any number may be in flight), -1 when it moves directly
+    from / into the user's buffer.
+    """
+
+    kind: int
+    tid: int
+    msg: Message | None
+    local: tuple | None
+    deps: tuple
+    stage_off: int = -1
 
 
-def _merges(ordered: list) -> dict:
-    """Step groups per transport: "p2p" merges every step, "hybrid" keeps dense steps alone
-    (the same groups when no step is dense, computed once then)."""
-    p2p = _merge_steps(ordered, lambda sp: False)
-    hybrid = _merge_steps(ordered, lambda sp: sp.dense) if any(sp.dense for sp in ordered) else p2p
-    return {"p2p": p2p, "hybrid": hybrid}
+@dataclass
+class OverlapProgram:
+    actions: list  # Action, ascending transfer id (a topological order of `deps`)
+    dependents: list  # per action: indices of the actions that wait for it
+    staging_bytes: int
+    early_recvs: list  # staged receives: safe to post before their deps (only the scatter waits)
 
 
-def _merge_steps(ordered: list, alone) -> list:
-    """Greedy groups of consecutive steps with no read/write or write/write overlap between
-    steps of a group on this rank (Input is never written, so its reads never conflict).
-    Steps for which `alone(sp)` holds form their own group."""
-    groups, reads, writes = [], _Intervals(), _Intervals()
-    for k, sp in enumerate(ordered):
-        if alone(sp):
-            groups.append([sp])  # nothing joins it either, so its accesses need not be kept
-            continue
-        acc = list(_accesses(sp))
-        fits = bool(groups) and not alone(groups[-1][-1]) and len(acc) <= 4096 and not any(
-            writes.overlaps(b, lo, hi) or (w and reads.overlaps(b, lo, hi)) for b, lo, hi, w in acc)
-        if not fits:
-            groups.append([])
-            reads, writes = _Intervals(), _Intervals()
-        groups[-1].append(sp)
-        if k + 1 < len(ordered):  # the last step's accesses are never checked against
-            for b, lo, hi, w in acc:
-                (writes if w else reads).add(b, lo, hi)
-    return groups
+def rank_deps(plan, rank: int, arrays: PlanArrays | None = None) -> dict:
+    """What each transfer of `rank` waits for on `rank`: transfer id -> ascending ids.
+
+    The only source of dependencies for the runtime (the per-rank plan will carry them).
+    A transfer's deps are cut to the transfers `rank` takes part in that move bytes: a dep
+    on another rank's transfer (or on an empty one, which no rank executes) is followed
+    through to its own deps, so the nearest ancestors on this rank stand in for it. That
+    keeps every ordering the verifier proved, which may run through other ranks' transfers
+    (an ancestor, not only a direct dep): both accesses of a conflict on this rank's
+    buffers belong to transfers this rank takes part in, and a path between them leaves
+    one on this rank.
+
+    Args:
+        plan: the Plan (its ``_raw_arrays()`` are read, without copies).
+        rank: the rank, in ``range(plan.num_ranks)``.
+        arrays: the plan's decoded arrays, when at hand (`plan_arrays`).
+
+    Returns:
+        dict: transfer id -> tuple of transfer ids (only transfers with deps appear).
+    """
+    if arrays is None:
+        raw = plan._raw_arrays()
+        t = np.frombuffer(raw["transfers"], dtype=TRANSFER_DTYPE)
+        seg_len = np.frombuffer(raw["segments"], dtype=SEGMENT_DTYPE)["len"]
+        deps = np.frombuffer(raw["deps"], dtype="<u4")
+    else:
+        t, seg_len, deps = arrays.transfers, arrays.segments["len"], arrays.deps
+    if not len(deps):
+        return {}
+    cum = np.concatenate([np.zeros(1, np.uint64), np.cumsum(seg_len, dtype=np.uint64)])
+    moves = cum[t["seg_end"].astype(np.int64)] > cum[t["seg_begin"].astype(np.int64)]
+    on_arr = ((t["src"] == rank) | (t["dst"] == rank)) & moves
+    db, de = t["dep_begin"].astype(np.int64), t["dep_end"].astype(np.int64)
+    on = on_arr.tolist()
+    memo: dict = {}
+
+    def nearest(x: int) -> frozenset:
+        """The nearest ancestors on this rank of transfer x, which is not on it."""
+        stack = [x]
+        while stack:
+            y = stack[-1]
+            if y in memo:
+                stack.pop()
+                continue
+            ds = deps[db[y]:de[y]].tolist()
+            todo = [d for d in ds if not on[d] and d not in memo]
+            if todo:
+                stack.extend(todo)
+                continue
+            acc = set()
+            for d in ds:
+                if on[d]:
+                    acc.add(d)
+                else:
+                    acc |= memo[d]
+            memo[y] = frozenset(acc)
+            stack.pop()
+        return memo[x]
+
+    out = {}
+    for tid in np.nonzero(on_arr & (de > db))[0].tolist():
+        acc = set()
+        for d in deps[db[tid]:de[tid]].tolist():
+            if on[d]:
+                acc.add(d)
+            else:
+                acc |= nearest(d)
+        if acc:
+            out[tid] = tuple(sorted(acc))
+    return out
+
+
+def overlap_program(prog: RankProgram, deps: dict) -> OverlapProgram:
+    """`prog`'s sends, receives and local copies as one list in transfer-id order, each with
+    the indices of the actions it waits for (`deps` as `rank_deps` returns it)."""
+    items = []
+    for sp in prog.steps:
+        for is_send, m in sp.p2p_order:
+            items.append((m.tid, SEND if is_send else RECV, m, None))
+        for tid, loc in zip(sp.local_tids, sp.local):
+            items.append((tid, LOCAL, None, loc))
+    items.sort(key=lambda x: x[0])
+    index = {it[0]: i for i, it in enumerate(items)}
+    actions, dependents, early, at = [], [[] for _ in items], [], 0
+    for i, (tid, kind, msg, loc) in enumerate(items):
+        ds = deps.get(tid, ())
+        try:
+            di = tuple(index[d] for d in ds)
+        except KeyError as e:
+            raise ValueError(f"transfer {tid} of rank {prog.rank} depends on transfer {e.args[0]}, which this "
+                             "rank does not execute (the plan and its deps disagree)") from None
+        for d in di:
+            dependents[d].append(i)
+        off = -1
+        if kind != LOCAL and (len(msg.segs) > 1 or (kind == RECV and msg.op == OP_REDUCE_SUM)):
+            off, at = at, _align(at + msg.nbytes)
+            if kind == RECV:
+                early.append(i)
+        actions.append(Action(kind, tid, msg, loc, di, off))
+    return OverlapProgram(actions, dependents, at, early)
