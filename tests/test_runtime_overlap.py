@@ -2,8 +2,8 @@
 
 Without processes: every rank's `RankProgram.overlap` runs under random schedules (any
 order the deps allow, messages delivered whenever both sides posted them, the sender's
-bytes read at delivery), and the outputs must be the all-to-all; `rank_deps` keeps exactly
-the orderings the plan's deps imply between this rank's transfers.
+bytes read at delivery), and the outputs must be the all-to-all; the actions' deps order every
+conflicting access on a rank and nothing the plan does not order.
 With Gloo ranks: overlapped + full-duplex execution of every algorithm is byte-identical to
 torch's all_to_all_single, and a dependency that never completes ends in a timeout error
 on every rank waiting for it.
@@ -171,11 +171,8 @@ def test_relays_rings_and_reductions_under_random_schedules(seed):
         assert np.array_equal(g.view(np.int64), sum(x[5 * r:5 * r + 5] for x in xs))
 
 
-def _ancestors_on_rank(a, rank):
-    """By definition: for each non-empty transfer of `rank`, the non-empty transfers of `rank`
-    among its ancestors through any path of deps."""
+def _ancestors(a):
     t = a.transfers
-    tb = a.transfer_bytes()
     anc = []
     for tid in range(len(t)):
         s = set()
@@ -183,17 +180,29 @@ def _ancestors_on_rank(a, rank):
             s.add(d)
             s |= anc[d]
         anc.append(s)
-    mine = [k for k in range(len(t)) if (t["src"][k] == rank or t["dst"][k] == rank) and tb[k] > 0]
-    mine_set = set(mine)
-    return {k: anc[k] & mine_set for k in mine}
+    return anc
+
+
+def _touches(a, tid, rank):
+    """(buf, lo, hi, writes) of transfer tid on rank's buffers, by definition."""
+    t = a.transfers[tid]
+    out = []
+    for seg in a.segments[t["seg_begin"]:t["seg_end"]].tolist():
+        sb, so, db, do, ln = seg
+        if ln and t["src"] == rank:
+            out.append((sb, so, so + ln, False))
+        if ln and t["dst"] == rank:
+            out.append((db, do, do + ln, True))
+    return out
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(servers=st.integers(1, 3), gpus=st.sampled_from([1, 2, 4]), seed=st.integers(0, 10_000),
        algorithm=st.sampled_from(ALGORITHMS))
-def test_rank_deps_keep_every_ordering_between_this_ranks_transfers(servers, gpus, seed, algorithm):
-    """The transitive closure of `rank_deps` on a rank equals the ancestor relation of the plan
-    restricted to that rank's transfers: nothing lost, nothing added."""
+def test_overlap_deps_order_every_conflict_and_only_what_the_plan_orders(servers, gpus, seed, algorithm):
+    """On every rank: `rank_deps` is the plan's deps cut to the rank's byte-moving transfers; the
+    actions' deps order (transitively) every two conflicting accesses to the rank's buffers,
+    and every action dep is an ancestor in the plan (so nothing can wait in a cycle)."""
     n = servers * gpus
     m = collsched.traffic.zipf(n, 0.9, 4096, seed=seed)
     m[seed % n, (seed // n) % n] = 0
@@ -202,24 +211,35 @@ def test_rank_deps_keep_every_ordering_between_this_ranks_transfers(servers, gpu
         plans += [S.ring_allgather(n, 64, 4), S.relay_all_to_all(m.tolist(), 4)]
     for plan in plans:
         a = plan_arrays(plan)
+        anc = _ancestors(a)
+        t, tb = a.transfers, a.transfer_bytes()
         for r in range(n):
-            deps = rank_deps(plan, r)
-            assert deps == rank_deps(plan, r, a)
-            want = _ancestors_on_rank(a, r)
-            closure = {}
-            for tid in sorted(want):
-                c = set()
-                for d in deps.get(tid, ()):
-                    c.add(d)
-                    c |= closure[d]
-                closure[tid] = c
-            assert closure == want, f"{plan.algorithm} rank {r}"
+            mine = {k for k in range(len(t)) if (t["src"][k] == r or t["dst"][k] == r) and tb[k] > 0}
+            want = {k: tuple(sorted(d for d in a.deps[t["dep_begin"][k]:t["dep_end"][k]].tolist() if d in mine))
+                    for k in mine}
+            assert rank_deps(plan, r) == {k: v for k, v in want.items() if v} == rank_deps(plan, r, a)
+            ov = compile_rank_program(plan, r).overlap
+            tids = [x.tid for x in ov.actions]
+            assert set(tids) == mine and tids == sorted(tids)
+            before = []  # per action, the actions it waits for transitively
+            for i, act in enumerate(ov.actions):
+                s = set(act.deps)
+                for d in act.deps:
+                    assert tids[d] in anc[act.tid], f"{plan.algorithm} rank {r}: {act.tid} waits for a non-ancestor"
+                    s |= before[d]
+                before.append(s)
+            acc = [_touches(a, k, r) for k in tids]
+            for i in range(len(tids)):
+                for j in range(i):
+                    if any(b1 == b2 and lo1 < hi2 and lo2 < hi1 and (w1 or w2)
+                           for b1, lo1, hi1, w1 in acc[i] for b2, lo2, hi2, w2 in acc[j]):
+                        assert j in before[i], f"{plan.algorithm} rank {r}: {tids[i]} may run before {tids[j]}"
 
 
-def test_a_dep_through_other_ranks_is_followed_to_this_ranks_transfer():
+def test_an_ordering_through_other_ranks_is_kept_by_the_conflict_it_protects():
     """Rank 0 sends its scratch (t1) and later receives into it (t3): that write-after-read is
-    ordered only through 0->1, 1->2, 2->0, and t3's one direct dep (t2) is not rank 0's.
-    Cutting deps to rank 0 would let t3 land before t1 has read; following them does not."""
+    ordered only through 0->1, 1->2, 2->0, and t3's one direct dep (t2) is not rank 0's. The
+    deps cut to rank 0 lose it; the conflict on rank 0's scratch restores it."""
     b = S._B(3)
     t0 = b.add(0, 0, 0, [("input", 0, "scratch", 0, 4)])
     t1 = b.add(0, 1, 1, [("scratch", 0, "scratch", 0, 4)], deps=[t0])
@@ -229,9 +249,13 @@ def test_a_dep_through_other_ranks_is_followed_to_this_ranks_transfer():
     t4 = b.add(0, 0, 4, [("scratch", 0, "output", 0, 4)], deps=[t3])
     assert b.d[b.t[t3]["dep_begin"]:b.t[t3]["dep_end"]] == [t2]
     plan = S._plan("chain", {"kind": "all_gather", "ranks": 3, "shard_bytes": 4}, 3, 3, [4, 4, 4], b.t, b.s, b.d)
-    assert rank_deps(plan, 0) == {t1: (t0,), t3: (t1,), t4: (t3,)}
-    assert rank_deps(plan, 1) == {t2: (t1,)}
-    assert rank_deps(plan, 2) == {t3: (t2,)}
+    assert rank_deps(plan, 0) == {t1: (t0,), t4: (t3,)}
+    ov = compile_rank_program(plan, 0).overlap
+    at = {x.tid: i for i, x in enumerate(ov.actions)}
+    assert at[t1] in ov.actions[at[t3]].deps
+    for seed in range(20):
+        x = [np.arange(4, dtype=np.uint8) + 10 * r for r in range(3)]
+        assert np.array_equal(run_random_schedule(plan, x, seed)[0][:4], x[0])
 
 
 # --- Gloo ranks --------------------------------------------------------------------------------

@@ -6,10 +6,12 @@ step, as plain Python tuples: the executor's inner loop then does no numpy
 indexing and no decoding. It reads the core's rank view (`Plan._rank_view`), so
 only that rank's transfers are decoded, not the whole plan. `RankProgram.overlap`
 is the same work as one list of actions in transfer-id order, each with the actions
-of this rank it waits for (`rank_deps`): what the dependency-driven executor runs.
+of this rank it waits for (`rank_deps` and conflicting accesses): what the
+dependency-driven executor runs.
 """
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -414,26 +416,26 @@ class OverlapProgram:
 
 
 def rank_deps(plan, rank: int, arrays: PlanArrays | None = None) -> dict:
-    """What each transfer of `rank` waits for on `rank`: transfer id -> ascending ids.
+    """The plan's deps between the transfers `rank` takes part in: transfer id -> ascending ids.
 
-    The only source of dependencies for the runtime (the per-rank plan will carry them).
-    A transfer's deps are cut to the transfers `rank` takes part in that move bytes: a dep
-    on another rank's transfer (or on an empty one, which no rank executes) is followed
-    through to its own deps, so the nearest ancestors on this rank stand in for it. That
-    keeps every ordering the verifier proved, which may run through other ranks' transfers
-    (an ancestor, not only a direct dep): both accesses of a conflict on this rank's
-    buffers belong to transfers this rank takes part in, and a path between them leaves
-    one on this rank.
+    The one source of plan dependencies for the runtime (the per-rank plan will carry them):
+    each transfer of `rank` that moves bytes, with its deps cut to the transfers of `rank`
+    that move bytes. A dep on another rank's transfer is that rank's to keep. Orderings
+    that the plan's deps imply only through other ranks' transfers are not here; the ones
+    that matter for the bytes (conflicting accesses to this rank's buffers) are restored
+    from the accesses themselves by `overlap_program`.
 
     Args:
-        plan: the Plan (its ``_raw_arrays()`` are read, without copies).
+        plan: the Plan (its ``_raw_arrays()`` are read without copies).
         rank: the rank, in ``range(plan.num_ranks)``.
         arrays: the plan's decoded arrays, when at hand (`plan_arrays`).
 
     Returns:
-        dict: transfer id -> tuple of transfer ids (only transfers with deps appear).
+        dict: transfer id -> tuple of transfer ids (only transfers with such deps appear).
     """
     if arrays is None:
+        if not plan.num_deps:
+            return {}
         raw = plan._raw_arrays()
         t = np.frombuffer(raw["transfers"], dtype=TRANSFER_DTYPE)
         seg_len = np.frombuffer(raw["segments"], dtype=SEGMENT_DTYPE)["len"]
@@ -442,52 +444,63 @@ def rank_deps(plan, rank: int, arrays: PlanArrays | None = None) -> dict:
         t, seg_len, deps = arrays.transfers, arrays.segments["len"], arrays.deps
     if not len(deps):
         return {}
-    cum = np.concatenate([np.zeros(1, np.uint64), np.cumsum(seg_len, dtype=np.uint64)])
-    moves = cum[t["seg_end"].astype(np.int64)] > cum[t["seg_begin"].astype(np.int64)]
-    on_arr = ((t["src"] == rank) | (t["dst"] == rank)) & moves
+    on = (t["src"] == rank) | (t["dst"] == rank)
     db, de = t["dep_begin"].astype(np.int64), t["dep_end"].astype(np.int64)
-    on = on_arr.tolist()
-    memo: dict = {}
+    mine = np.nonzero(on & (de > db))[0]
+    if not len(mine):
+        return {}
+    cum = np.concatenate([np.zeros(1, np.uint64), np.cumsum(seg_len, dtype=np.uint64)])
+    on &= cum[t["seg_end"].astype(np.int64)] > cum[t["seg_begin"].astype(np.int64)]  # moves bytes
+    mine = mine[on[mine]]
+    counts = de[mine] - db[mine]
+    starts = np.repeat(db[mine] - np.concatenate([[0], np.cumsum(counts)[:-1]]), counts)
+    ids = deps[starts + np.arange(int(counts.sum()))]
+    owner = np.repeat(mine, counts)
+    keep = on[ids]
+    out: dict = {}
+    for o, d in zip(owner[keep].tolist(), ids[keep].tolist()):
+        out.setdefault(o, []).append(d)
+    return {o: tuple(sorted(ds)) for o, ds in out.items()}
 
-    def nearest(x: int) -> frozenset:
-        """The nearest ancestors on this rank of transfer x, which is not on it."""
-        stack = [x]
-        while stack:
-            y = stack[-1]
-            if y in memo:
-                stack.pop()
-                continue
-            ds = deps[db[y]:de[y]].tolist()
-            todo = [d for d in ds if not on[d] and d not in memo]
-            if todo:
-                stack.extend(todo)
-                continue
-            acc = set()
-            for d in ds:
-                if on[d]:
-                    acc.add(d)
-                else:
-                    acc |= memo[d]
-            memo[y] = frozenset(acc)
-            stack.pop()
-        return memo[x]
 
-    out = {}
-    for tid in np.nonzero(on_arr & (de > db))[0].tolist():
-        acc = set()
-        for d in deps[db[tid]:de[tid]].tolist():
-            if on[d]:
-                acc.add(d)
-            else:
-                acc |= nearest(d)
-        if acc:
-            out[tid] = tuple(sorted(acc))
-    return out
+def _accesses(kind: int, msg, local) -> list:
+    """(buf, lo, hi, writes) of an action on this rank's buffers; Input is never written, so
+    its reads can never conflict and are left out."""
+    if kind == LOCAL:
+        acc = [(sb, so, so + ln, False) for sb, so, _db, _do, ln in local[1] if sb != BUF_INPUT]
+        return acc + [(db_, do, do + ln, True) for _sb, _so, db_, do, ln in local[1]]
+    write = kind == RECV
+    return [(b, off, off + ln, write) for b, off, ln, _ in msg.segs if write or b != BUF_INPUT]
+
+
+def _conflicts(accesses: list) -> list:
+    """Per action, the earlier actions it has a conflicting access with (overlapping bytes of one
+    buffer, at least one of the two writing): a sweep over each buffer's intervals by start."""
+    preds = [set() for _ in accesses]
+    by_buf: dict = {}
+    for i, acc in enumerate(accesses):
+        for b, lo, hi, w in acc:
+            by_buf.setdefault(b, []).append((lo, hi, i, w))
+    for ivs in by_buf.values():
+        ivs.sort()
+        active: list = []  # heap of (hi, lo, i, w) still open at the sweep position
+        for lo, hi, i, w in ivs:
+            while active and active[0][0] <= lo:
+                heapq.heappop(active)
+            for _hi, _lo, j, w2 in active:
+                if j != i and (w or w2):
+                    preds[max(i, j)].add(min(i, j))
+            heapq.heappush(active, (hi, lo, i, w))
+    return preds
 
 
 def overlap_program(prog: RankProgram, deps: dict) -> OverlapProgram:
     """`prog`'s sends, receives and local copies as one list in transfer-id order, each with
-    the indices of the actions it waits for (`deps` as `rank_deps` returns it)."""
+    the indices of the actions it waits for: its deps (as `rank_deps` returns them) and every
+    earlier action of this rank it has a conflicting access with. The verifier proves the
+    plan orders each such pair by its deps (possibly through other ranks' transfers) in id
+    order, so adding them keeps the order acyclic, and with them any schedule the actions
+    allow writes what id order writes."""
     items = []
     for sp in prog.steps:
         for is_send, m in sp.p2p_order:
@@ -496,14 +509,15 @@ def overlap_program(prog: RankProgram, deps: dict) -> OverlapProgram:
             items.append((tid, LOCAL, None, loc))
     items.sort(key=lambda x: x[0])
     index = {it[0]: i for i, it in enumerate(items)}
+    preds = _conflicts([_accesses(kind, msg, loc) for _tid, kind, msg, loc in items])
     actions, dependents, early, at = [], [[] for _ in items], [], 0
     for i, (tid, kind, msg, loc) in enumerate(items):
-        ds = deps.get(tid, ())
         try:
-            di = tuple(index[d] for d in ds)
+            di = preds[i].union(index[d] for d in deps.get(tid, ()))
         except KeyError as e:
             raise ValueError(f"transfer {tid} of rank {prog.rank} depends on transfer {e.args[0]}, which this "
                              "rank does not execute (the plan and its deps disagree)") from None
+        di = tuple(sorted(di))
         for d in di:
             dependents[d].append(i)
         off = -1
