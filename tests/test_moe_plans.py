@@ -101,3 +101,67 @@ def test_a_wrong_row_is_caught_by_the_final_state_check():
     with pytest.raises(collsched.VerificationError, match="final state"):
         verify_dispatch_plan(bad, routings, layout, 4)
     assert expected_rows(routings, layout)[0].tolist() == [[0, 0], [1, 0]]
+
+
+def test_simulated_variants_move_the_bytes_their_design_says():
+    from collsched.moe import sim
+
+    c = collsched.Cluster.parse("h100:2,gpus=4,scaleup=480GB/s,nic=50GB/s")
+    counts = sim.route_counts("realistic", 256, 8, 4, 32, 4, seed=3)
+    pairs, node_units, rank_units = counts
+    node = np.arange(8) // 4
+    cross = node[:, None] != node[None, :]
+    row = 64 * 2
+    res = {v: sim.simulate_variant(v, counts, c, 64) for v in sim.VARIANTS}
+    assert res["nccl"]["internode_bytes"] == res["fusco_no_dedup"]["internode_bytes"] == int((pairs * cross).sum()) * row
+    remote_units = int(sum(node_units[i, 1 - node[i]] for i in range(8)))
+    for v in ("deepep", "fusco", "fusco_fast", "fusco_no_fusion", "fusco_no_balancer"):
+        assert res[v]["internode_bytes"] == remote_units * row, v
+    assert res["fusco_fast"]["time_s"] <= res["fusco"]["time_s"]
+    assert res["fusco_no_fusion"]["time_s"] > res["fusco"]["time_s"]  # two permutes more
+    assert res["nccl"]["time_s"] > res["fusco_no_dedup"]["time_s"]  # the permutes nccl pays
+    assert (rank_units <= pairs).all() and (node_units.sum(1) <= rank_units.sum(1)).all()
+
+
+@pytest.mark.parametrize("routing", ["single-node", "imbalanced"])
+def test_routing_generators_follow_their_definition(routing):
+    from collsched.moe import sim
+
+    pairs, node_units, _ = sim.route_counts(routing, 200, 8, 4, 32, 4, seed=1)
+    assert (pairs.sum(1) == 200 * 4).all()
+    if routing == "single-node":
+        assert (node_units.sum(1) == 200).all()  # one node per token
+    else:
+        remote = np.array([node_units[i, 1 - i // 4] for i in range(8)]) / 200
+        assert remote.min() < 0.35 and remote.max() > 0.65  # bimodal per-GPU cross-node load
+
+
+def _cli(*args):
+    import inspect
+
+    import typer
+    from typer.testing import CliRunner
+
+    from collsched import cli_moe
+
+    app = typer.Typer()
+    cli_moe.register(app)
+    kw = {"mix_stderr": False} if "mix_stderr" in inspect.signature(CliRunner).parameters else {}
+    return CliRunner(**kw).invoke(app, [str(a) for a in args], catch_exceptions=False)
+
+
+def test_cli_moe_simulate_json_and_errors():
+    import json
+
+    cmd = ["moe", "simulate", "-c", "h100:2,gpus=4", "--tokens", "128,256", "--experts", "32", "--topk", "4",
+           "--hidden", "64"]
+    out = _cli(*cmd, "--variants", "nccl,deepep,fusco", "--json")
+    assert out.exit_code == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["simulated"] is True and len(doc["rows"]) == 6
+    assert {r["variant"] for r in doc["rows"]} == {"nccl", "deepep", "fusco"}
+    assert all(r["time_s"] > 0 and r["internode_bytes"] > 0 for r in doc["rows"])
+    bad = _cli(*cmd, "--variants", "nope")
+    assert bad.exit_code == 2 and "unknown variant 'nope'" in bad.stderr
+    bad = _cli(*cmd, "--tokens", "0..4")
+    assert bad.exit_code == 2 and "--tokens" in bad.stderr
