@@ -238,7 +238,9 @@ def test_cli_bad_input_exits_2(args):
 def test_huge_matrix_is_refused_before_allocating():
     assert "at most 8192" in rejects(make_workload, "uniform", 100_000, 1000, 0)
     assert "at most 8192" in rejects(traffic.balanced, 2**20, 1)
-    r = _cli("traffic", "--cluster", "h200:131072")
+    r = _cli("traffic", "--cluster", "h200:131072")  # the resource guard, before anything is generated
+    assert r.exit_code == 2 and "32.0 TiB" in r.stderr and "--max-memory" in r.stderr
+    r = _cli("traffic", "--cluster", "h200:131072", "--max-memory", "64TiB", "--max-time", "1e9")  # then the generator's limit
     assert r.exit_code == 2 and "at most 8192" in r.stderr
 
 

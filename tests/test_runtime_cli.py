@@ -62,7 +62,7 @@ def test_cli_bench_writes_json(tmp_path):
 
     _register_all()
     out = tmp_path / "b.json"
-    r = CliRunner().invoke(app, ["bench", "-b", "2KiB", "-e", "2KiB", "-n", "1", "-w", "0", "--nprocs", "4",
+    r = CliRunner().invoke(app, ["bench", "-b", "2KiB", "-e", "2KiB", "-n", "1", "--warmup", "1", "--nprocs", "4",
                                  "--gpus-per-server", "2", "--algorithms", "torch,fanout", "--json", str(out)])
     assert r.exit_code == 0, r.output
     data = json.loads(out.read_text())

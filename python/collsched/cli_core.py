@@ -156,6 +156,31 @@ def _algorithm_help() -> str:
 _ALGORITHMS = _algorithm_help()
 
 
+def _workload_help() -> str:
+    from collsched.workloads import HELP
+
+    return HELP
+
+
+_WORKLOADS = _workload_help()
+# The same flags mean the same thing in every command (docs/cli.md, "Flags").
+MAX_MEMORY_HELP = "refuse work estimated above this much memory (default: half the free memory), e.g. 32GiB"
+MAX_TIME_HELP = "refuse work estimated to take longer than this many seconds (default 3600)"
+
+
+def _guard(est, max_memory: Optional[str], max_time: Optional[float]) -> None:
+    from collsched.guard import check
+
+    check(est, max_memory, max_time)
+
+
+def _guard_cluster(c, max_memory: Optional[str], max_time: Optional[float]) -> None:
+    """Before a matrix is generated: refuse a cluster whose P×P matrix alone is too big."""
+    from collsched.guard import estimate_traffic
+
+    _guard(estimate_traffic(c.num_gpus), max_memory, max_time)
+
+
 def clusters_cmd(json_out: bool = typer.Option(False, "--json", help="print one JSON object instead of a table")) -> None:
     """List the cluster presets with their numbers (spec: NAME:SERVERS[,key=value...])."""
     from collsched import Cluster
@@ -185,16 +210,19 @@ def clusters_cmd(json_out: bool = typer.Option(False, "--json", help="print one 
 
 def traffic_cmd(
     cluster: str = typer.Option(..., "--cluster", "-c", help="cluster spec, e.g. h200:4"),
-    workload: str = typer.Option("uniform", "--workload", "-w", help="balanced | uniform | zipf:<s> | hot:<s> | file.npy/.csv"),
+    workload: str = typer.Option("uniform", "--workload", "-w", help=_WORKLOADS),
     mean: str = typer.Option("64MiB", "--mean", "-m", help="mean bytes per (sender, receiver) pair"),
     seed: int = typer.Option(0, "--seed", help="generator seed"),
     out: Optional[str] = typer.Option(None, "--out", "-o", help="save the matrix (.npy or .csv)"),
     json_out: bool = typer.Option(False, "--json", help="print one JSON object instead of a table"),
+    max_memory: Optional[str] = typer.Option(None, "--max-memory", help=MAX_MEMORY_HELP),
+    max_time: Optional[float] = typer.Option(None, "--max-time", help=MAX_TIME_HELP),
 ) -> None:
     """Generate (or load) a traffic matrix and print its summary: sizes, skew, hash."""
     from collsched import traffic as tr
 
     c = _cluster(cluster)
+    _guard_cluster(c, max_memory, max_time)
     m = _matrix(c, workload, mean, seed)
     info = {"cluster": cluster, "workload": workload, "seed": seed, **tr.summary(m), **_skew(m, c)}
     if out:
@@ -224,21 +252,27 @@ def traffic_cmd(
 
 def plan_cmd(
     cluster: str = typer.Option(..., "--cluster", "-c", help="cluster spec, e.g. h200:4"),
-    algorithm: str = typer.Option(..., "--algorithm", "-a", help=f"all-to-all algorithm: {_ALGORITHMS}"),
-    workload: str = typer.Option("uniform", "--workload", "-w", help="balanced | uniform | zipf:<s> | hot:<s> | file.npy/.csv"),
+    algorithm: str = typer.Option("auto", "--algorithm", "-a", help=f"all-to-all algorithm: {_ALGORITHMS}"),
+    workload: str = typer.Option("uniform", "--workload", "-w", help=_WORKLOADS),
     mean: str = typer.Option("64MiB", "--mean", "-m", help="mean bytes per pair"),
     seed: int = typer.Option(0, "--seed"),
     option: Optional[list[str]] = typer.Option(None, "--option", "-O", help="algorithm knob key=value (repeatable)"),
     out: Optional[str] = typer.Option(None, "--out", "-o", help="write the plan: JSON, or binary for a .bin suffix"),
+    max_memory: Optional[str] = typer.Option(None, "--max-memory", help=MAX_MEMORY_HELP),
+    max_time: Optional[float] = typer.Option(None, "--max-time", help=MAX_TIME_HELP),
 ) -> None:
-    """Plan an all-to-all and print a summary; optionally write the plan."""
+    """Plan an all-to-all (default algorithm: auto, as the runtime) and print a summary; optionally write the plan."""
+    from collsched.guard import estimate_all_to_all, progress
     from collsched.planning import plan_all_to_all, save_plan
 
     c = _cluster(cluster)
     if algorithm not in _known_algorithms():
         raise ValueError(f"unknown algorithm {algorithm!r} (known: {', '.join(_known_algorithms())})")
+    est = estimate_all_to_all(c.num_gpus, [algorithm], simulate=False)
+    _guard(est, max_memory, max_time)
     m = _matrix(c, workload, mean, seed)
-    plan = plan_all_to_all(m, c, algorithm, **_options(option))
+    with progress(est, total=1):
+        plan = plan_all_to_all(m, c, algorithm, options=_options(option))
     if out:
         save_plan(plan, out)
     tiers = plan.bytes_per_tier()
@@ -294,7 +328,7 @@ def _result_row(name: str, plan, r) -> dict:
 
 def simulate_cmd(
     cluster: str = typer.Option(..., "--cluster", "-c", help="cluster spec, e.g. h200:4"),
-    workload: str = typer.Option("uniform", "--workload", "-w", help="balanced | uniform | zipf:<s> | hot:<s> | file.npy/.csv"),
+    workload: str = typer.Option("uniform", "--workload", "-w", help=_WORKLOADS),
     mean: str = typer.Option("64MiB", "--mean", "-m", help="mean bytes per pair"),
     algorithms: Optional[str] = typer.Option(None, "--algorithms", "-a",
                                              help=f"comma-separated from: {_ALGORITHMS}; default: every algorithm that plans"),
@@ -303,10 +337,11 @@ def simulate_cmd(
     warm_connections: bool = typer.Option(False, "--warm-connections",
                                           help="a stream's next piece hides its alpha behind the previous one (NCCL/MSCCL connections)"),
     json_out: bool = typer.Option(False, "--json", help="print exactly one JSON object on stdout"),
+    max_memory: Optional[str] = typer.Option(None, "--max-memory", help=MAX_MEMORY_HELP),
+    max_time: Optional[float] = typer.Option(None, "--max-time", help=MAX_TIME_HELP),
 ) -> None:
     """Plan and simulate an all-to-all with several algorithms; compare against the lower bound."""
-    from rich.progress import Progress
-
+    from collsched.guard import estimate_all_to_all, progress
     from collsched.planning import plan_all_to_all
 
     c = _cluster(cluster)
@@ -318,28 +353,27 @@ def simulate_cmd(
     unknown = [a for a in names if a not in known]
     if unknown:
         raise ValueError(f"unknown algorithm {unknown[0]!r} (known: {', '.join(known)})")
+    est = estimate_all_to_all(c.num_gpus, names, simulate=True)
+    _guard(est, max_memory, max_time)
     m = _matrix(c, workload, mean, seed)
     sim = _sim()
     bound = sim.lower_bound(m, c)
     skew = _skew(m, c)
     err = _stderr()
     results, notes = [], []
-    show_progress = not json_out and err.is_terminal
-    with Progress(console=err, transient=True, disable=not show_progress) as progress:
-        task = progress.add_task("planning and simulating", total=len(names))
+    with progress(est, total=len(names)) as advance:
         for name in names:
-            progress.update(task, description=f"{name}")
             try:
                 plan = plan_all_to_all(m, c, name)
             except ValueError as e:
                 if explicit and not _not_implemented(e):
                     raise ValueError(f"{name}: {_one_line(e)}") from None
                 notes.append(f"skipped {name}: {_one_line(e)}")
-                progress.advance(task)
+                advance(f"{name} skipped")
                 continue
             r = sim.simulate(plan, c, barrier_steps=barrier_steps, warm_connections=warm_connections)
             results.append(_result_row(name, plan, r))
-            progress.advance(task)
+            advance(f"{name} simulated")
     if not results:
         raise ValueError("no algorithm produced a plan: " + "; ".join(notes))
     if json_out:
@@ -400,7 +434,20 @@ def draw_cmd(
         print(f"wrote {links}")
 
 
+def _version(value: bool) -> None:
+    if value:
+        import collsched
+
+        print(f"collsched {collsched.__version__}")
+        raise typer.Exit()
+
+
 def register(app: typer.Typer) -> None:
+    @app.callback()
+    def _main(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                           help="print the version and exit")) -> None:
+        """Plan, verify, simulate and run collective communication on two-tier GPU clusters."""
+
     for name, fn in (("clusters", clusters_cmd), ("traffic", traffic_cmd), ("plan", plan_cmd), ("verify", verify_cmd),
                      ("simulate", simulate_cmd), ("draw", draw_cmd)):
         app.command(name)(reporting_errors(fn))

@@ -9,7 +9,25 @@ from typing import Optional
 
 import typer
 
+from collsched.cli_core import MAX_MEMORY_HELP, MAX_TIME_HELP
+
 COLLECTIVES = ("allgather", "reduce_scatter", "allreduce")
+
+
+def gpu_count(topology: str) -> int:
+    """GPUs of a ``--topology`` argument, without building the graph where it is a cluster spec
+    (so an oversized spec is refused before anything big is built)."""
+    import os
+
+    from collsched import Cluster, forest
+
+    t = topology.strip()
+    if not t.startswith("{") and not t.lower().endswith(".json") and not os.path.isfile(t):
+        try:
+            return Cluster.parse(t).num_gpus
+        except ValueError:
+            pass  # a forest-only preset, or a bad spec that as_graph reports
+    return int(forest.as_graph(topology).num_compute)
 
 
 def _gbps(bytes_per_s) -> float:
@@ -39,6 +57,8 @@ def summary(topology: str, k: Optional[int]) -> tuple[dict, object, object]:
     from collsched import forest
 
     graph = forest.as_graph(topology)
+    if topology.strip().startswith("{"):
+        topology = f"{graph.name} (JSON, {graph.num_compute} GPUs)"  # not the whole JSON as a title
     opt = forest.optimal(graph)
     sched = forest.schedule(graph, k=k)
     exact = Fraction(opt["algbw_exact"])  # bytes/s
@@ -228,9 +248,11 @@ def draw_tree(s: dict, tree_index: int, path: Path, graph) -> None:
 def register(app: typer.Typer) -> None:
     @app.command("forest")
     def forest_cmd(
-        topology: str = typer.Option(..., "--topology", "-t", help="topology: a preset such as mi250:2, a100:2, h100:4 (or any cluster spec)"),
+        topology: str = typer.Option(..., "--topology", "-t", "--cluster", "-c",
+                                     help="a preset such as mi250:2, a100:2, h100:4, any cluster spec, "
+                                          "a graph JSON file (topo.json) or inline JSON"),
         k: Optional[int] = typer.Option(None, "--k", min=1, help="trees per root (default: the optimal k)"),
-        collective: str = typer.Option("allgather", "--collective", "-c", help="allgather, reduce_scatter or allreduce (for --xml)"),
+        collective: str = typer.Option("allgather", "--collective", help="allgather, reduce_scatter or allreduce (for --xml)"),
         xml: Optional[Path] = typer.Option(None, "--xml", help="write the schedule as MSCCL XML to this file"),
         channels: Optional[int] = typer.Option(None, "--channels", min=1, max=32, help="MSCCL channels for parallel trees (--xml)"),
         pieces: int = typer.Option(1, "--pieces", min=1, max=64, help="pipeline pieces per tree in the XML (--xml; at most 64 steps per threadblock)"),
@@ -238,12 +260,19 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="print the summary as JSON"),
         draw: Optional[Path] = typer.Option(None, "--draw", help="draw one tree over the topology to this PNG"),
         tree: int = typer.Option(0, "--tree", min=0, help="which tree --draw shows"),
+        max_memory: Optional[str] = typer.Option(None, "--max-memory", help=MAX_MEMORY_HELP),
+        max_time: Optional[float] = typer.Option(None, "--max-time", help=MAX_TIME_HELP),
     ):
         """ForestColl: optimal allgather bandwidth, bottleneck cut and spanning trees for a topology."""
+        from collsched.guard import check, estimate_forest, progress
+
         if collective not in COLLECTIVES:
             raise typer.BadParameter(f"--collective must be one of {', '.join(COLLECTIVES)}, got {collective!r}")
         try:
-            s, graph, sched = summary(topology, k)
+            est = estimate_forest(gpu_count(topology))
+            check(est, max_memory, max_time)
+            with progress(est, enabled=not as_json):
+                s, graph, sched = summary(topology, k)
             nranks = s["gpus"]
             if xml is not None:
                 text, problems = export_xml(sched, collective, nranks, channels, pieces, split_multiplicity)

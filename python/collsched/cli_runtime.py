@@ -6,7 +6,28 @@ from typing import Optional
 
 import typer
 
-from collsched.cli_core import reporting_errors
+from collsched.cli_core import _WORKLOADS, reporting_errors
+
+
+def _stream(line: str) -> bool:
+    """Print a header or row a bench rank streamed (``bench.emit``); True when it was one."""
+    from collsched.bench import format_header, format_row
+
+    kind, _, payload = line.partition(" ")
+    if kind == "bench-header":
+        print(format_header(json.loads(payload)), flush=True)
+    elif kind == "bench-row":
+        print(format_row(json.loads(payload), None), flush=True)
+    else:
+        return False
+    return True
+
+
+def _printed_by_rank0() -> bool:
+    """Under torchrun rank 0 prints its rows itself as they finish (``bench.emit``)."""
+    import os
+
+    return "RANK" in os.environ and "WORLD_SIZE" in os.environ and "MASTER_ADDR" in os.environ
 
 
 def register(app: typer.Typer) -> None:
@@ -26,31 +47,31 @@ def register(app: typer.Typer) -> None:
         min_bytes: str = typer.Option("1MiB", "-b", "--minbytes", help="smallest size (bytes per rank)"),
         max_bytes: str = typer.Option("16MiB", "-e", "--maxbytes", help="largest size (bytes per rank)"),
         factor: int = typer.Option(4, "-f", "--stepfactor", help="multiply the size by this each step"),
-        workload: str = typer.Option("balanced", "--workload",
-                                     help="balanced | uniform | zipf:S | hot:S | path to a P×P matrix (.npy/.txt)"),
-        warmup: int = typer.Option(2, "-w", "--warmup_iters", help="warm-up calls"),
-        iters: int = typer.Option(5, "-n", "--iters", help="timed calls"),
-        rounds: int = typer.Option(1, "-r", "--rounds", help="interleaved rounds over all methods; best kept"),
-        algorithms: str = typer.Option("", "--algorithms", help="comma list (torch = torch's own); default all"),
+        workload: str = typer.Option("balanced", "--workload", "-w", help=_WORKLOADS + " (a P×P matrix)"),
+        warmup: int = typer.Option(2, "--warmup", "--warmup_iters", help="warm-up calls per method (at least 1)"),
+        iters: int = typer.Option(5, "-n", "--iters", help="timed calls per method (at least 1)"),
+        rounds: int = typer.Option(1, "-r", "--rounds", help="interleaved rounds over all methods; best kept (at least 1)"),
+        algorithms: str = typer.Option("", "--algorithms", "-a",
+                                       help="comma list (torch = torch's own); default torch, every algorithm, auto"),
         dtype: str = typer.Option("float32", "--dtype", help="float32 | float16 | bfloat16 | int32 | int64 | uint8"),
-        cluster: str = typer.Option("", "--cluster", help="cluster spec to plan for (default from LOCAL_WORLD_SIZE)"),
+        cluster: str = typer.Option("", "--cluster", "-c", help="cluster spec to plan for (default from LOCAL_WORLD_SIZE)"),
         nprocs: int = typer.Option(8, "--nprocs", help="local ranks to spawn when not under torchrun"),
         gpus_per_server: int = typer.Option(4, "--gpus-per-server", help="emulated GPUs per server (local spawn)"),
         backend: str = typer.Option("auto", "--backend",
                                     help="local spawn: gloo | nccl | auto (nccl when this machine has a CUDA GPU)"),
         check: bool = typer.Option(True, "--check/--no-check", help="count wrong output elements"),
-        json_out: Optional[str] = typer.Option(None, "--json", help="also write the rows to this JSON file"),
+        out: Optional[str] = typer.Option(None, "--out", "-o", help="also write the rows to this JSON file"),
+        json_out: Optional[str] = typer.Option(None, "--json", hidden=True, help="old name of --out"),
         planning: bool = typer.Option(False, "--planning",
                                       help="instead: time planning, program compilation and cache hits here"),
         testbed: Optional[str] = typer.Option(None, "--testbed",
                                               help="run on the namespace testbed, e.g. 2x4,nic=200Mbps (root; docs/testbed.md)"),
     ) -> None:
         """nccl-tests-style all-to-all benchmark of torch and every collsched algorithm (torchrun or local ranks)."""
-        import torch.distributed as dist
-
-        from collsched.bench import DTYPES, BenchConfig, format_table, run_bench
+        from collsched.bench import BenchConfig, format_footer, format_table, run_bench
         from collsched.units import parse_bytes
 
+        json_out = out or json_out
         if planning:
             from collsched.bench import format_planning, planning_times
 
@@ -60,18 +81,15 @@ def register(app: typer.Typer) -> None:
                 with open(json_out, "w") as f:
                     json.dump(rows, f, indent=1)
             return
-        if dtype not in DTYPES:
-            raise typer.BadParameter(f"unknown dtype {dtype!r} (known: {', '.join(DTYPES)})")
         cfg = BenchConfig(min_bytes=parse_bytes(min_bytes), max_bytes=parse_bytes(max_bytes), factor=factor,
                           workload=workload, warmup=warmup, iters=iters,
-                          algorithms=[a for a in algorithms.split(",") if a], dtype=dtype, cluster=cluster,
-                          check=check, rounds=rounds)
-        from collsched.bench import sizes
-
-        # Fail fast on a bad sweep, workload or cluster, before any rank starts.
-        sizes(cfg.min_bytes, cfg.max_bytes, cfg.factor)
+                          algorithms=[a.strip() for a in algorithms.split(",") if a.strip()], dtype=dtype,
+                          cluster=cluster, check=check, rounds=rounds)
+        # Fail fast on a bad count, sweep, workload or cluster, before any rank starts.
+        cfg.validate()
         import os
 
+        import collsched
         from collsched import Cluster
         from collsched.workloads import make_workload
 
@@ -81,16 +99,23 @@ def register(app: typer.Typer) -> None:
             Cluster.parse(cluster)
         if backend not in ("auto", "gloo", "nccl"):
             raise typer.BadParameter(f"unknown backend {backend!r} (known: auto, gloo, nccl)")
+        known = {"torch"} | {name for name, _ in collsched.all_to_all_algorithms()}
+        unknown = [a for a in cfg.algorithms if a not in known]
+        if unknown:
+            raise ValueError(f"--algorithms: unknown algorithm {unknown[0]!r} (known: {', '.join(sorted(known))})")
+        streamed = []
         if testbed:
             from collsched.cli_testbed import testbed_errors
             from collsched.testbed.bench import run_bench_on_testbed
 
             result = testbed_errors(run_bench_on_testbed)(cfg, testbed)
         else:
-            result = run_bench(cfg, nprocs=nprocs, gpus_per_server=gpus_per_server, backend=backend)
+            result = run_bench(cfg, nprocs=nprocs, gpus_per_server=gpus_per_server, backend=backend,
+                               on_progress=lambda line: streamed.append(_stream(line)))
         if result is None:  # non-zero rank under torchrun
             return
-        print(format_table(result))
+        # Rows were printed as they finished (local ranks, or rank 0 under torchrun); else print them now.
+        print(format_footer(result) if any(streamed) or _printed_by_rank0() else format_table(result), flush=True)
         if json_out:
             with open(json_out, "w") as f:
                 json.dump(result, f, indent=1)

@@ -84,13 +84,23 @@ def _forest_plan(kind: str, ranks: int, nbytes: int, elem_bytes: int, topology, 
 
 def plan_collective(kind: str, ranks: int, nbytes: int, algorithm: str = "forest", *, elem_bytes: int = 1,
                     topology=None, chunks: int | None = None, k: int | None = None, merge: bool = True,
-                    split_multiplicity: bool = False):
+                    split_multiplicity: bool = False, options: dict | None = None):
     """Plan ``kind`` over ``ranks`` ranks. ``topology``: a Cluster or spec
     (``"mi250:2"``) for tiers and for ForestColl's graph, or a ``forest.Graph``.
     ``chunks`` pipelines each shard in that many pieces; ``k`` fixes ForestColl's
     trees per root; ``merge=False`` keeps each tree's piece a message of its own
     (ForestColl only: what an MSCCL export wants, one stream per tree and edge);
-    ``split_multiplicity=True`` makes a tree of multiplicity m m streams (ForestColl only)."""
+    ``split_multiplicity=True`` makes a tree of multiplicity m m streams (ForestColl only).
+    ``options``: knobs as a dict, as ``plan_all_to_all`` and the runtime take them; here the
+    keys are the keyword arguments above (``{"chunks": 4}``)."""
+    if options:
+        if not isinstance(options, dict):
+            raise TypeError(f"options must be a dict, got {type(options).__name__}")
+        known = {"chunks": chunks, "k": k, "merge": merge, "split_multiplicity": split_multiplicity, "elem_bytes": elem_bytes}
+        bad = sorted(set(options) - set(known))
+        if bad:
+            raise ValueError(f"unknown collective option {bad[0]!r} (known: {', '.join(known)})")
+        return plan_collective(kind, ranks, nbytes, algorithm, topology=topology, **{**known, **options})
     kind = _kind(kind)
     if algorithm not in ALGORITHMS:
         raise ValueError(f"unknown algorithm {algorithm!r} (known: {', '.join(ALGORITHMS)})")

@@ -34,7 +34,10 @@ __all__ = [
 
 def as_graph(graph) -> Graph:
     """Accept a :class:`Graph`, a :class:`collsched.Cluster`, a preset/cluster spec string,
-    or a JSON text/dict."""
+    a JSON text/dict, or the path of a JSON file (a ``.json`` name or any existing file)."""
+    import os
+    from pathlib import Path
+
     if isinstance(graph, Graph):
         return graph
     if isinstance(graph, _core.Cluster):
@@ -43,10 +46,34 @@ def as_graph(graph) -> Graph:
         import json
 
         return Graph.from_json(json.dumps(graph))
+    if isinstance(graph, os.PathLike) or (isinstance(graph, str) and is_file_reference(graph)):
+        path = Path(graph)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise ValueError(f"topology file {str(path)!r} does not exist") from None
+        except IsADirectoryError:
+            raise ValueError(f"topology file {str(path)!r} is a directory") from None
+        except UnicodeDecodeError:
+            raise ValueError(f"topology file {str(path)!r} is not a UTF-8 JSON text") from None
+        try:
+            return Graph.from_json(text)
+        except ValueError as e:
+            raise ValueError(f"{path}: {e}") from None
     if isinstance(graph, str):
         text = graph.strip()
         return Graph.from_json(text) if text.startswith("{") else Graph.parse(text)
-    raise TypeError(f"graph must be a forest.Graph, Cluster, spec string or JSON, got {type(graph).__name__}")
+    raise TypeError(f"graph must be a forest.Graph, Cluster, spec string, JSON or a JSON file path, "
+                    f"got {type(graph).__name__}")
+
+
+def is_file_reference(text: str) -> bool:
+    """A topology argument that names a file rather than a spec: ends in .json, or exists."""
+    import os
+
+    t = text.strip()
+    return not t.startswith("{") and (t.lower().endswith(".json") or ("/" in t and os.path.exists(t)) or os.path.isfile(t))
+
 
 
 def optimal(graph) -> dict:

@@ -13,16 +13,31 @@ def _cluster(cluster) -> _core.Cluster:
     raise TypeError(f"cluster must be a collsched.Cluster or a spec string like 'h200:4', got {type(cluster).__name__}")
 
 
-def plan_all_to_all(traffic, cluster, algorithm: str = "fanout", **options) -> _core.Plan:
+def plan_all_to_all(traffic, cluster, algorithm: str = "auto", options: dict | None = None, **knobs) -> _core.Plan:
     """Plan an all-to-all(v) of ``traffic`` (P×P bytes, row = sender) on ``cluster``.
 
-    ``options`` are algorithm knobs passed as strings to the producer (for example
-    ``min_stage_bytes="4MiB"`` for FAST).
+    ``algorithm`` defaults to ``"auto"``, as in the CLI and the runtime. ``options`` (a dict,
+    as the runtime's ``options=``) and keyword ``knobs`` are algorithm knobs passed as strings
+    to the producer (for example ``min_stage_bytes="4MiB"`` for FAST); a knob given both ways
+    must agree.
     """
     m = wire_matrix(traffic)  # the core checks that sums fit u64 (same errors)
     c = _cluster(cluster)
-    opts = {str(k): str(v) for k, v in options.items()}
+    opts = _merged_options(options, knobs)
     return _core.plan_all_to_all(m.shape[0], m.tobytes(), c, algorithm, opts)
+
+
+def _merged_options(options, knobs: dict) -> dict[str, str]:
+    if options is None:
+        options = {}
+    if not isinstance(options, dict):
+        raise TypeError(f"options must be a dict of algorithm knobs, got {type(options).__name__}")
+    out = {str(k): str(v) for k, v in options.items()}
+    for k, v in knobs.items():
+        if k in out and out[k] != str(v):
+            raise ValueError(f"option {k!r} given twice with different values: {out[k]!r} in options=, {v!r} as a keyword")
+        out[str(k)] = str(v)
+    return out
 
 
 def all_to_all_algorithms() -> list[tuple[str, str]]:

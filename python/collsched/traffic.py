@@ -56,31 +56,56 @@ def wire_matrix(traffic) -> np.ndarray:
     return np.ascontiguousarray(a.astype("<u8", copy=False))
 
 
+def _count(name: str, v, minimum: int = 0) -> int:
+    """A whole number ≥ ``minimum`` below 2^64, or ValueError naming ``name`` (no silent truncation of 1.5)."""
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer, float, np.floating)):
+        raise ValueError(f"{name} must be a whole number, got {v!r}")
+    if isinstance(v, (float, np.floating)) and (not np.isfinite(v) or v != int(v)):
+        raise ValueError(f"{name} must be a whole number of bytes (or items), got {v!r}")
+    v = int(v)
+    if v < minimum:
+        raise ValueError(f"{name} must be non-negative, got {v}")
+    if v >= 2**64:
+        raise ValueError(f"{name} is too large: {v} (at most 2^64-1)")
+    return v
+
+
+def _real(name: str, v, minimum: float = 0.0) -> float:
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer, float, np.floating)):
+        raise ValueError(f"{name} must be a number, got {v!r}")
+    v = float(v)
+    if not np.isfinite(v) or v < minimum:
+        raise ValueError(f"{name} must be a finite non-negative number, got {v!r}")
+    return v
+
+
 def _wrap(n: int, raw: bytes) -> np.ndarray:
     return np.frombuffer(raw, dtype="<u8").reshape(n, n).copy()
 
 
 def balanced(n: int, bytes_per_pair: int) -> np.ndarray:
     """Every pair (including self) exchanges ``bytes_per_pair``."""
-    return _wrap(n, _core.gen_balanced(n, int(bytes_per_pair)))
+    return _wrap(n, _core.gen_balanced(_count("n", n), _count("bytes_per_pair", bytes_per_pair)))
 
 
 def uniform(n: int, mean: int, seed: int = 0) -> np.ndarray:
     """FAST/FLASH "random": i.i.d. uniform pair sizes scaled to ``mean`` bytes."""
-    return _wrap(n, _core.gen_uniform(n, int(mean), int(seed)))
+    return _wrap(n, _core.gen_uniform(_count("n", n), _count("mean", mean), _count("seed", seed)))
 
 
 def zipf(n: int, s: float, mean: int, seed: int = 0) -> np.ndarray:
     """FAST/FLASH "skewed": i.i.d. Zipf(s) pair sizes over [1, 1000], scaled to ``mean`` bytes."""
-    return _wrap(n, _core.gen_zipf(n, float(s), int(mean), int(seed)))
+    return _wrap(n, _core.gen_zipf(_count("n", n), _real("s", s), _count("mean", mean), _count("seed", seed)))
 
 
 def hot_experts(n: int, skew: float = 1.0, tokens_per_rank: int = 4096, top_k: int = 2, experts: int = 0,
                 hidden: int = 4096, dtype_bytes: int = 2, seed: int = 0) -> np.ndarray:
     """MoE dispatch: tokens × top-k with Zipf(skew) expert popularity; experts in contiguous blocks per GPU
     (``experts=0`` means 8 per GPU); each routed token carries ``hidden × dtype_bytes`` bytes."""
-    return _wrap(n, _core.gen_hot_experts(n, int(tokens_per_rank), int(top_k), int(experts), float(skew),
-                                          int(hidden), int(dtype_bytes), int(seed)))
+    return _wrap(n, _core.gen_hot_experts(_count("n", n), _count("tokens_per_rank", tokens_per_rank),
+                                          _count("top_k", top_k), _count("experts", experts), _real("skew", skew),
+                                          _count("hidden", hidden), _count("dtype_bytes", dtype_bytes),
+                                          _count("seed", seed)))
 
 
 def matrix_hash(traffic) -> str:
@@ -105,14 +130,16 @@ def align(traffic, alignment) -> np.ndarray:
 
 
 _U64_MAX = 2**64 - 1
+# The one list of matrix file formats (CLI workloads, bench, traffic --out all use it).
+FILE_SUFFIXES = (".npy", ".csv")
 
 
 def _suffix(path) -> str:
     from pathlib import Path
 
     s = Path(path).suffix.lower()
-    if s not in (".npy", ".csv"):
-        raise ValueError(f"traffic file {str(path)!r} must end in .npy or .csv, got suffix {s or '(none)'!r}")
+    if s not in FILE_SUFFIXES:
+        raise ValueError(f"traffic file {str(path)!r} must end in {' or '.join(FILE_SUFFIXES)}, got suffix {s or '(none)'!r}")
     return s
 
 
@@ -153,7 +180,9 @@ def load(path) -> np.ndarray:
             except (ValueError, EOFError, OSError) as e:
                 if isinstance(e, (FileNotFoundError, IsADirectoryError)):
                     raise
-                raise ValueError(f"{path}: not a plain numeric .npy array ({e})") from None
+                # numpy's own text talks about allow_pickle, which would be the wrong fix here.
+                raise ValueError(f"{path}: not a .npy file holding a numeric P×P array (save one with numpy.save "
+                                 "or collsched traffic --out m.npy; a text matrix goes in a .csv file)") from None
             if not isinstance(raw, np.ndarray):  # an .npz archive saved under a .npy name
                 raise ValueError(f"{path}: holds an archive, not one array")
         else:

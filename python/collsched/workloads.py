@@ -13,7 +13,9 @@ import numpy as np
 
 from collsched import traffic
 
-ACCEPTED = ("balanced", "uniform", "zipf:<s>", "hot:<s>", "<path>.npy", "<path>.csv")
+FILE_SUFFIXES = traffic.FILE_SUFFIXES
+ACCEPTED = ("balanced", "uniform", "zipf:<s>", "hot:<s>") + tuple(f"<path>{s}" for s in FILE_SUFFIXES)
+HELP = "balanced | uniform | zipf:<s> | hot:<s> | " + "/".join(f"file{s}" for s in FILE_SUFFIXES)
 
 # MoE shape behind `hot:<s>`: top-2 routing of 4096-wide bf16 tokens, 8 experts per GPU.
 HOT_TOP_K = 2
@@ -75,7 +77,7 @@ def make_workload(spec: str, n: int, mean_bytes: int, seed: int = 0) -> np.ndarr
         tokens, hidden = hot_shape(n, mean_bytes)
         return traffic.hot_experts(n, skew=_exponent(spec, arg), tokens_per_rank=tokens, top_k=min(HOT_TOP_K, 8 * n),
                                    hidden=hidden, dtype_bytes=HOT_DTYPE_BYTES, seed=seed)
-    if Path(spec).suffix.lower() in (".npy", ".csv"):
+    if Path(spec).suffix.lower() in FILE_SUFFIXES:
         m = traffic.load(spec)
         if m.shape != (n, n):
             raise ValueError(f"traffic file {spec!r} is {m.shape[0]}×{m.shape[1]} but the cluster has {n} GPUs")

@@ -26,7 +26,8 @@ import torch.distributed as dist
 
 import collsched
 from collsched.comm.cache import DEFAULT_CACHE, PlanCache, fast_matrix_hash
-from collsched.comm.errors import (CollectiveInputError, PlanMismatchError, TrafficMismatchError, resolve_timeout)
+from collsched.comm.errors import (CollectiveInputError, CommTimeoutError, PlanMismatchError, TrafficMismatchError,
+                                   collapse_rank_messages, name_missing_ranks, resolve_timeout)
 from collsched.comm.executor import byte_view, choose_transport, needs_collective_steps, run_program
 from collsched.comm.groups import all_gather_i64, require_initialized
 from collsched.comm.pool import DEFAULT_POOL
@@ -307,8 +308,11 @@ def all_to_all_single(output: torch.Tensor, input: torch.Tensor, output_split_si
     desc.append(last[0] if last is not None else 0)
     desc += list(in_splits) + list(out_splits)
     t0 = time.perf_counter()
-    gathered = all_gather_i64(torch.tensor(desc, dtype=torch.int64, device=device), group, timeout_s,
-                              f"collsched.all_to_all_single descriptor exchange on rank {rank}").numpy()
+    try:
+        gathered = all_gather_i64(torch.tensor(desc, dtype=torch.int64, device=device), group, timeout_s,
+                                  f"collsched.all_to_all_single descriptor exchange on rank {rank}").numpy()
+    except CommTimeoutError as e:
+        raise name_missing_ranks(e, group, timeout_s) from None
     stats.exchange_s = time.perf_counter() - t0
 
     # 3. identical verdict on every rank.
@@ -388,9 +392,9 @@ def _check_descriptors(g: np.ndarray, world: int, rank: int, problem: _Local | N
             text = _PROBLEMS.get(code, lambda a, b: f"error code {code}")(d1, d2)
             if r == rank and problem is not None and problem.text:
                 text += f" ({problem.text})"
-            errors.append(f"rank {r}: {text}")
+            errors.append((r, text))
     if errors:
-        raise CollectiveInputError("collsched.all_to_all_single: invalid arguments: " + "; ".join(errors))
+        raise CollectiveInputError("collsched.all_to_all_single: invalid arguments: " + collapse_rank_messages(errors))
     if (g[:, 3] != g[0, 3]).any():
         raise CollectiveInputError("collsched.all_to_all_single: ranks disagree on dtype: "
                                    + ", ".join(f"rank {r} {_dtype_name(int(c))}" for r, c in enumerate(g[:, 3])))

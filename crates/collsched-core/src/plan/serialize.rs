@@ -95,9 +95,15 @@ impl Plan {
 
     pub fn from_binary(b: &[u8]) -> Result<Plan> {
         let mut r = Reader { b, at: 0 };
-        if r.take(8)? != MAGIC {
-            return invalid!("not a collsched binary plan (bad magic)");
+        if b.len() < MAGIC.len() || &b[..MAGIC.len()] != MAGIC {
+            // Say what the bytes are not, rather than "truncated" for a text file.
+            return invalid!(
+                "not a collsched plan: a plan file is JSON (starting with '{{') or binary (starting with {:?}), this one starts with {:?}",
+                std::str::from_utf8(MAGIC).unwrap(),
+                String::from_utf8_lossy(&b[..b.len().min(16)])
+            );
         }
+        r.take(8)?;
         let algorithm = r.str()?;
         let gpus_per_server = r.u32()?;
         let input_hash = r.u64()?;

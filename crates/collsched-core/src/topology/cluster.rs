@@ -207,6 +207,9 @@ impl Cluster {
         };
         let servers: u32 = match servers.parse() {
             Ok(v) if v > 0 => v,
+            _ if !servers.is_empty() && servers.bytes().all(|b| b.is_ascii_digit()) && servers.trim_start_matches('0') != "" => {
+                return invalid!("cluster spec '{spec}': server count {servers} is too large (at most {})", u32::MAX)
+            }
             _ => return invalid!("cluster spec '{spec}': server count '{servers}' must be a positive integer"),
         };
         let mut c = crate::topology::presets::preset(name, servers)?;
@@ -221,11 +224,28 @@ impl Cluster {
         Ok(c)
     }
 
-    /// Override one field by its spec key.
+    /// Override one field by its spec key. Every error names the field and what it expects.
     pub fn set(&mut self, key: &str, value: &str) -> Result<()> {
+        let expects = match key {
+            "nic" | "copy" | "scaleup" => " (expected a bandwidth such as 400Gbps or 50GB/s)",
+            "alpha_local" | "alpha_scaleup" | "alpha_scaleout" => " (expected a duration such as 6us or 500ns)",
+            _ => "",
+        };
+        self.set_field(key, value).map_err(|e| match e {
+            crate::error::Error::InvalidInput(m) if !m.starts_with("unknown cluster field") && !m.contains("cluster field") => {
+                crate::error::Error::InvalidInput(format!("cluster field '{key}': {m}{expects}"))
+            }
+            other => other,
+        })
+    }
+
+    fn set_field(&mut self, key: &str, value: &str) -> Result<()> {
         let count = |v: &str| -> Result<u32> {
             match v.parse::<u32>() {
                 Ok(x) if x > 0 => Ok(x),
+                _ if !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()) && v.trim_start_matches('0') != "" => {
+                    invalid!("cluster field '{key}' is too large: {v} (at most {})", u32::MAX)
+                }
                 _ => invalid!("cluster field '{key}' must be a positive integer, got '{v}'"),
             }
         };

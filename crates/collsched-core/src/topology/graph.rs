@@ -156,11 +156,24 @@ struct LinkJson {
     bw: BwJson,
 }
 
+/// Bytes/s as a JSON number, or a string with a unit; anything else is reported by
+/// `link_bandwidth` naming the link (an untagged enum would leak serde's wording).
 #[derive(Serialize, Deserialize)]
-#[serde(untagged)]
-enum BwJson {
-    Int(u64),
-    Text(String),
+#[serde(transparent)]
+struct BwJson(serde_json::Value);
+
+fn link_bandwidth(src: &str, dst: &str, bw: &BwJson) -> Result<u64> {
+    let what = format!("graph JSON: link {src} -> {dst}: field 'bw'");
+    match &bw.0 {
+        serde_json::Value::Number(n) => match (n.as_u64(), n.as_i64(), n.as_f64()) {
+            (Some(v), _, _) => Ok(v),
+            (None, Some(v), _) if v < 0 => invalid!("{what} is {v}; bandwidths must be positive (bytes/s, or a string such as \"300GB/s\")"),
+            (_, _, Some(f)) if f < 0.0 => invalid!("{what} is {n}; bandwidths must be positive (bytes/s, or a string such as \"300GB/s\")"),
+            _ => invalid!("{what} is {n}; give whole bytes/s below 2^64, or a string such as \"300GB/s\""),
+        },
+        serde_json::Value::String(s) => crate::units::parse_bandwidth(s).map_err(|e| crate::error::Error::InvalidInput(format!("{what}: {e}"))),
+        other => invalid!("{what} is {other}; expected bytes/s as a number or a string such as \"300GB/s\""),
+    }
 }
 
 impl Graph {
@@ -282,10 +295,7 @@ impl Graph {
             b.node(&nd.name, nd.kind, nd.box_id, nd.multicast)?;
         }
         for l in &j.links {
-            let bw = match &l.bw {
-                BwJson::Int(v) => *v,
-                BwJson::Text(s) => crate::units::parse_bandwidth(s)?,
-            };
+            let bw = link_bandwidth(&l.src, &l.dst, &l.bw)?;
             let (s, d) = (b.id(&l.src)?, b.id(&l.dst)?);
             b.link(s, d, bw)?;
         }
@@ -299,7 +309,7 @@ impl Graph {
             links: self
                 .links
                 .iter()
-                .map(|l| LinkJson { src: self.name(l.src).to_string(), dst: self.name(l.dst).to_string(), bw: BwJson::Int(l.bw) })
+                .map(|l| LinkJson { src: self.name(l.src).to_string(), dst: self.name(l.dst).to_string(), bw: BwJson(serde_json::Value::from(l.bw)) })
                 .collect(),
         };
         serde_json::to_string_pretty(&j).expect("graph serialises")

@@ -42,6 +42,7 @@ pub struct VerifyReport {
 /// Verify `plan`; the error names the first violating transfer (or the final-state mismatch).
 pub fn verify(plan: &Plan) -> Result<VerifyReport> {
     plan.check_shape().map_err(|e| Error::Verification(format!("malformed plan: {e}")))?;
+    check_header(plan)?;
     let mut ex = Executor::new(plan);
     for id in 0..plan.transfers.len() as u32 {
         ex.execute(id)?;
@@ -56,6 +57,17 @@ pub fn verify(plan: &Plan) -> Result<VerifyReport> {
         conflicts: ex.conflicts,
         ancestor_searches: ex.ancestry.searches,
     })
+}
+
+/// Header facts the transfers cannot show: an all-to-all is always planned for a cluster,
+/// so its server size is known (0 is the "no cluster" marker of collective and forest plans).
+fn check_header(plan: &Plan) -> Result<()> {
+    if matches!(plan.collective, crate::plan::Collective::AllToAll { .. }) && plan.gpus_per_server == 0 {
+        return Err(Error::Verification(
+            "malformed plan: gpus_per_server is 0, but an all-to-all plan is made for a cluster with at least 1 GPU per server".into(),
+        ));
+    }
+    Ok(())
 }
 
 /// `transfer 17 (rank 3→5, scale_out, step 2)`: how every message names a transfer.

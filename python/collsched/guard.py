@@ -1,0 +1,225 @@
+"""Resource guard: estimate what a command will need before it starts, refuse above a limit,
+and show progress on anything long.
+
+A plan, a simulation or a ForestColl generation grows with the square (or worse) of the
+GPU count, so a typo such as ``h200:1000`` instead of ``h200:10`` would otherwise run for
+minutes and take the machine's memory. The CLI asks :func:`check` first: the estimate is
+compared with a memory limit (by default :data:`MEMORY_FRACTION` of the memory free when
+the command starts; ``--max-memory`` raises it) and a time limit (``--max-time``), and an
+estimate above either is refused with a message that says what was estimated, from what,
+and how to go ahead anyway.
+
+Estimates are deliberately coarse (within a few × of the measured cost on the presets):
+they exist to catch the 100× mistakes, not to budget a run. The per-entry costs below were
+measured with ``benchmarks``-style runs of every all-to-all algorithm on h200:16 and h200:64
+(docs/cli.md, "Resource guard").
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+MEMORY_FRACTION = 0.5
+DEFAULT_MAX_SECONDS = 3600.0
+PROGRESS_AFTER_S = 2.0
+
+# Plan entries per (sender, receiver) pair, across algorithms: transfers + segments ≤ 3.2·P²
+# (fanout 2.0, FAST 2.7, SABRE 2.2, hierarchical 2.0); auto keeps its candidates' plans alive
+# while it decides, so it counts as AUTO_PLANS plans.
+ENTRIES_PER_PAIR = 3.2
+AUTO_PLANS = 4
+# Bytes per plan entry in the core (32-byte transfer or segment records, dependency lists,
+# the Python-side copies of the matrix) and per simulated transfer (event state, flow routes).
+BYTES_PER_ENTRY = 64
+SIM_BYTES_PER_TRANSFER = 160
+MATRIX_COPIES = 4  # generator output, its numpy copy, the wire copy for the core, the core's own
+# Host time: the simulator's cost per transfer (max-min fair sharing over concurrent flows),
+# planning per entry, and ForestColl generation (≈ 36 s for 1 024 GPUs, growing as GPUs^2.2).
+SIM_SECONDS_PER_TRANSFER = 30e-6
+PLAN_SECONDS_PER_ENTRY = 0.3e-6
+FOREST_SECONDS_1024 = 36.0
+FOREST_EXPONENT = 2.2
+FOREST_BYTES_PER_GPU_SQUARED = 64
+
+
+class ResourceLimitError(ValueError):
+    """The estimated memory or time of a command is above its limit (raised before starting)."""
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """What a piece of work is expected to need. ``basis`` says what the numbers come from."""
+
+    what: str
+    memory_bytes: int
+    seconds: float
+    basis: str
+    advice: str = "use fewer GPUs"
+
+
+def _fmt_bytes(n: float) -> str:
+    for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{int(n)} B"
+
+
+def _fmt_seconds(s: float) -> str:
+    if s >= 86400:
+        return f"{s / 86400:.3g} days"
+    if s >= 3600:
+        return f"{s / 3600:.1f} h"
+    if s >= 60:
+        return f"{s / 60:.1f} min"
+    return f"{s:.1f} s"
+
+
+def free_memory() -> int | None:
+    """Bytes this process can still allocate: MemAvailable, capped by a cgroup v2 limit; None if unknown."""
+    avail = None
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    avail = int(line.split()[1]) * 1024
+                    break
+    except OSError:
+        pass
+    if avail is None:
+        try:
+            avail = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (ValueError, OSError, AttributeError):
+            return None
+    try:  # a container's limit can be far below the host's free memory
+        with open("/sys/fs/cgroup/memory.max") as f:
+            raw = f.read().strip()
+        if raw != "max":
+            with open("/sys/fs/cgroup/memory.current") as f:
+                used = int(f.read().strip())
+            avail = min(avail, max(int(raw) - used, 0))
+    except (OSError, ValueError):
+        pass
+    return avail
+
+
+def memory_limit(max_memory: str | int | None) -> tuple[int | None, str]:
+    """(limit in bytes or None for "unknown", how it was chosen) for a ``--max-memory`` value."""
+    if max_memory is not None and str(max_memory).strip():
+        from collsched.units import parse_bytes
+
+        try:
+            limit = parse_bytes(max_memory)
+        except ValueError as e:
+            raise ValueError(f"--max-memory: {e} (expected a size such as 16GiB)") from None
+        if limit <= 0:
+            raise ValueError(f"--max-memory must be a positive size such as 16GiB, got {max_memory!r}")
+        return limit, f"--max-memory {max_memory}"
+    free = free_memory()
+    if free is None:
+        return None, "free memory unknown"
+    return int(free * MEMORY_FRACTION), f"{MEMORY_FRACTION:.0%} of the {_fmt_bytes(free)} free now"
+
+
+def check(est: Estimate, max_memory: str | int | None = None, max_time: float | None = None) -> None:
+    """Raise :class:`ResourceLimitError` when ``est`` is above the memory or time limit.
+
+    Args:
+        est: the estimate (see :func:`estimate_all_to_all`, :func:`estimate_forest`).
+        max_memory: a size (``"16GiB"``, bytes) or None for the default
+            (:data:`MEMORY_FRACTION` of the free memory).
+        max_time: seconds, or None for :data:`DEFAULT_MAX_SECONDS`.
+
+    Raises:
+        ResourceLimitError: the message names the estimate, its basis, the limit and the flag
+            that raises it.
+        ValueError: ``max_memory``/``max_time`` are not valid limits.
+    """
+    limit, how = memory_limit(max_memory)
+    if max_time is None:
+        max_time, time_how = DEFAULT_MAX_SECONDS, f"the default {_fmt_seconds(DEFAULT_MAX_SECONDS)}"
+    else:
+        if isinstance(max_time, bool) or not float(max_time) > 0:
+            raise ValueError(f"--max-time must be a positive number of seconds, got {max_time!r}")
+        max_time, time_how = float(max_time), f"--max-time {max_time:g}"
+    if limit is not None and est.memory_bytes > limit:
+        raise ResourceLimitError(
+            f"{est.what} would need about {_fmt_bytes(est.memory_bytes)} of memory ({est.basis}), above the limit of "
+            f"{_fmt_bytes(limit)} ({how}); {est.advice}, or raise the limit with --max-memory SIZE")
+    if est.seconds > max_time:
+        raise ResourceLimitError(
+            f"{est.what} would take about {_fmt_seconds(est.seconds)} ({est.basis}), above the limit of "
+            f"{_fmt_seconds(max_time)} ({time_how}); {est.advice}, or raise the limit with --max-time SECONDS")
+
+
+def _pairs(gpus: int) -> int:
+    return int(gpus) * int(gpus)
+
+
+def estimate_traffic(gpus: int) -> Estimate:
+    """A P×P matrix of 8-byte entries, in the copies the CLI makes of it."""
+    mem = MATRIX_COPIES * 8 * _pairs(gpus)
+    return Estimate(f"a traffic matrix for {gpus} GPUs", mem, _pairs(gpus) * 20e-9, f"{gpus}² pairs × 8 B × {MATRIX_COPIES} copies")
+
+
+def estimate_all_to_all(gpus: int, algorithms: list[str], simulate: bool) -> Estimate:
+    """Planning (and simulating) each of ``algorithms`` for an all-to-all over ``gpus`` ranks, one after another.
+
+    Memory is the largest single algorithm's (plans are released between algorithms); time is the sum.
+    """
+    pairs = _pairs(gpus)
+    entries = ENTRIES_PER_PAIR * pairs
+    transfers = 1.2 * pairs  # at most about one transfer per pair (FAST: 1.16·P²)
+    per_alg_mem, total_s = 0.0, 0.0
+    for name in algorithms:
+        plans = AUTO_PLANS if name == "auto" else 1
+        mem = plans * entries * BYTES_PER_ENTRY + (transfers * SIM_BYTES_PER_TRANSFER if simulate else 0)
+        per_alg_mem = max(per_alg_mem, mem)
+        total_s += plans * entries * PLAN_SECONDS_PER_ENTRY + (transfers * SIM_SECONDS_PER_TRANSFER if simulate else 0)
+    mem = per_alg_mem + MATRIX_COPIES * 8 * pairs
+    verb = "planning and simulating" if simulate else "planning"
+    what = f"{verb} {len(algorithms)} algorithm{'s' if len(algorithms) != 1 else ''} on {gpus} GPUs"
+    advice = "use fewer GPUs" + (" or fewer algorithms (-a)" if len(algorithms) > 1 else "")
+    return Estimate(what, int(mem), total_s, f"≈{transfers:,.0f} transfers per plan for {gpus}² rank pairs", advice)
+
+
+def estimate_forest(gpus: int) -> Estimate:
+    """ForestColl schedule generation for ``gpus`` compute nodes (grows faster than quadratically)."""
+    secs = FOREST_SECONDS_1024 * (gpus / 1024) ** FOREST_EXPONENT
+    mem = FOREST_BYTES_PER_GPU_SQUARED * _pairs(gpus)
+    return Estimate(f"ForestColl generation for {gpus} GPUs", int(mem), secs,
+                    f"{FOREST_BYTES_PER_GPU_SQUARED} B per GPU pair; {FOREST_SECONDS_1024:g} s for 1 024 GPUs, "
+                    f"growing as GPUs^{FOREST_EXPONENT}")
+
+
+@contextmanager
+def progress(est: Estimate, total: int | None = None, enabled: bool = True):
+    """Show progress while the body runs: a rich bar on a terminal when ``est`` is longer than
+    :data:`PROGRESS_AFTER_S`, else a one-line summary on stderr when the work took that long.
+
+    Yields ``advance(description)``, to call after each of ``total`` items (a no-op when hidden).
+    """
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    err = Console(file=sys.stderr, highlight=False, soft_wrap=True)
+    show_bar = enabled and err.is_terminal and est.seconds >= PROGRESS_AFTER_S
+    t0 = time.perf_counter()
+    if show_bar:
+        columns = [SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
+                   TextColumn(f"(estimated {_fmt_seconds(est.seconds)})")]
+        with Progress(*columns, console=err, transient=True) as bar:
+            task = bar.add_task(est.what, total=total)
+
+            def advance(description: str | None = None) -> None:
+                bar.update(task, advance=1, description=description or est.what)
+
+            yield advance
+    else:
+        yield lambda description=None: None
+    took = time.perf_counter() - t0
+    if enabled and took >= PROGRESS_AFTER_S:
+        print(f"{est.what}: {_fmt_seconds(took)} (estimated {_fmt_seconds(est.seconds)}, "
+              f"{_fmt_bytes(est.memory_bytes)})", file=sys.stderr)
