@@ -11,9 +11,10 @@ Per algorithm and h200 cluster (8 GPUs per server), medians over `reps` Zipf(0.8
 - p2p compile: `compile_rank_program(plan, rank, collective_steps=False)`, what the runtime
   compiles for the p2p transport (NCCL's default), its view included;
 - full compile: `compile_rank_program(plan, rank)`, which also marks the steps every rank
-  joins, for the alltoallv and hybrid transports (hybrid is Gloo's default);
-- merge: what a blocking backend (Gloo) adds on first use, the groups of steps posted as
-  one batch (`RankProgram.merged`; NCCL never computes them);
+  joins, for the alltoallv and hybrid transports;
+- overlap: what Gloo's p2p transport adds on first use, the dependency-driven program
+  (`RankProgram.overlap`: the plan's deps cut to the rank, and its conflicting accesses;
+  NCCL never computes it);
 - a2a: the all_to_all_single layouts of the alltoallv transport, on first use
   (`RankProgram.a2a_staging_bytes`; p2p never computes them);
 - per call: plan + hash + p2p compile, what a rank pays on NCCL before its first byte moves;
@@ -32,7 +33,7 @@ from collsched import traffic
 from collsched.comm.program import compile_rank_program, plan_arrays
 
 ALGOS = ("fast", "fanout")
-COLUMNS = ("plan", "hash", "view own", "view all", "p2p compile", "full compile", "merge", "a2a", "per call", "whole")
+COLUMNS = ("plan", "hash", "view own", "view all", "p2p compile", "full compile", "overlap", "a2a", "per call", "whole")
 
 
 def timed(fn):
@@ -68,11 +69,11 @@ def main():
                 t["per call"].append(t["plan"][-1] + t["hash"][-1] + dt)
                 prog, dt = timed(lambda: compile_rank_program(plan, rank))
                 t["full compile"].append(dt)
-                t["merge"].append(timed(lambda: (prog.merged, prog.merged_staging_bytes))[1])
+                t["overlap"].append(timed(lambda: own.overlap)[1])
                 t["a2a"].append(timed(lambda: prog.a2a_staging_bytes)[1])
                 ref, dt = timed(lambda: compile_rank_program(plan, rank, plan_arrays(plan)))
                 t["whole"].append(dt)
-                assert prog == ref and prog.merged == ref.merged and [sp.a2a for sp in prog.steps] == [
+                assert prog == ref and own.overlap == ref.overlap and [sp.a2a for sp in prog.steps] == [
                     sp.a2a for sp in ref.steps], f"{algo} on {p} GPUs, rank {rank}: the view path differs"
                 assert own.bytes_sent == prog.bytes_sent and own.active_steps == prog.active_steps
                 del plan, prog, ref, own
