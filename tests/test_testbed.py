@@ -46,6 +46,7 @@ def _ours(prefix: str) -> list[str]:
     (dict(servers=2, gpus=4, nic="fast"), r"--nic: cannot parse"),
     (dict(servers=2, gpus=4, nic="100Mbps", queue="1KiB"), r"--queue 1KiB: must be between"),
     (dict(servers=2, gpus=4, nic="100Mbps", scaleup="50Mbps"), r"at least the NIC rate"),
+    (dict(servers=2, gpus=4, nic="100Mbps", rto_min="1s"), r"--rto-min '1s': expected 1ms to 200ms"),
 ])
 def test_knobs_the_host_cannot_emulate_are_refused_naming_the_limit(knobs, match):
     with pytest.raises(TestbedError, match=match):
@@ -136,7 +137,7 @@ def test_shaping_binds_across_servers_and_scaleup_is_faster():
     from collsched.testbed.launch import run_ranks
 
     nbytes = 1 << 20
-    spec = FabricSpec.from_knobs(2, 2, "50Mbps")
+    spec = FabricSpec.from_knobs(2, 2, "50Mbps", rto_min="5ms")
     with Fabric(spec) as f:
         assert len(_ours(f.prefix)) == 5  # 4 ranks + the switch
         res = run_ranks(f, send_timing, (nbytes,), timeout_s=60)
@@ -191,7 +192,7 @@ def test_ctrl_c_tears_the_fabric_down():
     time.sleep(0.5)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=30)
-    assert proc.returncode == 130, err
+    assert proc.returncode == 130, err[-3000:]
     assert "interrupted" in err and "Traceback" not in err
     assert _ours(prefix) == []
 

@@ -68,10 +68,12 @@ def register(app: typer.Typer) -> None:
         servers: int = typer.Option(2, "--servers", help="emulated servers"),
         gpus: int = typer.Option(4, "--gpus", help="ranks per server (one emulated NIC each)"),
         nic: str = typer.Option("200Mbps", "--nic", help="NIC rate per direction (htb), e.g. 200Mbps"),
-        queue: str = typer.Option("256KiB", "--queue", help="bounded queue (bfifo) of every shaped port"),
+        queue: str = typer.Option("1MiB", "--queue", help="bounded queue (bfifo) of every shaped port"),
         scaleup: str = typer.Option("unshaped", "--scaleup", help="scale-up rate between ranks of a server, or 'unshaped'"),
         latency: Optional[str] = typer.Option(None, "--latency",
                                               help="added latency: needs netem, which this kernel lacks (refused)"),
+        rto_min: str = typer.Option("default", "--rto-min", help="TCP minimum retransmission timeout on every "
+                                    "route, e.g. 5ms ('default': the kernel's 200 ms)"),
         workload: str = typer.Option("zipf:0.8", "--workload", help="balanced | uniform | zipf:S | hot:S | path"),
         mean: str = typer.Option("1MiB", "--mean", help="mean bytes per rank pair"),
         algorithms: str = typer.Option("torch,fanout,fast,auto", "--algorithms",
@@ -88,7 +90,7 @@ def register(app: typer.Typer) -> None:
         from collsched.testbed.runner import RunConfig, run
         from collsched.units import parse_bytes
 
-        spec = FabricSpec.from_knobs(servers, gpus, nic, queue, scaleup, latency)
+        spec = FabricSpec.from_knobs(servers, gpus, nic, queue, scaleup, latency, rto_min)
         if iters < 1 or warmup < 0:
             raise ValueError(f"--iters must be ≥ 1 and --warmup ≥ 0, got {iters} and {warmup}")
         cfg = RunConfig(workload=workload, mean=parse_bytes(mean), algorithms=[a.strip() for a in algorithms.split(",")

@@ -71,21 +71,25 @@ class FabricSpec:
         nic_bps: NIC rate per direction, bytes/s of shaped wire (htb rate).
         queue_bytes: bfifo limit of every shaped queue (bytes).
         scaleup_bps: scale-up rate per direction between two ranks of a server, or None (unshaped).
+        rto_min_ms: TCP's minimum retransmission timeout on every route (``ip route ... rto_min``),
+            or None for the kernel's 200 ms.
     """
 
     servers: int
     gpus: int
     nic_bps: int
-    queue_bytes: int = 256 * 1024
+    queue_bytes: int = 2**20
     scaleup_bps: int | None = None
+    rto_min_ms: int | None = None
 
     @property
     def ranks(self) -> int:
         return self.servers * self.gpus
 
     @classmethod
-    def from_knobs(cls, servers: int, gpus: int, nic: str | int, queue: str | int = "256KiB",
-                   scaleup: str | int | None = "unshaped", latency: str | None = None) -> "FabricSpec":
+    def from_knobs(cls, servers: int, gpus: int, nic: str | int, queue: str | int = "1MiB",
+                   scaleup: str | int | None = "unshaped", latency: str | None = None,
+                   rto_min: str | None = None) -> "FabricSpec":
         """Parse and check CLI-style knobs; raise TestbedError naming the limit that is exceeded."""
         if latency:
             raise TestbedError(f"--latency {latency!r}: this kernel has no netem qdisc, so latency cannot be emulated; "
@@ -123,7 +127,13 @@ class FabricSpec:
             if up > 4 * MAX_NIC_BPS:
                 raise TestbedError(f"--scaleup {scaleup}: at most {4 * MAX_NIC_BPS * 8 // 10**9} Gbit/s can be shaped "
                                    "here; use 'unshaped' for a faster path")
-        return cls(servers, gpus, nic_bps, q, up)
+        rto = None
+        if rto_min not in (None, "", "default"):
+            m = re.fullmatch(r"\s*(\d+)\s*ms\s*", str(rto_min))
+            if not m or not 1 <= int(m.group(1)) <= 200:
+                raise TestbedError(f"--rto-min {rto_min!r}: expected 1ms to 200ms, or 'default' (the kernel's 200 ms)")
+            rto = int(m.group(1))
+        return cls(servers, gpus, nic_bps, q, up, rto)
 
 
 def _run(cmd: list[str], stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
@@ -212,12 +222,15 @@ class Fabric:
         _run(["tc", "-n", self.switch_ns, "-batch", "-"], "\n".join(sw_tc) + "\n")
         for r in range(s.ranks):
             ns = self.rank_ns(r)
+            rto = f" rto_min {s.rto_min_ms}ms" if s.rto_min_ms is not None else ""
             ip = ["link set lo up", f"addr add {rank_addr(r)}/24 dev nic", "link set nic up"]
+            if rto:
+                ip.append(f"route replace {SUBNET}.0/24 dev nic proto kernel scope link src {rank_addr(r)}{rto}")
             tc = self._shape("nic", s.nic_bps)
             for p in range((r // G) * G, (r // G + 1) * G):
                 if p == r:
                     continue
-                ip += [f"link set u{p} up", f"route add {rank_addr(p)}/32 dev u{p}"]
+                ip += [f"link set u{p} up", f"route add {rank_addr(p)}/32 dev u{p}{rto}"]
                 if s.scaleup_bps is not None:
                     tc += self._shape(f"u{p}", s.scaleup_bps)
             _run(["ip", "-n", ns, "-batch", "-"], "\n".join(ip) + "\n")

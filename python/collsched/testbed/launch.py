@@ -65,13 +65,14 @@ def _enter_namespace(name: str) -> None:
     os.close(fd)
 
 
-def _child(fabric: Fabric, rank: int, jobdir: str, job: dict) -> None:
-    """Body of a forked rank; never returns."""
+def _child(fabric: Fabric, rank: int, jobdir: str, job: dict, mask) -> None:
+    """Body of a forked rank (started with SIGINT/SIGTERM/SIGHUP blocked); never returns."""
     code = 0
     try:
-        for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        for s in (signal.SIGTERM, signal.SIGHUP):
             signal.signal(s, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the parent, which stops us
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         fd = os.open(os.path.join(jobdir, f"stderr{rank}.log"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         os.dup2(fd, 1)
         os.dup2(fd, 2)
@@ -157,11 +158,21 @@ def run_ranks(fabric: Fabric, fn, args: tuple = (), *, env: dict | None = None, 
     try:
         sys.stdout.flush()
         sys.stderr.flush()
-        for r in range(spec.ranks):
-            pid = os.fork()
-            if pid == 0:
-                _child(fabric, r, jobdir, job)
-            pids[r] = pid
+        # Signals wait while ranks are forked: a Ctrl-C must never run in a child that has not
+        # yet left the parent's code (it would tear the parent's fabric down from the child).
+        sigs = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+        old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
+        try:
+            for r in range(spec.ranks):
+                pid = os.fork()
+                if pid == 0:
+                    try:
+                        _child(fabric, r, jobdir, job, old_mask)
+                    finally:
+                        os._exit(70)
+                pids[r] = pid
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
         deadline = time.monotonic() + timeout_s
         first_failure = None
         seen = 0
