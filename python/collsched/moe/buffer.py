@@ -244,8 +244,8 @@ class MoEBuffer:
         # Hop 1: row, then the unit's K expert ids and K weights (metadata with the data).
         width1 = row_b + 12 * k
         xb = _rows_u8(x)
-        send1 = torch.cat([xb[lp.unit_token], lp.unit_ids.view(torch.uint8).reshape(-1, 8 * k),
-                           w_in[lp.unit_token].view(torch.uint8).reshape(-1, 4 * k)], dim=1)
+        send1 = torch.cat([xb[lp.unit_token], _bytes(lp.unit_ids, 8 * k),
+                           _bytes(w_in[lp.unit_token], 4 * k)], dim=1)
         recv1 = torch.empty((sum(plan.recv1), width1), dtype=torch.uint8, device=dev)
         self._a2a(recv1, send1, plan.recv1, plan.send1, f"MoE dispatch hop 1 on rank {self.rank}", plan.matrix1)
         hop_ids = _fresh(recv1[:, row_b:row_b + 8 * k]).view(torch.int64).reshape(-1, k)
@@ -253,7 +253,7 @@ class MoEBuffer:
         pu, pk, powner = hop_pairs(hop_ids, lay)
         # Hop 2 rows: the row and the pair's weight.
         width2 = row_b + 4
-        send2 = torch.cat([recv1[:, :row_b][pu], _fresh(hop_w[pu, pk]).view(torch.uint8).reshape(-1, 4)], dim=1)
+        send2 = torch.cat([recv1[:, :row_b][pu], _bytes(hop_w[pu, pk], 4)], dim=1)
         if self.dedup == "node":
             recv2 = torch.empty((sum(plan.recv2), width2), dtype=torch.uint8, device=dev)
             self._a2a(recv2, send2, plan.recv2, plan.send2, f"MoE dispatch hop 2 on rank {self.rank}")
@@ -288,15 +288,16 @@ class MoEBuffer:
         if idx.device != x.device or (w is not None and w.device != x.device):
             return 6, 0, 0
         if idx.numel():
-            lo, hi = int(idx.min()), int(idx.max())
+            a = idx.detach().cpu().numpy()
+            lo, hi = int(a.min()), int(a.max())
             if lo < -1 or hi >= self.num_experts:
                 return 3, (lo if lo < -1 else hi), self.num_experts
-            if idx.shape[1] > 1:
-                s = torch.sort(idx, dim=1).values
-                dup = (s[:, 1:] == s[:, :-1]) & (s[:, 1:] >= 0)
-                if bool(dup.any()):
-                    row = int(dup.any(1).nonzero()[0, 0])
-                    return 5, row, int(s[row, 1:][dup[row]][0])
+            if a.shape[1] > 1:
+                srt = np.sort(a, axis=1)
+                dup = (srt[:, 1:] == srt[:, :-1]) & (srt[:, 1:] >= 0)
+                if dup.any():
+                    row = int(np.nonzero(dup.any(1))[0][0])
+                    return 5, row, int(srt[row, 1:][dup[row]][0])
         return 0, 0, 0
 
     # ---------------------------------------------------------------- combine
@@ -347,7 +348,7 @@ class MoEBuffer:
         if hidden:
             parts.append(_rows_u8(y.contiguous())[handle.place_t])
         if has_s:
-            parts.append(pair_scalar.contiguous()[handle.place_t].view(torch.uint8).reshape(-1, 4))
+            parts.append(_bytes(pair_scalar[handle.place_t], 4))
         back2 = torch.cat(parts, dim=1) if parts else torch.empty((n_rows, 0), dtype=torch.uint8, device=dev)
         p = handle.pair_unit.numel()
         if self.dedup == "node":
@@ -367,12 +368,12 @@ class MoEBuffer:
             part = torch.zeros((u_in, h), dtype=torch.float32, device=dev)
             part.index_add_(0, handle.pair_unit, rows)
             if u_in:
-                back1[:, :row_b] = part.to(dtype).view(torch.uint8).reshape(u_in, row_b)
+                back1[:, :row_b] = _bytes(part.to(dtype), row_b)
         if has_s:
             grid = torch.zeros((u_in, k), dtype=torch.float32, device=dev)
             if p:
                 grid[handle.pair_unit, handle.pair_k] = _fresh(got2[:, row_b:]).view(torch.float32).reshape(-1)
-            back1[:, row_b:] = grid.view(torch.uint8).reshape(u_in, 4 * k)
+            back1[:, row_b:] = _bytes(grid, 4 * k)
         u_out = handle.unit_token.numel()
         got1 = torch.empty((u_out, width1), dtype=torch.uint8, device=dev)
         self._a2a(got1, back1, plan.send1, plan.recv1, f"MoE combine hop 1 on rank {self.rank}",
@@ -413,6 +414,14 @@ class MoEBuffer:
         if out.numel():
             _rows_u8(out).index_copy_(0, handle.place_t, recv2)
         return out
+
+
+def _bytes(t: torch.Tensor, width: int) -> torch.Tensor:
+    """Rows of ``t`` as bytes [rows, width] (dense; an empty tensor of any strides gives an empty one)."""
+    if t.numel() == 0:
+        return torch.empty((t.shape[0] if t.dim() else 0, width), dtype=torch.uint8, device=t.device)
+    return _fresh(t).view(torch.uint8).reshape(-1, width) if not t.is_contiguous() else \
+        t.view(torch.uint8).reshape(-1, width)
 
 
 def _fresh(t: torch.Tensor) -> torch.Tensor:

@@ -63,6 +63,10 @@ class Layout:
     owner: np.ndarray  # [E] rank of each expert
     local_index: np.ndarray  # [E] position of each expert among its owner's experts (ascending ids)
     experts_of: tuple  # per rank: np.ndarray of its experts, ascending
+    sort_pos: np.ndarray  # [E] position of each expert in (owner, local index) order
+    by_owner: np.ndarray  # [E] experts in (owner, local index) order
+    owner_starts: np.ndarray  # [R] first position of each rank's experts in by_owner
+    owner_ends: np.ndarray  # [R]
 
     @property
     def nodes(self) -> int:
@@ -79,7 +83,10 @@ class Layout:
         local_index = np.empty(num_experts, dtype=np.int64)
         local_index[order] = np.arange(num_experts) - np.repeat(starts, counts)
         experts_of = tuple(order[starts[r]:starts[r] + counts[r]] for r in range(ranks))
-        return Layout(ranks, gpus_per_node, num_experts, owner, local_index, experts_of)
+        sort_pos = np.empty(num_experts, dtype=np.int64)
+        sort_pos[order] = np.arange(num_experts)
+        return Layout(ranks, gpus_per_node, num_experts, owner, local_index, experts_of, sort_pos, order,
+                      starts.astype(np.int64), (starts + counts).astype(np.int64))
 
 
 def balance_forwarders(load: np.ndarray, gpus_per_node: int, balance: bool = True) -> np.ndarray:
@@ -126,41 +133,58 @@ class LocalPlan:
     key_counts: np.ndarray  # [R] units per key (node keys use the first S entries)
 
 
+def _stable_order(keys: np.ndarray, bound: int) -> np.ndarray:
+    """Stable argsort of small non-negative keys (< bound): numpy's radix sort on 16-bit keys."""
+    return np.argsort(keys.astype(np.int16 if bound < 2**15 else np.int64), kind="stable")
+
+
 def plan_local(idx: torch.Tensor, layout: Layout, dedup: str) -> LocalPlan:
-    """Units of this rank's tokens for ``dedup``; ``idx`` is a validated [T, K] int64 tensor (-1 = none)."""
+    """Units of this rank's tokens for ``dedup``; ``idx`` is a validated [T, K] int64 tensor (-1 = none).
+
+    Planning runs on the host (numpy): the counts must reach the host for the exchange anyway,
+    and the unit lists go back to the routing's device once."""
     dev = idx.device
-    t_count, k = idx.shape
-    valid = idx >= 0
-    owner_t = torch.as_tensor(layout.owner, device=dev)
-    own = owner_t[idx.clamp(min=0)] if idx.numel() else idx.clone()
-    e_valid = idx[valid]
-    expert_counts = np.bincount(e_valid.cpu().numpy(), minlength=layout.num_experts).astype(np.int64)
+    ix = idx.detach().cpu().numpy()
+    t_count, k = ix.shape
+    flat = ix.reshape(-1)
+    valid = flat >= 0
+    own = layout.owner[np.where(valid, flat, 0)]
+    expert_counts = np.bincount(flat[valid], minlength=layout.num_experts).astype(np.int64)
     key_counts = np.zeros(layout.ranks, dtype=np.int64)
     if dedup == "none":
-        tk = valid.nonzero()  # (t, k) row-major: by token, then k
-        keys = own[tk[:, 0], tk[:, 1]]
-        order = torch.sort(keys, stable=True).indices
-        tk, keys = tk[order], keys[order]
-        unit_token = tk[:, 0]
-        ids = torch.full((tk.shape[0], k), -1, dtype=torch.int64, device=dev)
-        ids[torch.arange(tk.shape[0], device=dev), tk[:, 1]] = idx[tk[:, 0], tk[:, 1]]
-        keys_np = keys.cpu().numpy()
+        p = np.flatnonzero(valid)  # (t, k) row-major: by token, then k
+        keys = own[p]
+        p = p[_stable_order(keys, layout.ranks)]
+        keys_np = own[p]
+        ids = np.full((p.size, k), -1, dtype=np.int64)
+        ids[np.arange(p.size), p % k] = flat[p]
         key_counts[:] = np.bincount(keys_np, minlength=layout.ranks)
-        return LocalPlan(unit_token, ids, keys_np, expert_counts, key_counts)
-    if dedup == "node":
-        key = torch.div(own, layout.gpus_per_node, rounding_mode="floor")
-        nkeys = layout.nodes
+        unit_token = p // k
     else:
-        key, nkeys = own, layout.ranks
-    key = key.masked_fill(~valid, nkeys)  # masked pairs land in a spare column
-    present = torch.zeros((t_count, nkeys + 1), dtype=torch.bool, device=dev)
-    present.scatter_(1, key, True)
-    present = present[:, :nkeys]
-    kt = present.t().nonzero()  # (key, token), by key then token
-    unit_key, unit_token = kt[:, 0], kt[:, 1]
-    ids = idx[unit_token].masked_fill(key[unit_token] != unit_key[:, None], -1)
-    key_counts[:nkeys] = present.sum(0).cpu().numpy()
-    return LocalPlan(unit_token, ids, unit_key.cpu().numpy(), expert_counts, key_counts)
+        if dedup == "node":
+            key, nkeys = own // layout.gpus_per_node, layout.nodes
+        else:
+            key, nkeys = own, layout.ranks
+        key = np.where(valid, key, nkeys)  # masked pairs land in a spare row
+        lin = key * t_count + np.repeat(np.arange(t_count), k)
+        present = np.zeros((nkeys + 1) * t_count, dtype=bool)
+        present[lin] = True
+        q = np.flatnonzero(present[:nkeys * t_count])  # units by key, then token
+        unit_token, keys_np = q % max(t_count, 1), q // max(t_count, 1)
+        uid = np.empty(nkeys * t_count, dtype=np.int64)  # unit of each (key, token), read where present
+        uid[q] = np.arange(q.size)
+        ids = np.full((q.size, k), -1, dtype=np.int64)
+        vv = np.flatnonzero(valid)
+        ids[uid[lin[vv]], vv % k] = flat[vv]
+        key_counts[:nkeys] = np.bincount(keys_np, minlength=nkeys)
+    return LocalPlan(torch.from_numpy(unit_token).to(dev), torch.from_numpy(ids).to(dev), keys_np,
+                     expert_counts, key_counts)
+
+
+def _bincount2(cells: np.ndarray, weights: np.ndarray, r: int) -> np.ndarray:
+    """An r×r matrix summing ``weights`` into flat ``cells`` (row * r + col)."""
+    m = np.bincount(cells.reshape(-1), weights=weights.reshape(-1).astype(np.float64), minlength=r * r)
+    return np.rint(m).astype(np.int64).reshape(r, r)
 
 
 @dataclass
@@ -197,13 +221,13 @@ def plan_exchange(me: int, layout: Layout, dedup: str, balance: bool, expert_cou
         remote = node_of[:, None] != np.arange(s_count)[None, :]
         load = (key_counts[:, :s_count] * remote).sum(1)
         fwd = balance_forwarders(load, g, balance)
-        m1 = np.zeros((r, r), dtype=np.int64)
-        np.add.at(m1, (np.repeat(np.arange(r), s_count), fwd.reshape(-1)), key_counts[:, :s_count].reshape(-1))
+        # Sums of counts through float64 bincount: exact below 2^53.
+        m1 = _bincount2(np.arange(r)[:, None] * r + fwd, key_counts[:, :s_count], r)
         # pairs[i, j]: rows of source i for rank j's experts; they travel hop h = F[i, node(j)] -> j.
-        pairs = np.zeros((r, r), dtype=np.int64)
-        np.add.at(pairs.T, layout.owner, n.T)
-        m2 = np.zeros((r, r), dtype=np.int64)
-        np.add.at(m2, (fwd[:, node_of].reshape(-1), np.tile(np.arange(r), r)), pairs.reshape(-1))
+        cs = np.zeros((r, n.shape[1] + 1), dtype=np.int64)
+        np.cumsum(n[:, layout.by_owner], axis=1, out=cs[:, 1:])
+        pairs = cs[:, layout.owner_ends] - cs[:, layout.owner_starts]
+        m2 = _bincount2(fwd[:, node_of] * r + np.arange(r)[None, :], pairs, r)
         hop_of_source = fwd[:, node_of[me]]  # [R] hop through which source i reaches me
         send2, recv2 = m2[me].tolist(), m2[:, me].tolist()
     else:
@@ -226,19 +250,19 @@ def plan_exchange(me: int, layout: Layout, dedup: str, balance: bool, expert_cou
     return CallPlan(fwd, m1[me].tolist(), m1[:, me].tolist(), send2, recv2, place, totals.tolist(), m1)
 
 
-def hop_pairs(ids: torch.Tensor, layout: Layout, me: int | None = None):
+def hop_pairs(ids: torch.Tensor, layout: Layout):
     """Pairs (unit, k) of the units a hop holds, sorted by (owner, local expert); stable, so
-    rows of one expert stay in (source rank, token) order. Returns (unit, k, owner) tensors."""
+    rows of one expert stay in (source rank, token) order. Returns (unit, k, owner) tensors
+    on ``ids``' device."""
     dev = ids.device
-    uk = (ids >= 0).nonzero()
-    e = ids[uk[:, 0], uk[:, 1]]
-    owner_t = torch.as_tensor(layout.owner, device=dev)
-    li = torch.as_tensor(layout.local_index, device=dev)
-    own = owner_t[e]
-    key = own * layout.num_experts + li[e]
-    order = torch.sort(key, stable=True).indices
-    uk = uk[order]
-    return uk[:, 0], uk[:, 1], own[order]
+    a = ids.detach().cpu().numpy()
+    k = a.shape[1] if a.ndim == 2 else 1
+    flat = a.reshape(-1)
+    p = np.flatnonzero(flat >= 0)
+    e = flat[p]
+    p = p[_stable_order(layout.sort_pos[e], layout.num_experts)]
+    own = layout.owner[flat[p]]
+    return (torch.from_numpy(p // k).to(dev), torch.from_numpy(p % k).to(dev), torch.from_numpy(own).to(dev))
 
 
 __all__ = ["DEDUP_MODES", "SCHEDULES", "Layout", "default_placement", "check_placement", "balance_forwarders",
