@@ -1,4 +1,5 @@
 # Quick start: `make demo` and `make test`. Both bootstrap .venv from nothing.
+# In an existing environment, `pip install .` instead (README.md); `make check-install` checks it.
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -6,7 +7,7 @@ export VIRTUAL_ENV := $(abspath $(VENV))
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 RUST_SRC := $(shell find crates -name '*.rs' -o -name Cargo.toml) Cargo.toml pyproject.toml
 
-.PHONY: demo test test-rust test-python build bench clean
+.PHONY: demo test test-rust test-python build bench clean check-install
 
 $(VENV)/.deps: requirements-dev.txt
 	python3 -m venv $(VENV)
@@ -32,6 +33,10 @@ test-python: build
 	$(PY) -m pytest -q -p no:cacheprovider
 
 test: build test-rust test-python
+
+# `pip install .` from a clean clone into a fresh venv, then `collsched --version` (.ci/check-install).
+check-install: build
+	.ci/check-install
 
 bench: build
 	cargo bench -p collsched-core

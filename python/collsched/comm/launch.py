@@ -178,8 +178,24 @@ def run_local(fn, world_size: int, args: tuple = (), kwargs: dict | None = None,
         shutil.rmtree(jobdir, ignore_errors=True)
     failures = [x for x in results if isinstance(x, RankFailure)]
     if failures and raise_on_failure:
-        raise LaunchError("; ".join(str(f) for f in failures[:4]) + (" ..." if len(failures) > 4 else ""), results)
+        raise LaunchError(_failure_summary(failures), results)
     return results
+
+
+def _failure_summary(failures: list) -> str:
+    """One clause per distinct failure, ranks collapsed: "ranks 0–7 raised ValueError: ..." (not eight clauses)."""
+    from collsched.comm.errors import collapse_rank_messages
+
+    def what(f: RankFailure) -> str:
+        if f.kind == "raised":
+            return f"raised {f.exc_type}: {f.message}"
+        return f.kind  # died / killed: their stderr tails differ, so they are shown below for the first one
+
+    text = collapse_rank_messages((f.rank, what(f)) for f in failures)
+    first_dead = next((f for f in failures if f.kind != "raised" and f.stderr_tail), None)
+    if first_dead is not None:
+        text += f"; rank {first_dead.rank} stderr: {first_dead.stderr_tail[-400:]}"
+    return text
 
 
 class _ForkedRank:
