@@ -1,11 +1,14 @@
 """Dependency-driven execution of one rank's program on a backend whose waits block the host (Gloo).
 
-No step barrier: an action starts as soon as the actions it depends on (`rank_deps`) have
-completed. Sends are posted when their deps are done (gathered first when staged);
-receives into staging are posted at once (their bytes land in a buffer of their own, so
-only the scatter waits for the deps), direct receives when their deps are done; local
-copies run when their deps are done. Everything posted moves on the backend's own
-threads, so the host only waits when nothing else can start.
+No step barrier: an action starts as soon as the actions it depends on (`rank_deps` and
+conflicting accesses, see `program.overlap_program`) have completed. Sends are posted when
+their deps are done (gathered first when staged); local copies run when their deps are
+done. Receives are posted early: into staging at once (only the scatter waits for the
+deps), into the user's buffer once the earlier accesses to those bytes are done
+(`Action.post_after`), so a sender that is ahead never waits for the receiver's pacing.
+A receive completes (scatter, dependents released) only once its deps are done too.
+Everything posted moves on the backend's own threads, so the host only waits when nothing
+else can start.
 
 Gloo's point-to-point works never report completion by polling (``is_completed()`` stays
 False until ``wait()`` is called), so the host waits, with the timeout, on one work at a
@@ -69,7 +72,25 @@ def run_overlapped(ov: OverlapProgram, bufs: tuple, staging: torch.Tensor | None
         except RuntimeError as e:
             raise classify_transport_error(e, _what(acts, i, route.rank)) from e
 
+    posted = [False] * n
+    post_left = [len(a.post_after) for a in acts]
+    post_waiters = ov.post_waiters
+
+    def completed(i: int) -> None:
+        nonlocal done
+        done += 1
+        for j in post_waiters[i]:
+            post_left[j] -= 1
+            if not post_left[j] and not posted[j]:
+                posted[j] = True
+                works[j] = post_recv(j)
+        for j in dependents[i]:
+            left[j] -= 1
+            if not left[j]:
+                heapq.heappush(ready, j)
+
     for i in ov.early_recvs:
+        posted[i] = True
         works[i] = post_recv(i)
     while True:
         while ready:
@@ -79,14 +100,11 @@ def run_overlapped(ov: OverlapProgram, bufs: tuple, staging: torch.Tensor | None
                 op, segs = a.local
                 apply(op, [bufs[s[2]][s[3]:s[3] + s[4]] for s in segs], [bufs[s[0]][s[1]:s[1] + s[4]] for s in segs],
                       dtype)
-                done += 1
-                for j in dependents[i]:
-                    left[j] -= 1
-                    if not left[j]:
-                        heapq.heappush(ready, j)
+                completed(i)
                 continue
             m = a.msg
             if a.kind == SEND:
+                posted[i] = True
                 if a.stage_off < 0:
                     b, off, ln, _ = m.segs[0]
                     msg = bufs[b][off:off + ln]
@@ -97,7 +115,8 @@ def run_overlapped(ov: OverlapProgram, bufs: tuple, staging: torch.Tensor | None
                     works[i] = dist.isend(msg, peers[m.peer], group=route.send_group(m.peer), tag=m.tid % _TAG_SPACE)
                 except RuntimeError as e:
                     raise classify_transport_error(e, _what(acts, i, route.rank)) from e
-            elif works[i] is None:
+            elif not posted[i]:  # its post_after are among its deps: normally posted already
+                posted[i] = True
                 works[i] = post_recv(i)
             heapq.heappush(waiting, (not dependents[i], i))
         if not waiting:
@@ -116,11 +135,7 @@ def run_overlapped(ov: OverlapProgram, bufs: tuple, staging: torch.Tensor | None
             base = a.stage_off
             apply(m.op, [bufs[b][off:off + ln] for b, off, ln, _ in m.segs],
                   [staging[base + mo:base + mo + ln] for _, _, ln, mo in m.segs], dtype)
-        done += 1
-        for j in dependents[i]:
-            left[j] -= 1
-            if not left[j]:
-                heapq.heappush(ready, j)
+        completed(i)
     if done != n:  # only a program whose deps are not a DAG gets here: the compiler's bug
         stuck = [acts[i].tid for i in range(n) if left[i]][:8]
         raise RuntimeError(f"collsched: rank {route.rank} cannot start transfers {stuck}: their dependencies never "

@@ -396,7 +396,10 @@ class Action:
     ``(op, segs)`` of a local copy; `deps` the indices of earlier actions that must
     complete first; `stage_off` the message's place in the run's staging area (each staged
     message has its own, since any number may be in flight), -1 when it moves directly
-    from / into the user's buffer.
+    from / into the user's buffer. `post_after` (RECV only): the actions that must complete
+    before the receive may be posted, the earlier accesses its destination conflicts with
+    (none when staged: its bytes land in a buffer of its own); the other deps only order
+    what follows the receive, and its sender keeps its own.
     """
 
     kind: int
@@ -405,6 +408,7 @@ class Action:
     local: tuple | None
     deps: tuple
     stage_off: int = -1
+    post_after: tuple = ()
 
 
 @dataclass
@@ -412,7 +416,8 @@ class OverlapProgram:
     actions: list  # Action, ascending transfer id (a topological order of `deps`)
     dependents: list  # per action: indices of the actions that wait for it
     staging_bytes: int
-    early_recvs: list  # staged receives: safe to post before their deps (only the scatter waits)
+    early_recvs: list  # receives with nothing to wait for before posting: posted at the start
+    post_waiters: list  # per action: the receives whose posting waits for it
 
 
 def rank_deps(plan, rank: int, arrays: PlanArrays | None = None) -> dict:
@@ -497,7 +502,8 @@ def _conflicts(accesses: list) -> list:
 def overlap_program(prog: RankProgram, deps: dict) -> OverlapProgram:
     """`prog`'s sends, receives and local copies as one list in transfer-id order, each with
     the indices of the actions it waits for: its deps (as `rank_deps` returns them) and every
-    earlier action of this rank it has a conflicting access with. The verifier proves the
+    earlier action of this rank it has a conflicting access with; a receive is posted once
+    the latter are done (`Action.post_after`). The verifier proves the
     plan orders each such pair by its deps (possibly through other ranks' transfers) in id
     order, so adding them keeps the order acyclic, and with them any schedule the actions
     allow writes what id order writes."""
@@ -511,6 +517,7 @@ def overlap_program(prog: RankProgram, deps: dict) -> OverlapProgram:
     index = {it[0]: i for i, it in enumerate(items)}
     preds = _conflicts([_accesses(kind, msg, loc) for _tid, kind, msg, loc in items])
     actions, dependents, early, at = [], [[] for _ in items], [], 0
+    post_waiters = [[] for _ in items]
     for i, (tid, kind, msg, loc) in enumerate(items):
         try:
             di = preds[i].union(index[d] for d in deps.get(tid, ()))
@@ -523,7 +530,12 @@ def overlap_program(prog: RankProgram, deps: dict) -> OverlapProgram:
         off = -1
         if kind != LOCAL and (len(msg.segs) > 1 or (kind == RECV and msg.op == OP_REDUCE_SUM)):
             off, at = at, _align(at + msg.nbytes)
-            if kind == RECV:
+        post = ()
+        if kind == RECV:
+            post = () if off >= 0 else tuple(sorted(preds[i]))
+            for d in post:
+                post_waiters[d].append(i)
+            if not post:
                 early.append(i)
-        actions.append(Action(kind, tid, msg, loc, di, off))
-    return OverlapProgram(actions, dependents, at, early)
+        actions.append(Action(kind, tid, msg, loc, di, off, post))
+    return OverlapProgram(actions, dependents, at, early, post_waiters)
