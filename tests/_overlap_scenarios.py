@@ -21,13 +21,12 @@ def matrices(n: int, seed: int) -> dict:
     rng = np.random.default_rng(seed)
     hot = np.zeros((n, n), dtype=np.uint64)
     hot[1, n - 2] = 4096 + 3
-    m = {
+    return {
         "zipf": collsched.traffic.zipf(n, 1.1, 3000, seed=seed).astype(np.uint64),
-        "random": rng.integers(0, 5000, size=(n, n)).astype(np.uint64) * rng.integers(0, 2, size=(n, n)).astype(np.uint64),
+        "random": (rng.integers(0, 5000, size=(n, n)) * rng.integers(0, 2, size=(n, n))).astype(np.uint64),
         "empty": np.zeros((n, n), dtype=np.uint64),
         "single_hot_pair": hot,
     }
-    return m
 
 
 def _torch_reference(matrix: np.ndarray, x: torch.Tensor) -> torch.Tensor:
@@ -57,7 +56,9 @@ def identical_to_torch(algorithms: list, seed: int) -> dict:
         ref = _torch_reference(matrix, x)
         for alg in algorithms:
             plan = collsched.plan_all_to_all(matrix, CLUSTER, alg)
-            modes = [(True, True)] + ([(False, True), (True, False), (False, False)] if alg in ("fanout", "fast") else [])
+            modes = [(True, True)]
+            if alg in ("fanout", "fast"):
+                modes += [(False, True), (True, False), (False, False)]
             for overlap, dup in modes:
                 def run(plan=plan, overlap=overlap, dup=dup):
                     out = torch.full((int(matrix[:, rank].sum()),), 7, dtype=torch.uint8)
