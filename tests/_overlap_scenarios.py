@@ -172,3 +172,18 @@ def run(fn: str, world: int, *args, gpus_per_server: int = 4, timeout_s: float =
     here = __file__.rsplit("/", 1)[0]
     return run_local(f"_overlap_scenarios:{fn}", world, args, gpus_per_server=gpus_per_server, timeout_s=timeout_s,
                      extra_pythonpath=[here], raise_on_failure=False)
+
+
+def duplex_creation_straggler(timeout_s: float) -> dict:
+    """The last rank never creates the direction groups: the others raise within the timeout."""
+    rank, n = dist.get_rank(), dist.get_world_size()
+    t0 = time.monotonic()
+    if rank == n - 1:
+        time.sleep(timeout_s + 2.0)
+        return {"raised": "skipped (straggler)"}
+    try:
+        duplex.duplex_groups(None, timeout_s)
+        return {"raised": None, "elapsed": time.monotonic() - t0}
+    except Exception as e:
+        return {"raised": type(e).__name__, "is_timeout": isinstance(e, comm.CommTimeoutError), "message": str(e)[:300],
+                "elapsed": time.monotonic() - t0}

@@ -35,3 +35,13 @@ def test_direction_groups_are_created_once_route_bytes_and_serve_subgroups():
     for r, res in enumerate(results):
         assert isinstance(res, dict), str(res)
         assert res == {"cached_once": True, "routes": True, "bytes": True, "subgroup": True}, f"rank {r}: {res}"
+
+
+def test_creating_the_direction_groups_is_bounded_by_the_timeout():
+    timeout_s = 1.5
+    results = run_ranks("duplex_creation_straggler", 4, timeout_s, gpus_per_server=2, timeout_s=60)
+    for r in range(3):
+        res = results[r]
+        assert isinstance(res, dict) and res["is_timeout"], str(res)
+        assert "per-direction Gloo groups over ranks [0, 1, 2, 3]" in res["message"]
+        assert res["elapsed"] < timeout_s + 3.0, res
