@@ -26,12 +26,13 @@ SIZES = (256 * 1024, 2 * 2**20, 8 * 2**20)  # bytes per rank (sent), mean over r
 
 # Grids of the coordinate descent (one parameter at a time, a few passes).
 GRID = {
-    "goodput": [0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95],
-    "alpha_scaleout_us": [100, 300, 1000, 2000, 4000, 8000, 16000],
-    "alpha_scaleup_us": [50, 200, 500, 1000, 2000, 4000],
-    "scaleup_bps": [100e6, 200e6, 400e6, 1e9, 3e9],
+    "goodput": [0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95],
+    "alpha_scaleout_us": [100, 300, 1000, 2000, 4000, 8000],
+    "alpha_scaleup_us": [50, 200, 500, 1000, 2000, 3000, 4000, 6000, 8000],
+    "scaleup_bps": [25e6, 50e6, 100e6, 200e6, 400e6, 1e9],
     "barrier_steps": [True, False],
     "incast": [None, (2, 0.8), (2, 0.6), (3, 0.7), (4, 0.7), (4, 0.5)],
+    "call_us": [0, 1000, 2000, 4000, 6000, 8000, 12000, 16000],
 }
 
 
@@ -145,7 +146,7 @@ def _loss(rows, params, pred) -> float:
 
 
 def fit(spec: FabricSpec, case_list: list, rows: list[dict], start: ModelParams = DEFAULT_PARAMS,
-        passes: int = 2) -> tuple[ModelParams, list[dict]]:
+        passes: int = 4) -> tuple[ModelParams, list[dict]]:
     """Fit on the rows of the 'fit' half; returns the parameters and every row with its prediction
     under them (``predicted_s``, ``error`` = predicted/executed − 1)."""
     pred = _Predictor(spec, case_list)
