@@ -240,22 +240,22 @@ class MoEBuffer:
         dev, dtype, h, k = x.device, x.dtype, x.shape[1], topk_idx.shape[1]
         has_w = topk_weights is not None
         row_b = h * x.element_size()
+        wd, ws = _word(row_b)
+        row_w, id_w, wt_w = row_b // ws, 8 * k // ws, 4 * k // ws
         w_in = topk_weights.contiguous() if has_w else torch.zeros(topk_idx.shape, dtype=torch.float32, device=dev)
-        # Hop 1: row, then the unit's K expert ids and K weights (metadata with the data).
-        width1 = row_b + 12 * k
-        xb = _rows_u8(x)
-        send1 = torch.cat([xb[lp.unit_token], _bytes(lp.unit_ids, 8 * k),
-                           _bytes(w_in[lp.unit_token], 4 * k)], dim=1)
-        recv1 = torch.empty((sum(plan.recv1), width1), dtype=torch.uint8, device=dev)
+        # Hop 1: the row, then the unit's K expert ids and K weights (metadata with the data),
+        # packed in 4-byte words (byte-wise copies are several times slower on the CPU).
+        send1 = torch.cat([_words(x, wd, row_w).index_select(0, lp.unit_token), _words(lp.unit_ids, wd, id_w),
+                           _words(w_in.index_select(0, lp.unit_token), wd, wt_w)], dim=1)
+        recv1 = torch.empty((sum(plan.recv1), row_w + id_w + wt_w), dtype=wd, device=dev)
         self._a2a(recv1, send1, plan.recv1, plan.send1, f"MoE dispatch hop 1 on rank {self.rank}", plan.matrix1)
-        hop_ids = _fresh(recv1[:, row_b:row_b + 8 * k]).view(torch.int64).reshape(-1, k)
-        hop_w = _fresh(recv1[:, row_b + 8 * k:]).view(torch.float32).reshape(-1, k)
+        hop_ids = _from_words(recv1[:, row_w:row_w + id_w], torch.int64, k)
+        hop_w = _from_words(recv1[:, row_w + id_w:], torch.float32, k)
         pu, pk, powner = hop_pairs(hop_ids, lay)
         # Hop 2 rows: the row and the pair's weight.
-        width2 = row_b + 4
-        send2 = torch.cat([recv1[:, :row_b][pu], _bytes(hop_w[pu, pk], 4)], dim=1)
+        send2 = torch.cat([recv1[:, :row_w].index_select(0, pu), _words(hop_w[pu, pk], wd, 4 // ws)], dim=1)
         if self.dedup == "node":
-            recv2 = torch.empty((sum(plan.recv2), width2), dtype=torch.uint8, device=dev)
+            recv2 = torch.empty((sum(plan.recv2), row_w + 4 // ws), dtype=wd, device=dev)
             self._a2a(recv2, send2, plan.recv2, plan.send2, f"MoE dispatch hop 2 on rank {self.rank}")
         else:
             recv2 = send2  # the hop is the expert's own GPU
@@ -263,11 +263,11 @@ class MoEBuffer:
         place_t = torch.from_numpy(plan.place).to(dev)
         out = torch.empty((n_rows, h), dtype=dtype, device=dev)
         if out.numel():
-            _rows_u8(out).index_copy_(0, place_t, recv2[:, :row_b])
+            _words(out, wd, row_w).index_copy_(0, place_t, recv2[:, :row_w])
         weights = None
         if has_w:
             weights = torch.empty(n_rows, dtype=torch.float32, device=dev)
-            weights.index_copy_(0, place_t, _fresh(recv2[:, row_b:]).view(torch.float32).reshape(-1))
+            weights.index_copy_(0, place_t, _from_words(recv2[:, row_w:], torch.float32, 1).reshape(-1))
         handle = DispatchHandle(self.id, self._calls, t, n_rows, h, dtype, k, has_w, plan, lp.unit_token,
                                 lp.unit_ids, hop_ids, hop_w if has_w else None, pu, pk, place_t, self, weights)
         node_of = lambda r: r // lay.gpus_per_node  # noqa: E731
@@ -341,57 +341,52 @@ class MoEBuffer:
         dev = handle.place_t.device
         h, k, dtype = handle.hidden, handle.topk, handle.dtype
         row_b = h * torch.empty(0, dtype=dtype).element_size() if hidden else 0
+        wd, ws = _word(row_b)
+        row_w, sc_w = row_b // ws, 4 // ws
         has_s = pair_scalar is not None
-        width2 = row_b + 4 * has_s
         n_rows = handle.rows
         parts = []
         if hidden:
-            parts.append(_rows_u8(y.contiguous())[handle.place_t])
+            parts.append(_words(y, wd, row_w).index_select(0, handle.place_t))
         if has_s:
-            parts.append(_bytes(pair_scalar[handle.place_t], 4))
-        back2 = torch.cat(parts, dim=1) if parts else torch.empty((n_rows, 0), dtype=torch.uint8, device=dev)
+            parts.append(_words(pair_scalar.index_select(0, handle.place_t), wd, sc_w))
+        back2 = torch.cat(parts, dim=1) if len(parts) > 1 else parts[0]
         p = handle.pair_unit.numel()
         if self.dedup == "node":
-            got2 = torch.empty((p, width2), dtype=torch.uint8, device=dev)
+            got2 = torch.empty((p, back2.shape[1]), dtype=wd, device=dev)
             self._a2a(got2, back2, plan.send2, plan.recv2, f"MoE combine hop 2 on rank {self.rank}")
         else:
             got2 = back2
         u_in = handle.hop_ids.shape[0]
         # Partial reduction on the hop: one vector per unit (token and node), summed in float32.
-        width1 = row_b + 4 * k * has_s
-        back1 = torch.empty((u_in, width1), dtype=torch.uint8, device=dev)
+        parts = []
         if hidden:
-            rows = _fresh(got2[:, :row_b]).view(dtype).reshape(p, h).float() if p else \
-                torch.empty((0, h), dtype=torch.float32, device=dev)
+            rows = _from_words(got2[:, :row_w], dtype, h).float()
             if weighted:
-                rows = rows * handle.hop_weights[handle.pair_unit, handle.pair_k][:, None]
+                rows.mul_(handle.hop_weights[handle.pair_unit, handle.pair_k][:, None])
             part = torch.zeros((u_in, h), dtype=torch.float32, device=dev)
             part.index_add_(0, handle.pair_unit, rows)
-            if u_in:
-                back1[:, :row_b] = _bytes(part.to(dtype), row_b)
+            parts.append(_words(part.to(dtype), wd, row_w))
         if has_s:
             grid = torch.zeros((u_in, k), dtype=torch.float32, device=dev)
-            if p:
-                grid[handle.pair_unit, handle.pair_k] = _fresh(got2[:, row_b:]).view(torch.float32).reshape(-1)
-            back1[:, row_b:] = _bytes(grid, 4 * k)
+            grid[handle.pair_unit, handle.pair_k] = _from_words(got2[:, row_w:], torch.float32, 1).reshape(-1)
+            parts.append(_words(grid, wd, k * sc_w))
+        back1 = torch.cat(parts, dim=1) if len(parts) > 1 else parts[0]
         u_out = handle.unit_token.numel()
-        got1 = torch.empty((u_out, width1), dtype=torch.uint8, device=dev)
+        got1 = torch.empty((u_out, back1.shape[1]), dtype=wd, device=dev)
         self._a2a(got1, back1, plan.send1, plan.recv1, f"MoE combine hop 1 on rank {self.rank}",
                   plan.matrix1.T.copy() if self.schedule == "fast" else None)
         out = None
         if hidden:
             acc = torch.zeros((handle.tokens, h), dtype=torch.float32, device=dev)
-            if u_out:
-                acc.index_add_(0, handle.unit_token, _fresh(got1[:, :row_b]).view(dtype).reshape(u_out, h).float())
+            acc.index_add_(0, handle.unit_token, _from_words(got1[:, :row_w], dtype, h).float())
             out = acc.to(dtype)
         grad_w = None
         if has_s:
             grad_w = torch.zeros((handle.tokens, k), dtype=torch.float32, device=dev)
-            if u_out:
-                vals = _fresh(got1[:, row_b:]).view(torch.float32).reshape(u_out, k)
-                m = handle.unit_ids >= 0
-                tk = m.nonzero()
-                grad_w[handle.unit_token[tk[:, 0]], tk[:, 1]] = vals[tk[:, 0], tk[:, 1]]
+            vals = _from_words(got1[:, row_w:], torch.float32, k)
+            tk = (handle.unit_ids >= 0).nonzero()
+            grad_w[handle.unit_token[tk[:, 0]], tk[:, 1]] = vals[tk[:, 0], tk[:, 1]]
         return out, grad_w
 
     def _redispatch(self, g: torch.Tensor, handle: DispatchHandle) -> torch.Tensor:
@@ -401,27 +396,46 @@ class MoEBuffer:
         dev = handle.place_t.device
         h, dtype = handle.hidden, g.dtype
         row_b = h * g.element_size()
-        send1 = _rows_u8(g.contiguous())[handle.unit_token]
-        recv1 = torch.empty((handle.hop_ids.shape[0], row_b), dtype=torch.uint8, device=dev)
+        wd, ws = _word(row_b)
+        row_w = row_b // ws
+        send1 = _words(g, wd, row_w).index_select(0, handle.unit_token)
+        recv1 = torch.empty((handle.hop_ids.shape[0], row_w), dtype=wd, device=dev)
         self._a2a(recv1, send1, plan.recv1, plan.send1, f"MoE backward hop 1 on rank {self.rank}", plan.matrix1)
-        send2 = recv1[handle.pair_unit]
+        send2 = recv1.index_select(0, handle.pair_unit)
         if self.dedup == "node":
-            recv2 = torch.empty((handle.rows, row_b), dtype=torch.uint8, device=dev)
+            recv2 = torch.empty((handle.rows, row_w), dtype=wd, device=dev)
             self._a2a(recv2, send2, plan.recv2, plan.send2, f"MoE backward hop 2 on rank {self.rank}")
         else:
             recv2 = send2
         out = torch.empty((handle.rows, h), dtype=dtype, device=dev)
         if out.numel():
-            _rows_u8(out).index_copy_(0, handle.place_t, recv2)
+            _words(out, wd, row_w).index_copy_(0, handle.place_t, recv2)
         return out
 
 
-def _bytes(t: torch.Tensor, width: int) -> torch.Tensor:
-    """Rows of ``t`` as bytes [rows, width] (dense; an empty tensor of any strides gives an empty one)."""
+def _word(row_b: int):
+    """Packing unit: 4-byte words when rows are whole words (metadata always is), else bytes."""
+    return (torch.int32, 4) if row_b % 4 == 0 else (torch.uint8, 1)
+
+
+def _words(t: torch.Tensor, wd: torch.dtype, width: int) -> torch.Tensor:
+    """``t``'s rows as [rows, width] elements of ``wd`` (a view when ``t`` is dense; empty-safe)."""
+    rows = t.shape[0] if t.dim() else 0
     if t.numel() == 0:
-        return torch.empty((t.shape[0] if t.dim() else 0, width), dtype=torch.uint8, device=t.device)
-    return _fresh(t).view(torch.uint8).reshape(-1, width) if not t.is_contiguous() else \
-        t.view(torch.uint8).reshape(-1, width)
+        return torch.empty((rows, width), dtype=wd, device=t.device)
+    if not t.is_contiguous():
+        t = t.contiguous()
+    return t.view(wd).reshape(rows, width) if t.dim() > 1 or t.dtype != wd else t.reshape(rows, width)
+
+
+def _from_words(cols: torch.Tensor, dtype: torch.dtype, width: int) -> torch.Tensor:
+    """A packed column slice, copied dense, as [rows, width] of ``dtype``."""
+    rows = cols.shape[0]
+    if cols.numel() == 0:
+        return torch.empty((rows, width), dtype=dtype, device=cols.device)
+    whole = cols.stride(1) == 1 and cols.stride(0) == cols.shape[1] and cols.storage_offset() == 0
+    dense = cols if whole else _fresh(cols)
+    return dense.view(dtype).reshape(rows, width)
 
 
 def _fresh(t: torch.Tensor) -> torch.Tensor:
@@ -429,13 +443,6 @@ def _fresh(t: torch.Tensor) -> torch.Tensor:
     out = torch.empty(t.shape, dtype=t.dtype, device=t.device)
     out.copy_(t)
     return out
-
-
-def _rows_u8(t: torch.Tensor) -> torch.Tensor:
-    """A contiguous [T, H] tensor's rows as bytes [T, H * itemsize] (a view, no copy)."""
-    if t.numel():
-        return t.view(torch.uint8).reshape(t.shape[0], -1)
-    return torch.empty((t.shape[0], t.shape[1] * t.element_size()), dtype=torch.uint8, device=t.device)
 
 
 __all__ = ["MoEBuffer", "Dispatched", "DispatchHandle"]
