@@ -63,6 +63,14 @@ def test_estimates_grow_with_the_cluster_and_cover_auto(gpus):
     assert sim.seconds > small.seconds and "2 algorithms" in sim.what
 
 
+def test_draw_is_guarded_too(tmp_path):
+    c = collsched.Cluster.parse("h200:2")
+    path = tmp_path / "p.json"
+    collsched.planning.save_plan(collsched.plan_all_to_all(collsched.traffic.uniform(16, 1 << 20, 0), c, "fanout"), path)
+    r = _cli("draw", str(path), "-c", "h200:2", "-o", str(tmp_path / "g.png"), "--max-time", "1e-9")
+    assert r.exit_code == 2 and "simulating fanout on 16 GPUs would take" in r.stderr, r.stderr
+
+
 def test_estimate_is_above_what_planning_and_simulating_really_take():
     """The guard must not refuse what fits: its estimate is an upper bound on a measured run."""
     import resource
@@ -243,6 +251,14 @@ def test_options_dict_is_accepted_by_every_planning_entry_point():
     p.verify()
     with pytest.raises(ValueError, match="unknown collective option 'warp'"):
         collsched.plan_collective("allgather", 16, 1 << 12, "ring", topology=c, options={"warp": 1})
+    from collsched import forest
+
+    s = forest.schedule("a100:1")
+    f = forest.plan_allreduce(s, 1 << 14, options={"chunks": 2, "elem_bytes": 2})
+    assert f.hash == forest.plan_allreduce(s, 1 << 14, elem_bytes=2, chunks=2).hash
+    f.verify()
+    with pytest.raises(ValueError, match="unknown ForestColl option 'warp'"):
+        forest.plan_allgather(s, 1 << 12, options={"warp": 1})
 
 
 def test_version():

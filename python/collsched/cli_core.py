@@ -417,16 +417,22 @@ def draw_cmd(
     barrier_steps: bool = typer.Option(False, "--barrier-steps", help="simulate steps as global barriers"),
     warm_connections: bool = typer.Option(False, "--warm-connections",
                                           help="a stream's next piece hides its alpha behind the previous one (NCCL/MSCCL connections)"),
+    max_memory: Optional[str] = typer.Option(None, "--max-memory", help=MAX_MEMORY_HELP),
+    max_time: Optional[float] = typer.Option(None, "--max-time", help=MAX_TIME_HELP),
 ) -> None:
     """Draw a plan's simulated execution (Gantt chart by tier, steps shaded) and link utilisation."""
     from collsched import draw
+    from collsched.guard import estimate_simulation, progress
     from collsched.planning import load_plan
 
     plan = load_plan(path)
     c = _cluster(cluster)
     _check_plan_fits(plan, c)
     sim = _sim()
-    r = sim.simulate(plan, c, barrier_steps=barrier_steps, warm_connections=warm_connections)
+    est = estimate_simulation(plan.num_transfers, f"simulating {plan.algorithm} on {c.num_gpus} GPUs")
+    _guard(est, max_memory, max_time)
+    with progress(est, total=1):
+        r = sim.simulate(plan, c, barrier_steps=barrier_steps, warm_connections=warm_connections)
     draw.gantt(plan, c, out, result=r)
     print(f"wrote {out} ({plan.algorithm}, {fmt_time(float(r.time_s))} simulated)")
     if links:

@@ -119,8 +119,22 @@ def _chunks(schedule: ForestSchedule, chunks, output_bytes: int, latency_ns) -> 
     return int(chunks)
 
 
+def _knobs(options, **given) -> dict:
+    """The keyword knobs with ``options`` (a dict, as ``plan_all_to_all`` and the runtime take
+    them) laid over them; unknown keys are refused by name."""
+    if not options:
+        return given
+    if not isinstance(options, dict):
+        raise TypeError(f"options must be a dict, got {type(options).__name__}")
+    bad = sorted(k for k in options if k not in given)
+    if bad:
+        raise ValueError(f"unknown ForestColl option {bad[0]!r} (known: {', '.join(given)})")
+    return {**given, **options}
+
+
 def plan_allgather(schedule, shard_bytes: int, chunks: int | None = None, merge: bool = True,
-                   latency_ns: int | None = None, split_multiplicity: bool = False) -> _core.Plan:
+                   latency_ns: int | None = None, split_multiplicity: bool = False,
+                   options: dict | None = None) -> _core.Plan:
     """Allgather plan: every rank contributes ``shard_bytes``; ranks are the graph's compute
     nodes in order. ``schedule`` may also be a graph (the automatic schedule is built).
     ``chunks``: pipeline chunks per tree; None picks them for the size
@@ -128,26 +142,39 @@ def plan_allgather(schedule, shard_bytes: int, chunks: int | None = None, merge:
     ``latency_ns`` per piece, default 6 µs across boxes, 3 µs in one); ``merge``: one
     multi-segment message per rank pair and step instead of one per tree;
     ``split_multiplicity``: a tree of multiplicity m travels as m streams of one share each
-    (a stream gets one fair share of a link; see docs/forestcoll.md)."""
+    (a stream gets one fair share of a link; see docs/forestcoll.md). ``options``: the same
+    knobs as a dict (``{"chunks": 4}``)."""
+    k = _knobs(options, chunks=chunks, merge=merge, latency_ns=latency_ns, split_multiplicity=split_multiplicity)
+    chunks, merge, latency_ns, split_multiplicity = k["chunks"], k["merge"], k["latency_ns"], k["split_multiplicity"]
     s = _schedule(schedule)
     chunks = _chunks(s, chunks, int(shard_bytes) * s.num_ranks, latency_ns)
     return _core.forest_plan_allgather(s, int(shard_bytes), chunks, bool(merge), bool(split_multiplicity))
 
 
 def plan_reduce_scatter(schedule, shard_bytes: int, elem_bytes: int = 4, chunks: int | None = None, merge: bool = True,
-                        latency_ns: int | None = None, split_multiplicity: bool = False) -> _core.Plan:
+                        latency_ns: int | None = None, split_multiplicity: bool = False,
+                        options: dict | None = None) -> _core.Plan:
     """Reduce-scatter plan along the reversed trees: input ``ranks × shard_bytes``
-    (``chunks``/``latency_ns``/``split_multiplicity`` as for :func:`plan_allgather`)."""
+    (``chunks``/``latency_ns``/``split_multiplicity``/``options`` as for :func:`plan_allgather`)."""
+    k = _knobs(options, chunks=chunks, merge=merge, latency_ns=latency_ns, split_multiplicity=split_multiplicity,
+               elem_bytes=elem_bytes)
+    chunks, merge, latency_ns, split_multiplicity = k["chunks"], k["merge"], k["latency_ns"], k["split_multiplicity"]
+    elem_bytes = k["elem_bytes"]
     s = _schedule(schedule)
     chunks = _chunks(s, chunks, int(shard_bytes) * s.num_ranks, latency_ns)
     return _core.forest_plan_reduce_scatter(s, int(shard_bytes), int(elem_bytes), chunks, bool(merge), bool(split_multiplicity))
 
 
 def plan_allreduce(schedule, bytes: int, elem_bytes: int = 4, chunks: int | None = None, merge: bool = True,
-                   latency_ns: int | None = None, split_multiplicity: bool = False) -> _core.Plan:
+                   latency_ns: int | None = None, split_multiplicity: bool = False,
+                   options: dict | None = None) -> _core.Plan:
     """Allreduce plan: reduce-scatter along the in-trees, then allgather along the out-trees
-    (``chunks``/``latency_ns``/``split_multiplicity`` as for :func:`plan_allgather`, each phase
-    moving ``bytes``)."""
+    (``chunks``/``latency_ns``/``split_multiplicity``/``options`` as for :func:`plan_allgather`,
+    each phase moving ``bytes``)."""
+    k = _knobs(options, chunks=chunks, merge=merge, latency_ns=latency_ns, split_multiplicity=split_multiplicity,
+               elem_bytes=elem_bytes)
+    chunks, merge, latency_ns, split_multiplicity = k["chunks"], k["merge"], k["latency_ns"], k["split_multiplicity"]
+    elem_bytes = k["elem_bytes"]
     s = _schedule(schedule)
     chunks = _chunks(s, chunks, int(bytes), latency_ns)
     return _core.forest_plan_allreduce(s, int(bytes), int(elem_bytes), chunks, bool(merge), bool(split_multiplicity))

@@ -185,6 +185,12 @@ def estimate_all_to_all(gpus: int, algorithms: list[str], simulate: bool) -> Est
     return Estimate(what, int(mem), total_s, f"≈{transfers:,.0f} transfers per plan for {gpus}² rank pairs", advice)
 
 
+def estimate_simulation(transfers: int, what: str) -> Estimate:
+    """Simulating an existing plan of ``transfers`` transfers (``draw``)."""
+    return Estimate(what, int(transfers * SIM_BYTES_PER_TRANSFER), transfers * SIM_SECONDS_PER_TRANSFER,
+                    f"{transfers:,} transfers in the plan")
+
+
 def estimate_forest(gpus: int) -> Estimate:
     """ForestColl schedule generation for ``gpus`` compute nodes (grows faster than quadratically)."""
     secs = FOREST_SECONDS_1024 * (gpus / 1024) ** FOREST_EXPONENT
