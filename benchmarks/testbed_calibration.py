@@ -54,10 +54,12 @@ def main() -> int:
         err = f"{r['error'] * 100:+6.0f}%" if r["error"] is not None else f"{'':>7}"
         print(f"{r['workload']:>9} {r['bytes_per_rank'] >> 10:>8} {r['half']:>8} {r['algorithm']:>10} "
               f"{r['time_s'] * 1e3:11.1f} {sim} {err}")
-    print("\n| half | algorithm | cases | mean abs error | max abs error |\n|---|---|---|---|---|")
-    for e in cal.error_table(rows):
-        print(f"| {e['half']} | {e['algorithm']} | {e['cases']} | {e['mean_abs_error'] * 100:.0f}% | "
-              f"{e['max_abs_error'] * 100:.0f}% |")
+    for min_bytes in (0, 2 * 2**20):
+        print(f"\nsizes ≥ {min_bytes >> 10} KiB per rank\n| half | algorithm | cases | mean abs error | max abs error |"
+              "\n|---|---|---|---|---|")
+        for e in cal.error_table(rows, min_bytes):
+            print(f"| {e['half']} | {e['algorithm']} | {e['cases']} | {e['mean_abs_error'] * 100:.0f}% | "
+                  f"{e['max_abs_error'] * 100:.0f}% |")
     if args.csv:
         keys = ["case", "workload", "bytes_per_rank", "half", "algorithm", "time_s", "predicted_s", "error", "identical"]
         with open(args.csv, "w", newline="") as f:

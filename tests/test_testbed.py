@@ -239,3 +239,25 @@ def test_cli_errors_are_one_line(monkeypatch):
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     r = CliRunner().invoke(app, ["testbed", "run", "--servers", "2", "--gpus", "2", "--mean", "64KiB"])
     assert r.exit_code == 2 and "needs root" in r.output and len(r.output.strip().splitlines()) == 1
+
+
+def test_calibration_fit_recovers_a_model_from_its_own_predictions():
+    """Rows 'measured' by the simulator under known parameters: the fit must predict the held-out
+    half (other matrices) within 2%, and the fitted goodput must be the true one."""
+    from collsched.testbed import calibrate as cal
+    from collsched.testbed.model import ModelParams
+
+    spec = FabricSpec.from_knobs(2, 2, "200Mbps")
+    truth = ModelParams(goodput=0.75, alpha_scaleout_us=300, alpha_scaleup_us=200, scaleup_bps=200_000_000,
+                        barrier_steps=False, call_us=2000)
+    case_list = cal.cases(spec.ranks, ("uniform", "zipf:0.9", "hot:1.2"), (512 * 1024, 4 * 2**20))
+    pred = cal._Predictor(spec, case_list)
+    rows = [{"workload": c["workload"], "bytes_per_rank": c["bytes_per_rank"], "half": c["half"], "algorithm": a,
+             "case": i, "identical": True, "time_s": 0.0} for i, c in enumerate(case_list) for a in cal.ALGORITHMS]
+    for r in rows:
+        r["time_s"] = pred(r, truth)
+    params, fitted = cal.fit(spec, case_list, rows)
+    held = [abs(r["error"]) for r in fitted if r["half"] == "held-out"]
+    assert held and max(held) < 0.02, (params, max(held))
+    assert params.goodput == truth.goodput
+    assert {e["half"] for e in cal.error_table(fitted)} == {"fit", "held-out"}

@@ -5,7 +5,8 @@ Zipf and hot-expert matrices at several sizes per rank, on one fabric (one rank 
 every case). Fitted: the ``ModelParams`` the knobs do not fix (TCP goodput per shaped
 byte, per-transfer start-up cost per tier, the unshaped scale-up rate, the step barrier
 and the simulator's incast model), by coordinate descent over small grids minimising the
-mean absolute log error on the fit half. Cases alternate between the halves by matrix,
+mean absolute log error on the fit half; for each candidate the per-call host cost is
+solved for (median of executed − simulated), since it trades off against every rate. Cases alternate between the halves by matrix,
 so an algorithm is never fitted and tested on the same matrix.
 """
 from __future__ import annotations
@@ -32,7 +33,6 @@ GRID = {
     "scaleup_bps": [25e6, 50e6, 100e6, 200e6, 400e6, 1e9],
     "barrier_steps": [True, False],
     "incast": [None, (2, 0.8), (2, 0.6), (3, 0.7), (4, 0.7), (4, 0.5)],
-    "call_us": [0, 1000, 2000, 4000, 6000, 8000, 12000, 16000],
 }
 
 
@@ -141,24 +141,32 @@ class _Predictor:
         return predict(m, cluster, row["algorithm"], params, plan=self._plans[key])
 
 
-def _loss(rows, params, pred) -> float:
-    return float(np.mean([abs(math.log(r["time_s"] / pred(r, params))) for r in rows]))
+def _with_call(rows, params, pred) -> tuple[ModelParams, float]:
+    """``params`` with the per-call host cost that best fits ``rows`` (the median of executed −
+    simulated, so it is solved for, not searched, and never trades off against the NIC rate),
+    and the mean absolute log error under them."""
+    base = [pred(r, params.with_(call_us=0.0)) for r in rows]
+    call = max(0.0, float(np.median([r["time_s"] - b for r, b in zip(rows, base)])))
+    loss = float(np.mean([abs(math.log(r["time_s"] / (b + call))) for r, b in zip(rows, base)]))
+    return params.with_(call_us=round(call * 1e6, 0)), loss
 
 
 def fit(spec: FabricSpec, case_list: list, rows: list[dict], start: ModelParams = DEFAULT_PARAMS,
-        passes: int = 4) -> tuple[ModelParams, list[dict]]:
+        passes: int = 3) -> tuple[ModelParams, list[dict]]:
     """Fit on the rows of the 'fit' half; returns the parameters and every row with its prediction
     under them (``predicted_s``, ``error`` = predicted/executed − 1)."""
     pred = _Predictor(spec, case_list)
     train = [r for r in rows if r["half"] == "fit" and r["algorithm"] != "torch"]
-    best, best_loss = start, _loss(train, start, pred)
+    best, best_loss = _with_call(train, start, pred)
     for _ in range(passes):
+        moved = False
         for name, values in GRID.items():
             for v in values:
-                p = _params_from(best, name, v)
-                loss = _loss(train, p, pred)
+                p, loss = _with_call(train, _params_from(best, name, v), pred)
                 if loss < best_loss - 1e-9:
-                    best, best_loss = p, loss
+                    best, best_loss, moved = p, loss, True
+        if not moved:
+            break
     out = []
     for r in rows:
         if r["algorithm"] == "torch":
@@ -169,12 +177,14 @@ def fit(spec: FabricSpec, case_list: list, rows: list[dict], start: ModelParams 
     return best, out
 
 
-def error_table(rows: list[dict]) -> list[dict]:
-    """Per (half, algorithm): cases, mean |error|, max |error| (error = predicted/executed − 1)."""
+def error_table(rows: list[dict], min_bytes: int = 0) -> list[dict]:
+    """Per (half, algorithm): cases, mean |error|, max |error| (error = predicted/executed − 1), over
+    the cases of at least ``min_bytes`` per rank."""
     table = []
     for half in ("fit", "held-out"):
         for a in ALGORITHMS:
-            errs = [abs(r["error"]) for r in rows if r["half"] == half and r["algorithm"] == a]
+            errs = [abs(r["error"]) for r in rows
+                    if r["half"] == half and r["algorithm"] == a and r["bytes_per_rank"] >= min_bytes]
             if errs:
                 table.append({"half": half, "algorithm": a, "cases": len(errs), "mean_abs_error": float(np.mean(errs)),
                               "max_abs_error": float(np.max(errs))})

@@ -50,9 +50,9 @@ class ModelParams:
 
 # Fitted by benchmarks/testbed_calibration.py on 2×4 at 200 Mbit/s, full-duplex dependency-driven
 # p2p transport, on the shared 2-core host (docs/testbed.md, "Calibration", has the error table).
-DEFAULT_PARAMS = ModelParams(goodput=0.9, alpha_scaleout_us=1000.0, alpha_scaleup_us=3000.0, alpha_local_us=50.0,
+DEFAULT_PARAMS = ModelParams(goodput=0.9, alpha_scaleout_us=100.0, alpha_scaleup_us=1000.0, alpha_local_us=50.0,
                              scaleup_bps=100_000_000, barrier_steps=False, incast_threshold=3, incast_goodput=0.7,
-                             call_us=8000.0)
+                             call_us=13197.0)
 
 
 def cluster_spec(spec: FabricSpec, params: ModelParams = DEFAULT_PARAMS) -> str:
