@@ -269,6 +269,10 @@ def test_version():
 # ------------------------------------------------------------------ 4. errors a person can act on
 
 @pytest.mark.parametrize("args, words", [
+    (["traffic", "-c", "h200:1", "-m", "abc"], ["-m/--mean", "expected a number with an optional unit"]),
+    (["traffic", "-c", "h200:1", "-m", "5XB"], ["-m/--mean", "unknown unit 'XB'", "kib"]),
+    (["traffic", "-c", "h200:1", "-m", "99999999999999999999999TB"], ["-m/--mean", "at most 2^64-1"]),
+    (["traffic", "-c", "h200:1", "--seed", "-1"], ["--seed", "[0, 2^64)"]),
     (["simulate", "-c", "h200:10000000000000000000000"], ["server count", "too large", "at most 4294967295"]),
     (["simulate", "-c", "h200:2,nic=abc"], ["cluster field 'nic'", "bandwidth such as 400Gbps"]),
     (["simulate", "-c", "h200:2,alpha_scaleout=fast"], ["cluster field 'alpha_scaleout'", "duration"]),

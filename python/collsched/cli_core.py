@@ -86,11 +86,29 @@ def _cluster(spec: str):
     return as_cluster(spec)
 
 
-def _matrix(cluster, workload: str, mean: str, seed: int):
+def parsed(flag: str, parse: Callable, text):
+    """``parse(text)``, its ValueError prefixed with the flag the value came from."""
+    try:
+        return parse(text)
+    except ValueError as e:
+        raise ValueError(f"{flag}: {e}") from None
+
+
+def _mean_bytes(text: str) -> int:
     from collsched.units import parse_bytes
+
+    v = parsed("-m/--mean", parse_bytes, text)
+    if v >= 2**64:
+        raise ValueError(f"-m/--mean: {text!r} is too large (at most 2^64-1 bytes per pair)")
+    return v
+
+
+def _matrix(cluster, workload: str, mean: str, seed: int):
     from collsched.workloads import make_workload
 
-    return make_workload(workload, cluster.num_gpus, parse_bytes(mean), seed)
+    if not 0 <= seed < 2**64:
+        raise ValueError(f"--seed must be an integer in [0, 2^64), got {seed}")
+    return make_workload(workload, cluster.num_gpus, _mean_bytes(mean), seed)
 
 
 def _options(pairs: Optional[list[str]]) -> dict[str, str]:

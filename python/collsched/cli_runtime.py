@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from collsched.cli_core import _WORKLOADS, reporting_errors
+from collsched.cli_core import _WORKLOADS, parsed, reporting_errors
 
 
 def _stream(line: str) -> bool:
@@ -81,7 +81,8 @@ def register(app: typer.Typer) -> None:
                 with open(json_out, "w") as f:
                     json.dump(rows, f, indent=1)
             return
-        cfg = BenchConfig(min_bytes=parse_bytes(min_bytes), max_bytes=parse_bytes(max_bytes), factor=factor,
+        cfg = BenchConfig(min_bytes=parsed("-b/--minbytes", parse_bytes, min_bytes),
+                          max_bytes=parsed("-e/--maxbytes", parse_bytes, max_bytes), factor=factor,
                           workload=workload, warmup=warmup, iters=iters,
                           algorithms=[a.strip() for a in algorithms.split(",") if a.strip()], dtype=dtype,
                           cluster=cluster, check=check, rounds=rounds)

@@ -19,12 +19,14 @@ def _parse(text: str | int, table: dict, what: str) -> int:
         return text
     if str(text).strip().startswith("-"):
         raise ValueError(f"{what} {text!r} is negative; it must be non-negative")
+    example = "4096, 64KiB or 1.5GB" if table is _SIZE else "400Gbps or 450GB/s"
     m = _NUM.match(str(text))
     if not m:
-        raise ValueError(f"cannot parse {what} {text!r}")
+        raise ValueError(f"cannot parse {what} {text!r} (expected a number with an optional unit, e.g. {example})")
     unit = m.group(2).lower()
     if unit not in table:
-        raise ValueError(f"unknown unit {m.group(2)!r} in {what} {text!r}")
+        units = ", ".join(sorted({k for k in table if k}, key=lambda k: (table[k], k)))
+        raise ValueError(f"unknown unit {m.group(2)!r} in {what} {text!r} (known: {units})")
     from fractions import Fraction
 
     return int(Fraction(m.group(1)) * Fraction(table[unit]))
