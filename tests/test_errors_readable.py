@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("torch")
 
@@ -23,6 +25,31 @@ def test_rank_ranges_and_collapse():
     msg = collapse_rank_messages([(r, "input is not a contiguous tensor") for r in range(64)])
     assert msg == "ranks 0–63: input is not a contiguous tensor"
     assert collapse_rank_messages([(0, "a"), (1, "b"), (2, "a")]) == "ranks 0, 2: a; rank 1: b"
+
+
+def _expand(text: str) -> list[int]:
+    """Inverse of rank_ranges."""
+    body = text.split(" ", 1)[1]
+    out = []
+    for part in body.split(", "):
+        lo, _, hi = part.partition("–")
+        out += list(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
+@given(st.lists(st.tuples(st.integers(0, 70), st.sampled_from(["a", "b b", "c: d", "e; f"])), min_size=1, max_size=60,
+                unique_by=lambda x: x[0]))
+@settings(max_examples=200, deadline=None)
+def test_collapse_names_every_rank_once_and_every_message_once(items):
+    text = collapse_rank_messages(items)
+    msgs = list(dict.fromkeys(m for _, m in items))
+    assert "\n" not in text
+    for m in msgs:
+        want = sorted(r for r, x in items if x == m)
+        clause = f"{rank_ranges(want)}: {m}"
+        assert text.count(clause) == 1, (clause, text)
+        assert _expand(rank_ranges(want)) == want
+    assert len(text) <= sum(len(m) + 12 for m in msgs) + 8 * len(items)  # ranks, not messages, repeat
 
 
 def test_eight_rank_errors_read_as_one_line_and_a_missing_rank_is_named():
