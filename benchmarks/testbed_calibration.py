@@ -26,6 +26,10 @@ def main() -> int:
     ap.add_argument("--nic", default="200Mbps")
     ap.add_argument("--csv", default=None, help="write the measured rows (and predictions) here")
     ap.add_argument("--from-csv", default=None, help="refit rows measured earlier instead of measuring")
+    ap.add_argument("--planned-on", default=None, help="with --from-csv: the cluster spec the ranks planned for "
+                    "(default: the csv's cluster column, else the fabric's current derived spec)")
+    ap.add_argument("--evaluate", action="store_true",
+                    help="also report the error of the shipped parameters (DEFAULT_PARAMS) on every case, unfitted")
     args = ap.parse_args()
     spec = FabricSpec.from_knobs(2, 4, args.nic)
     case_list = cal.cases(spec.ranks)
@@ -45,7 +49,18 @@ def main() -> int:
               f"({os.cpu_count()} cores)")
         rows = cal.measure(spec, case_list, args.iters, args.transport, on_progress=lambda s: print("  " + s))
         print(f"# load average after: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
-    params, rows = cal.fit(spec, case_list, rows)
+    planned_on = args.planned_on or (rows[0].get("cluster") or None)
+    if args.evaluate:
+        shipped = cal.evaluate(rows, cal.DEFAULT_PARAMS, cal._Predictor(spec, case_list, planned_on))
+        print(f"\nshipped parameters {cal.DEFAULT_PARAMS}, on every case (none of them fitted):")
+        print("| algorithm | cases | mean abs error | max abs error | cases ≥ 2 MiB/rank | mean abs | max abs |\n"
+              "|---|---|---|---|---|---|---|")
+        for a in cal.ALGORITHMS:
+            e_all = [abs(r["error"]) for r in shipped if r["algorithm"] == a]
+            e_big = [abs(r["error"]) for r in shipped if r["algorithm"] == a and r["bytes_per_rank"] >= 2 * 2**20]
+            print(f"| {a} | {len(e_all)} | {sum(e_all) / len(e_all) * 100:.0f}% | {max(e_all) * 100:.0f}% | "
+                  f"{len(e_big)} | {sum(e_big) / len(e_big) * 100:.0f}% | {max(e_big) * 100:.0f}% |")
+    params, rows = cal.fit(spec, case_list, rows, planned_on=planned_on)
     print(f"\nfitted on the 'fit' half: {params}")
     print(f"derived cluster: {cal.cluster_spec(spec, params)}\n")
     print(f"{'workload':>9} {'KiB/rank':>8} {'half':>8} {'algorithm':>10} {'executed ms':>11} {'simulated ms':>12} {'error':>7}")
@@ -61,7 +76,8 @@ def main() -> int:
             print(f"| {e['half']} | {e['algorithm']} | {e['cases']} | {e['mean_abs_error'] * 100:.0f}% | "
                   f"{e['max_abs_error'] * 100:.0f}% |")
     if args.csv:
-        keys = ["case", "workload", "bytes_per_rank", "half", "algorithm", "time_s", "predicted_s", "error", "identical"]
+        keys = ["case", "workload", "bytes_per_rank", "half", "algorithm", "time_s", "predicted_s", "error", "identical",
+                "cluster"]
         with open(args.csv, "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=keys, extrasaction="ignore")
             w.writeheader()

@@ -151,6 +151,25 @@ def test_shaping_binds_across_servers_and_scaleup_is_faster():
     assert res[1]["local"] < wire / 2, res  # same server: the unshaped scale-up path, not the NIC
 
 
+def raise_on_rank0() -> int:
+    import torch.distributed as dist
+
+    if dist.get_rank() == 0:
+        raise ValueError("bad split on purpose")
+    dist.barrier()  # never completes: rank 0 is gone
+    return 0
+
+
+@needs_netns
+def test_raising_rank_is_named_and_leaves_nothing():
+    from collsched.testbed.launch import RankError, run_ranks
+
+    with pytest.raises(RankError, match=r"^rank 0 raised ValueError: bad split on purpose"):
+        with Fabric(FabricSpec.from_knobs(1, 2, "100Mbps")) as f:
+            run_ranks(f, raise_on_rank0, timeout_s=60)
+    assert _ours(f.prefix) == []
+
+
 @needs_netns
 def test_killed_rank_stops_the_run_quickly_and_leaves_nothing():
     from collsched.testbed.launch import RankError, run_ranks

@@ -103,7 +103,7 @@ def measure(spec: FabricSpec, case_list: list, iters: int = 3, transport: str = 
         for a in ["torch", *ALGORITHMS]:
             per_round = np.max(np.array([r["cases"][ci]["rec"][a]["times"] for r in res]), axis=0)
             rows.append({"workload": c["workload"], "bytes_per_rank": c["bytes_per_rank"], "half": c["half"],
-                         "algorithm": a, "time_s": float(np.median(per_round)),
+                         "algorithm": a, "cluster": cluster, "time_s": float(np.median(per_round)),
                          "identical": all(r["cases"][ci]["rec"][a]["identical"] for r in res), "case": ci})
     return rows
 
@@ -124,21 +124,23 @@ def _value_of(p: ModelParams, name: str):
 
 
 class _Predictor:
-    """Plans once per (case, algorithm, cluster spec) and simulates under each parameter set."""
+    """Simulates, under each parameter set, the plan that was executed: planned once per (case,
+    algorithm) on the cluster the ranks planned for (``planned_on``), since FAST's stages depend
+    on the cluster it plans for, and the run executed the plan of the parameters in use then."""
 
-    def __init__(self, spec: FabricSpec, case_list: list):
+    def __init__(self, spec: FabricSpec, case_list: list, planned_on: str | None = None):
         self.spec, self.cases = spec, case_list
+        self.planned_on = planned_on or cluster_spec(spec)
         self._plans: dict = {}
 
     def __call__(self, row: dict, params: ModelParams) -> float:
         import collsched
 
-        cluster = cluster_spec(self.spec, params)
-        key = (row["case"], row["algorithm"], cluster)
+        key = (row["case"], row["algorithm"])
         m = np.asarray(self.cases[row["case"]]["matrix"], dtype=np.int64)
         if key not in self._plans:
-            self._plans[key] = collsched.plan_all_to_all(m, cluster, row["algorithm"])
-        return predict(m, cluster, row["algorithm"], params, plan=self._plans[key])
+            self._plans[key] = collsched.plan_all_to_all(m, self.planned_on, row["algorithm"])
+        return predict(m, cluster_spec(self.spec, params), row["algorithm"], params, plan=self._plans[key])
 
 
 def _with_call(rows, params, pred) -> tuple[ModelParams, float]:
@@ -152,10 +154,11 @@ def _with_call(rows, params, pred) -> tuple[ModelParams, float]:
 
 
 def fit(spec: FabricSpec, case_list: list, rows: list[dict], start: ModelParams = DEFAULT_PARAMS,
-        passes: int = 3) -> tuple[ModelParams, list[dict]]:
+        passes: int = 3, planned_on: str | None = None) -> tuple[ModelParams, list[dict]]:
     """Fit on the rows of the 'fit' half; returns the parameters and every row with its prediction
-    under them (``predicted_s``, ``error`` = predicted/executed − 1)."""
-    pred = _Predictor(spec, case_list)
+    under them (``predicted_s``, ``error`` = predicted/executed − 1). ``planned_on``: the cluster
+    spec the ranks planned for when the rows were measured (default: the fabric's current one)."""
+    pred = _Predictor(spec, case_list, planned_on)
     train = [r for r in rows if r["half"] == "fit" and r["algorithm"] != "torch"]
     best, best_loss = _with_call(train, start, pred)
     for _ in range(passes):
@@ -167,14 +170,19 @@ def fit(spec: FabricSpec, case_list: list, rows: list[dict], start: ModelParams 
                     best, best_loss, moved = p, loss, True
         if not moved:
             break
+    return best, evaluate(rows, best, pred)
+
+
+def evaluate(rows: list[dict], params: ModelParams, pred: "_Predictor") -> list[dict]:
+    """Every row with its prediction under ``params`` (``predicted_s``; ``error`` = predicted/executed − 1)."""
     out = []
     for r in rows:
         if r["algorithm"] == "torch":
             out.append(dict(r, predicted_s=None, error=None))
             continue
-        p = pred(r, best)
+        p = pred(r, params)
         out.append(dict(r, predicted_s=p, error=p / r["time_s"] - 1))
-    return best, out
+    return out
 
 
 def error_table(rows: list[dict], min_bytes: int = 0) -> list[dict]:
@@ -197,7 +205,7 @@ def calibrate(spec: FabricSpec, iters: int = 3, transport: str = "auto", on_prog
     t0 = time.perf_counter()
     case_list = cases(spec.ranks, workloads, sizes)
     rows = measure(spec, case_list, iters, transport, on_progress=on_progress)
-    params, rows = fit(spec, case_list, rows)
+    params, rows = fit(spec, case_list, rows, planned_on=rows[0]["cluster"])
     return {"fabric": {"servers": spec.servers, "gpus": spec.gpus, "nic_bps": spec.nic_bps,
                        "queue_bytes": spec.queue_bytes},
             "transport": transport, "params": params.to_dict(), "rows": rows, "errors": error_table(rows),
