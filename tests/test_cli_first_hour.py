@@ -73,7 +73,6 @@ def test_draw_is_guarded_too(tmp_path):
 
 def test_estimate_is_above_what_planning_and_simulating_really_take():
     """The guard must not refuse what fits: its estimate is an upper bound on a measured run."""
-    import resource
     import subprocess
     import sys
 
@@ -84,7 +83,6 @@ def test_estimate_is_above_what_planning_and_simulating_really_take():
     grown = int(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
     est = guard.estimate_all_to_all(128, ["fanout", "fast", "auto"], simulate=True)
     assert est.memory_bytes >= grown, (est, grown)
-    del resource
 
 
 def test_long_work_gets_a_one_line_summary_when_not_on_a_terminal(monkeypatch, capsys):
