@@ -41,7 +41,7 @@ def main(argv=None):
     a = ap.parse_args(argv)
     torch.set_num_threads(1)
     from collsched.moe.buffer import MoEBuffer
-    from collsched.moe.routing import Layout, hop_pairs, plan_exchange, plan_local
+    from collsched.moe.routing import Layout, hop_pairs, plan_exchange, plan_local, unit_ids
 
     rng = np.random.default_rng(0)
     lay = Layout.build(a.ranks, a.gpus_per_node, a.experts)
@@ -57,8 +57,8 @@ def main(argv=None):
     for i in range(a.ranks):
         if cp.forwarders[i, 0] == me:
             sel = lps[i].unit_key == 0
-            recv_ids.append(lps[i].unit_ids[torch.from_numpy(sel)])
-    hop_ids = torch.cat(recv_ids)
+            recv_ids.append(unit_ids(lps[i], idxs[i])[torch.from_numpy(sel)])
+    hop_ids = torch.cat(recv_ids).to(torch.int32)  # ids travel as int32
     fake = MoEBuffer.__new__(MoEBuffer)
     fake.num_experts = a.experts
     x = torch.empty((a.tokens, 1))
@@ -66,7 +66,7 @@ def main(argv=None):
     phases = {"validate": lambda: fake._validate(x, idxs[me], w),
               "local": lambda: plan_local(idxs[me], lay, "node"),
               "exchange": lambda: plan_exchange(me, lay, "node", True, ec, kc),
-              "hop": lambda: hop_pairs(hop_ids, lay)}
+              "hop": lambda: hop_pairs(hop_ids, lay, "node", me)}
     res, best = {}, {}
     for name, fn in phases.items():
         fn()

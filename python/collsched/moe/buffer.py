@@ -28,7 +28,8 @@ import torch.distributed as dist
 
 from collsched.comm.errors import CollectiveInputError, resolve_timeout
 from collsched.comm.groups import all_gather_i64, blocking_waits, require_initialized, wait_all
-from collsched.moe.routing import (DEDUP_MODES, SCHEDULES, CallPlan, Layout, hop_pairs, plan_exchange, plan_local)
+from collsched.moe.routing import (DEDUP_MODES, SCHEDULES, CallPlan, Layout, hop_pairs, plan_exchange, plan_local,
+                                   unit_ids)
 
 _IDS = itertools.count(1)
 _FLOAT_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
@@ -70,7 +71,7 @@ class DispatchHandle:
     has_weights: bool
     plan: CallPlan
     unit_token: torch.Tensor  # [U_out] token of each unit this rank sent in hop 1
-    unit_ids: torch.Tensor  # [U_out, K] expert ids each unit carried (-1 elsewhere)
+    unit_ids: torch.Tensor  # [U_out, K] expert ids each unit carried
     hop_ids: torch.Tensor  # [U_in, K] ids of the units this rank received as a hop
     hop_weights: torch.Tensor | None  # [U_in, K] float32
     pair_unit: torch.Tensor  # [P] hop unit of each pair this rank sent in hop 2, in send order
@@ -241,17 +242,20 @@ class MoEBuffer:
         has_w = topk_weights is not None
         row_b = h * x.element_size()
         wd, ws = _word(row_b)
-        row_w, id_w, wt_w = row_b // ws, 8 * k // ws, 4 * k // ws
+        row_w, id_w, wt_w = row_b // ws, 4 * k // ws, 4 * k // ws
         w_in = topk_weights.contiguous() if has_w else torch.zeros(topk_idx.shape, dtype=torch.float32, device=dev)
         # Hop 1: the row, then the unit's K expert ids and K weights (metadata with the data),
         # packed in 4-byte words (byte-wise copies are several times slower on the CPU).
-        send1 = torch.cat([_words(x, wd, row_w).index_select(0, lp.unit_token), _words(lp.unit_ids, wd, id_w),
+        ids_out = unit_ids(lp, topk_idx)
+        # Expert ids travel as int32 (E < 2^31): half the metadata, and the hop filters them faster.
+        send1 = torch.cat([_words(x, wd, row_w).index_select(0, lp.unit_token),
+                           _words(ids_out.to(torch.int32), wd, id_w),
                            _words(w_in.index_select(0, lp.unit_token), wd, wt_w)], dim=1)
         recv1 = torch.empty((sum(plan.recv1), row_w + id_w + wt_w), dtype=wd, device=dev)
         self._a2a(recv1, send1, plan.recv1, plan.send1, f"MoE dispatch hop 1 on rank {self.rank}", plan.matrix1)
-        hop_ids = _from_words(recv1[:, row_w:row_w + id_w], torch.int64, k)
+        hop_ids = _from_words(recv1[:, row_w:row_w + id_w], torch.int32, k)
         hop_w = _from_words(recv1[:, row_w + id_w:], torch.float32, k)
-        pu, pk, powner = hop_pairs(hop_ids, lay)
+        pu, pk, powner = hop_pairs(hop_ids, lay, self.dedup, self.rank)
         # Hop 2 rows: the row and the pair's weight.
         send2 = torch.cat([recv1[:, :row_w].index_select(0, pu), _words(hop_w[pu, pk], wd, 4 // ws)], dim=1)
         if self.dedup == "node":
@@ -269,7 +273,7 @@ class MoEBuffer:
             weights = torch.empty(n_rows, dtype=torch.float32, device=dev)
             weights.index_copy_(0, place_t, _from_words(recv2[:, row_w:], torch.float32, 1).reshape(-1))
         handle = DispatchHandle(self.id, self._calls, t, n_rows, h, dtype, k, has_w, plan, lp.unit_token,
-                                lp.unit_ids, hop_ids, hop_w if has_w else None, pu, pk, place_t, self, weights)
+                                ids_out, hop_ids, hop_w if has_w else None, pu, pk, place_t, self, weights)
         node_of = lambda r: r // lay.gpus_per_node  # noqa: E731
         handle._internode = int(sum(c for j, c in enumerate(plan.send1) if node_of(j) != node_of(self.rank)))
         self.last_stats = {"internode_rows": handle._internode, "row_bytes": row_b,
@@ -384,9 +388,8 @@ class MoEBuffer:
         grad_w = None
         if has_s:
             grad_w = torch.zeros((handle.tokens, k), dtype=torch.float32, device=dev)
-            vals = _from_words(got1[:, row_w:], torch.float32, k)
-            tk = (handle.unit_ids >= 0).nonzero()
-            grad_w[handle.unit_token[tk[:, 0]], tk[:, 1]] = vals[tk[:, 0], tk[:, 1]]
+            # Each (token, k) is served by exactly one unit; the others carry zeros in its slot.
+            grad_w.index_add_(0, handle.unit_token, _from_words(got1[:, row_w:], torch.float32, k))
         return out, grad_w
 
     def _redispatch(self, g: torch.Tensor, handle: DispatchHandle) -> torch.Tensor:

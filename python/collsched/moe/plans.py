@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 import collsched
-from collsched.moe.routing import Layout, hop_pairs, plan_exchange, plan_local
+from collsched.moe.routing import Layout, hop_pairs, plan_exchange, plan_local, unit_ids
 
 _TIER = ("local", "scale_up", "scale_out")
 
@@ -117,7 +117,7 @@ def dispatch_plan(routings: list, layout: Layout, row_bytes: int, dedup: str = "
                 continue
             lo = int(np.sum(cps[i].send1[:h]))
             toks = lps[i].unit_token[lo:lo + cnt].numpy()
-            ids_parts.append(lps[i].unit_ids[lo:lo + cnt])
+            ids_parts.append(unit_ids(lps[i], torch.as_tensor(routings[i]))[lo:lo + cnt])
             if i == h and dedup != "none":  # its own units: step 1 reads the input itself
                 buf_parts.append(np.full(cnt, 0))
                 row_parts.append(toks)
@@ -141,7 +141,7 @@ def dispatch_plan(routings: list, layout: Layout, row_bytes: int, dedup: str = "
                   for cp in cps]
     for h in range(r):
         bufk, rowk, srcrank, srctok = hop_src[h]
-        pu, _, powner = hop_pairs(hop_ids[h], layout)
+        pu, _, powner = hop_pairs(hop_ids[h], layout, dedup, h)
         pu, powner = pu.numpy(), powner.numpy()
         for j in np.unique(powner):
             sel = pu[powner == j]

@@ -67,6 +67,19 @@ class Layout:
     by_owner: np.ndarray  # [E] experts in (owner, local index) order
     owner_starts: np.ndarray  # [R] first position of each rank's experts in by_owner
     owner_ends: np.ndarray  # [R]
+    node_of_expert: np.ndarray  # [E + 1]: -1, then the node of each expert (index = id + 1)
+    owner_of_expert: np.ndarray  # [E + 1]: -1, then the owner of each expert
+    ids_sorted: bool  # owners never decrease with the expert id (contiguous blocks)
+
+    def id_span(self, dedup: str, which: int):
+        """(lo, hi): the expert ids of node/rank ``which`` when they form one range [lo, hi), else None."""
+        if not self.ids_sorted or dedup == "none":
+            return None
+        if dedup == "node":
+            lo_r, hi_r = which * self.gpus_per_node, (which + 1) * self.gpus_per_node
+        else:
+            lo_r, hi_r = which, which + 1
+        return int(self.owner_starts[lo_r]), int(self.owner_ends[hi_r - 1])
 
     @property
     def nodes(self) -> int:
@@ -85,8 +98,11 @@ class Layout:
         experts_of = tuple(order[starts[r]:starts[r] + counts[r]] for r in range(ranks))
         sort_pos = np.empty(num_experts, dtype=np.int64)
         sort_pos[order] = np.arange(num_experts)
+        owner_of = np.concatenate([[-1], owner]).astype(np.int64)
+        node_of = np.concatenate([[-1], owner // gpus_per_node]).astype(np.int64)
         return Layout(ranks, gpus_per_node, num_experts, owner, local_index, experts_of, sort_pos, order,
-                      starts.astype(np.int64), (starts + counts).astype(np.int64))
+                      starts.astype(np.int64), (starts + counts).astype(np.int64), node_of, owner_of,
+                      bool(np.all(np.diff(owner) >= 0)))
 
 
 def balance_forwarders(load: np.ndarray, gpus_per_node: int, balance: bool = True) -> np.ndarray:
@@ -127,7 +143,8 @@ class LocalPlan:
     """What one rank sends in a dispatch, from its own routing (before any exchange)."""
 
     unit_token: torch.Tensor  # [U] int64: token of each unit, in send order (by hop rank, then token)
-    unit_ids: torch.Tensor  # [U, K] int64: the unit's expert ids (others -1): the metadata that travels with it
+    unit_ids: torch.Tensor | None  # [U, K] int64, dedup="none" only: the pair's expert (others -1);
+    # with "node"/"rank" a unit carries its token's whole topk_idx row and the hop keeps its own experts
     unit_key: np.ndarray  # [U] destination key (node, rank or owner) of each unit, ascending
     expert_counts: np.ndarray  # [E] tokens routed to each expert (pairs)
     key_counts: np.ndarray  # [R] units per key (node keys use the first S entries)
@@ -170,15 +187,16 @@ def plan_local(idx: torch.Tensor, layout: Layout, dedup: str) -> LocalPlan:
         present = np.zeros((nkeys + 1) * t_count, dtype=bool)
         present[lin] = True
         q = np.flatnonzero(present[:nkeys * t_count])  # units by key, then token
-        unit_token, keys_np = q % max(t_count, 1), q // max(t_count, 1)
-        uid = np.empty(nkeys * t_count, dtype=np.int64)  # unit of each (key, token), read where present
-        uid[q] = np.arange(q.size)
-        ids = np.full((q.size, k), -1, dtype=np.int64)
-        vv = np.flatnonzero(valid)
-        ids[uid[lin[vv]], vv % k] = flat[vv]
+        keys_np, unit_token = np.divmod(q, max(t_count, 1))
+        ids = None
         key_counts[:nkeys] = np.bincount(keys_np, minlength=nkeys)
-    return LocalPlan(torch.from_numpy(unit_token).to(dev), torch.from_numpy(ids).to(dev), keys_np,
-                     expert_counts, key_counts)
+    return LocalPlan(torch.from_numpy(unit_token).to(dev), None if ids is None else torch.from_numpy(ids).to(dev),
+                     keys_np, expert_counts, key_counts)
+
+
+def unit_ids(lp: LocalPlan, idx: torch.Tensor) -> torch.Tensor:
+    """[U, K] expert ids each unit carries: its token's topk_idx row (the pair's expert alone with "none")."""
+    return lp.unit_ids if lp.unit_ids is not None else idx.index_select(0, lp.unit_token)
 
 
 def _bincount2(cells: np.ndarray, weights: np.ndarray, r: int) -> np.ndarray:
@@ -250,20 +268,36 @@ def plan_exchange(me: int, layout: Layout, dedup: str, balance: bool, expert_cou
     return CallPlan(fwd, m1[me].tolist(), m1[:, me].tolist(), send2, recv2, place, totals.tolist(), m1)
 
 
-def hop_pairs(ids: torch.Tensor, layout: Layout):
-    """Pairs (unit, k) of the units a hop holds, sorted by (owner, local expert); stable, so
+def hop_pairs(ids: torch.Tensor, layout: Layout, dedup: str, me: int):
+    """Pairs (unit, k) of the units hop ``me`` holds that it serves (experts on its node with
+    ``dedup="node"``, its own experts otherwise), sorted by (owner, local expert); stable, so
     rows of one expert stay in (source rank, token) order. Returns (unit, k, owner) tensors
     on ``ids``' device."""
     dev = ids.device
     a = ids.detach().cpu().numpy()
     k = a.shape[1] if a.ndim == 2 else 1
     flat = a.reshape(-1)
-    p = np.flatnonzero(flat >= 0)
+    mine = me // layout.gpus_per_node if dedup == "node" else me
+    span = layout.id_span(dedup, mine)
+    if dedup == "none":
+        p = np.flatnonzero(flat >= 0)
+    elif span is not None:  # contiguous placement: the hop's experts are one id range
+        p = np.flatnonzero((flat >= span[0]) & (flat < span[1]))
+    else:
+        # domain[e + 1]: the node (or rank) of expert e; domain[0] (id -1) matches nothing.
+        domain = layout.node_of_expert if dedup == "node" else layout.owner_of_expert
+        p = np.flatnonzero(domain[flat + 1] == mine)
     e = flat[p]
-    p = p[_stable_order(layout.sort_pos[e], layout.num_experts)]
-    own = layout.owner[flat[p]]
-    return (torch.from_numpy(p // k).to(dev), torch.from_numpy(p % k).to(dev), torch.from_numpy(own).to(dev))
+    order = _stable_order(e if layout.ids_sorted else layout.sort_pos[e], layout.num_experts)
+    p = p[order]
+    own = layout.owner[e[order]]
+    if k & (k - 1) == 0:  # a power of two: shifts, several times cheaper than numpy's division
+        shift = k.bit_length() - 1
+        pu, pk = p >> shift, p & (k - 1)
+    else:
+        pu, pk = np.divmod(p, k)
+    return torch.from_numpy(pu).to(dev), torch.from_numpy(pk).to(dev), torch.from_numpy(own).to(dev)
 
 
 __all__ = ["DEDUP_MODES", "SCHEDULES", "Layout", "default_placement", "check_placement", "balance_forwarders",
-           "LocalPlan", "plan_local", "CallPlan", "plan_exchange", "hop_pairs"]
+           "LocalPlan", "plan_local", "unit_ids", "CallPlan", "plan_exchange", "hop_pairs"]
