@@ -288,6 +288,17 @@ mod tests {
     }
 
     #[test]
+    fn text_is_not_reported_as_a_truncated_plan() {
+        for bytes in [&b"hello\n"[..], &b""[..], &b"CSPLAN"[..], &b"{\"not\": 1}"[..]] {
+            let e = Plan::from_binary(bytes).unwrap_err().to_string();
+            assert!(e.starts_with("not a collsched plan") && !e.contains("truncated"), "{e}");
+        }
+        let mut b = plans()[1].to_binary();
+        b.truncate(b.len() - 3);
+        assert!(Plan::from_binary(&b).unwrap_err().to_string().contains("truncated"));
+    }
+
+    #[test]
     fn binary_form_round_trips() {
         for (k, p) in plans().into_iter().enumerate() {
             let bytes = p.to_binary();

@@ -316,6 +316,19 @@ pub fn parse_size(s: &str) -> Result<u64> {
 mod tests {
     use super::*;
     #[test]
+    fn errors_name_the_field_and_the_limit() {
+        let e = Cluster::parse("h200:10000000000000000000000").unwrap_err().to_string();
+        assert!(e.contains("server count") && e.contains("too large") && e.contains("4294967295"), "{e}");
+        assert!(Cluster::parse("h200:x").unwrap_err().to_string().contains("must be a positive integer"));
+        let e = Cluster::parse("h200:1,nic=abc").unwrap_err().to_string();
+        assert!(e.starts_with("cluster field 'nic': ") && e.contains("bandwidth such as"), "{e}");
+        let e = Cluster::parse("h200:1,alpha_local=soon").unwrap_err().to_string();
+        assert!(e.starts_with("cluster field 'alpha_local': ") && e.contains("duration"), "{e}");
+        let e = Cluster::parse("h200:1,gpus=99999999999").unwrap_err().to_string();
+        assert_eq!(e.matches("cluster field").count(), 1, "{e}");
+        assert!(e.contains("too large"), "{e}");
+    }
+    #[test]
     fn parse_presets_and_overrides() {
         let c = Cluster::parse("h200:4").unwrap();
         assert_eq!(c.num_gpus(), 32);

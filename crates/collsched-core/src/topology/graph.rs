@@ -482,6 +482,23 @@ impl Graph {
 mod tests {
     use super::*;
     #[test]
+    fn link_bandwidth_errors_name_the_link_and_field() {
+        let doc = |bw: &str| {
+            format!(
+                r#"{{"nodes":[{{"name":"a","kind":"compute"}},{{"name":"b","kind":"compute"}}],
+                   "links":[{{"src":"a","dst":"b","bw":{bw}}},{{"src":"b","dst":"a","bw":5}}]}}"#
+            )
+        };
+        for (bw, want) in [("-5", "is -5; bandwidths must be positive"), ("1.5", "whole bytes/s"), ("[1]", "expected bytes/s"), ("\"fast\"", "does not start with a number")] {
+            let e = Graph::from_json(&doc(bw)).unwrap_err().to_string();
+            assert!(e.contains("link a -> b: field 'bw'") && e.contains(want) && !e.contains("variant"), "{bw}: {e}");
+        }
+        let g = Graph::from_json(&doc("5")).unwrap();
+        assert_eq!(Graph::from_json(&g.to_json()).unwrap().to_json(), g.to_json());
+        assert_eq!(g.capacity(0, 1), 5);
+        assert_eq!(Graph::from_json(&doc("\"40Gbps\"")).unwrap_err().to_string().contains("Eulerian"), true);
+    }
+    #[test]
     fn presets_are_eulerian_and_sized() {
         let a = Graph::parse_preset("a100:2").unwrap();
         assert_eq!(a.num_compute(), 16);
