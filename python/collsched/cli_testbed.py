@@ -114,6 +114,34 @@ def register(app: typer.Typer) -> None:
         if not all(r["identical"] for r in res["results"]):
             raise typer.Exit(1)
 
+    @tb.command("calibrate")
+    @testbed_errors
+    def calibrate_cmd(
+        nic: str = typer.Option("200Mbps", "--nic", help="NIC rate of the 2×4 calibration fabric"),
+        iters: int = typer.Option(3, "--iters", help="timed rounds per case (median kept)"),
+        transport: str = typer.Option("auto", "--transport", help="collsched's transport (passed through)"),
+        json_out: Optional[str] = typer.Option(None, "--json", help="also write every row and the fit here"),
+    ) -> None:
+        """Measure fanout, SpreadOut and FAST over 18 matrices on a 2×4 fabric (a few minutes), fit the
+        model on half of them, print the error on the other half (docs/testbed.md, "Calibration")."""
+        from collsched.testbed.calibrate import calibrate
+        from collsched.testbed.fabric import FabricSpec
+
+        spec = FabricSpec.from_knobs(2, 4, nic)
+        if iters < 1:
+            raise ValueError(f"--iters must be ≥ 1, got {iters}")
+        err = _stderr()
+        with err.status("calibrating…") as status:
+            res = calibrate(spec, iters, transport, on_progress=lambda line: status.update(line))
+        out = _stdout()
+        out.print(f"fitted: {res['params']}")
+        for e in res["errors"]:
+            out.print(f"{e['half']:>8} {e['algorithm']:>10}: {e['cases']} cases, mean |error| "
+                      f"{e['mean_abs_error'] * 100:.0f}%, max {e['max_abs_error'] * 100:.0f}%")
+        if json_out:
+            with open(json_out, "w") as f:
+                json.dump(res, f, indent=1)
+
     @tb.command("clean")
     @testbed_errors
     def clean_cmd(all_runs: bool = typer.Option(False, "--all", help="also remove fabrics of runs still alive")) -> None:

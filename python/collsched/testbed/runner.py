@@ -100,7 +100,7 @@ def check_size(spec: FabricSpec, matrix: np.ndarray, cfg: RunConfig) -> float:
 
     worst = int(max(matrix.sum(axis=1).max(), matrix.sum(axis=0).max()))
     if worst > MAX_BYTES_PER_RANK:
-        raise TestbedError(f"--mean {cfg.mean} B gives a rank {worst / 2**20:.0f} MiB to send or receive; this host "
+        raise TestbedError(f"--mean {cfg.mean / 2**20:g} MiB gives a rank {worst / 2**20:.0f} MiB to send or receive; this host "
                            f"holds at most {MAX_BYTES_PER_RANK >> 20} MiB per rank ({spec.ranks} ranks × 3 buffers)")
     cluster = cluster_spec(spec, cfg.params)
     bound = collsched.lower_bound(matrix, cluster).seconds
