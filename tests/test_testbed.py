@@ -280,3 +280,17 @@ def test_calibration_fit_recovers_a_model_from_its_own_predictions():
     assert held and max(held) < 0.02, (params, max(held))
     assert params.goodput == truth.goodput
     assert {e["half"] for e in cal.error_table(fitted)} == {"fit", "held-out"}
+
+
+@needs_netns
+def test_bench_runs_its_table_on_a_testbed_fabric():
+    from collsched.bench import BenchConfig
+    from collsched.testbed.bench import run_bench_on_testbed
+
+    cfg = BenchConfig(min_bytes=64 * 1024, max_bytes=64 * 1024, workload="zipf:0.9", warmup=1, iters=1,
+                      algorithms=["torch", "fast"])
+    res = run_bench_on_testbed(cfg, "1x2,nic=100Mbps", timeout_s=60)
+    rows = res["rows"]
+    assert [r["algorithm"] for r in rows] == ["torch", "fast"]
+    assert all(r.get("wrong", 0) == 0 and "error" not in r for r in rows), rows
+    assert _ours(f"collsched-{os.getpid()}-") == []
