@@ -170,7 +170,7 @@ def run_on_testbed(console, tokens_per_rank: int, iters: int) -> int:
     console.print(format_results(res))
     t = {r["algorithm"]: r["time_s"] for r in res["results"]}
     best = min((a for a in t if a != TORCH), key=t.get)
-    auto = f" (auto: {t[TORCH] / t['auto']:.2f}×)" if "auto" in t else ""
+    auto = f" (auto: {t[TORCH] / t['auto']:.2f}×)" if "auto" in t and best != "auto" else ""
     console.print(f"fastest: [bold]{best}[/bold], {t[TORCH] / t[best]:.2f}× torch's speed{auto}, executed on this "
                   "fabric (above 1× = faster than torch).")
     return 0 if all(r["identical"] for r in res["results"]) else 1
