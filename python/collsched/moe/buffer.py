@@ -242,24 +242,28 @@ class MoEBuffer:
         has_w = topk_weights is not None
         row_b = h * x.element_size()
         wd, ws = _word(row_b)
-        row_w, id_w, wt_w = row_b // ws, 4 * k // ws, 4 * k // ws
-        w_in = topk_weights.contiguous() if has_w else torch.zeros(topk_idx.shape, dtype=torch.float32, device=dev)
+        row_w, id_w = row_b // ws, 4 * k // ws
+        wt_w = 4 * k // ws if has_w else 0  # weights travel only when given (the same on every rank)
         # Hop 1: the row, then the unit's K expert ids and K weights (metadata with the data),
-        # packed in 4-byte words (byte-wise copies are several times slower on the CPU).
+        # packed in 4-byte words (byte-wise copies are several times slower on the CPU). Expert
+        # ids travel as int32 (E < 2^31): half the metadata, and the hop filters them faster.
         ids_out = unit_ids(lp, topk_idx)
-        # Expert ids travel as int32 (E < 2^31): half the metadata, and the hop filters them faster.
-        send1 = torch.cat([_words(x, wd, row_w).index_select(0, lp.unit_token),
-                           _words(ids_out.to(torch.int32), wd, id_w),
-                           _words(w_in.index_select(0, lp.unit_token), wd, wt_w)], dim=1)
+        parts = [_words(x, wd, row_w).index_select(0, lp.unit_token), _words(ids_out.to(torch.int32), wd, id_w)]
+        if has_w:
+            parts.append(_words(topk_weights.contiguous().index_select(0, lp.unit_token), wd, wt_w))
+        send1 = torch.cat(parts, dim=1)
         recv1 = torch.empty((sum(plan.recv1), row_w + id_w + wt_w), dtype=wd, device=dev)
         self._a2a(recv1, send1, plan.recv1, plan.send1, f"MoE dispatch hop 1 on rank {self.rank}", plan.matrix1)
         hop_ids = _from_words(recv1[:, row_w:row_w + id_w], torch.int32, k)
-        hop_w = _from_words(recv1[:, row_w + id_w:], torch.float32, k)
-        pu, pk, powner = hop_pairs(hop_ids, lay, self.dedup, self.rank)
+        hop_w = _from_words(recv1[:, row_w + id_w:], torch.float32, k) if has_w else None
+        pu, pk, _ = hop_pairs(hop_ids, lay, self.dedup, self.rank)
         # Hop 2 rows: the row and the pair's weight.
-        send2 = torch.cat([recv1[:, :row_w].index_select(0, pu), _words(hop_w[pu, pk], wd, 4 // ws)], dim=1)
+        w2 = 4 // ws if has_w else 0
+        send2 = recv1[:, :row_w].index_select(0, pu)
+        if has_w:
+            send2 = torch.cat([send2, _words(hop_w[pu, pk], wd, w2)], dim=1)
         if self.dedup == "node":
-            recv2 = torch.empty((sum(plan.recv2), row_w + 4 // ws), dtype=wd, device=dev)
+            recv2 = torch.empty((sum(plan.recv2), row_w + w2), dtype=wd, device=dev)
             self._a2a(recv2, send2, plan.recv2, plan.send2, f"MoE dispatch hop 2 on rank {self.rank}")
         else:
             recv2 = send2  # the hop is the expert's own GPU
@@ -273,11 +277,12 @@ class MoEBuffer:
             weights = torch.empty(n_rows, dtype=torch.float32, device=dev)
             weights.index_copy_(0, place_t, _from_words(recv2[:, row_w:], torch.float32, 1).reshape(-1))
         handle = DispatchHandle(self.id, self._calls, t, n_rows, h, dtype, k, has_w, plan, lp.unit_token,
-                                ids_out, hop_ids, hop_w if has_w else None, pu, pk, place_t, self, weights)
+                                ids_out, hop_ids, hop_w, pu, pk, place_t, self, weights)
         node_of = lambda r: r // lay.gpus_per_node  # noqa: E731
         handle._internode = int(sum(c for j, c in enumerate(plan.send1) if node_of(j) != node_of(self.rank)))
         self.last_stats = {"internode_rows": handle._internode, "row_bytes": row_b,
-                           "internode_bytes": handle._internode * row_b}
+                           "internode_bytes": handle._internode * row_b,  # payload, as the planner counts
+                           "internode_wire_bytes": handle._internode * (row_w + id_w + wt_w) * ws}
         return Dispatched(out, weights, plan.tokens_per_expert, handle)
 
     def _validate(self, x, idx, w) -> tuple[int, int, int]:
