@@ -185,12 +185,12 @@ def test_killed_rank_stops_the_run_quickly_and_leaves_nothing():
 
 @needs_netns
 def test_clean_removes_dead_runs_but_not_live_ones():
-    dead = Fabric(FabricSpec.from_knobs(1, 2, "100Mbps"), prefix="collsched-999999999-dead01").build()
+    # An owner pid above any pid_max is never alive; the random tag keeps concurrent test runs apart.
+    dead = Fabric(FabricSpec.from_knobs(1, 2, "100Mbps"), prefix=f"collsched-999999999-{os.urandom(3).hex()}").build()
     live = Fabric(FabricSpec.from_knobs(1, 2, "100Mbps")).build()  # owned by this (live) process
     try:
-        removed = fab.clean()
-        assert set(dead.namespaces()) <= set(removed)
-        assert _ours(dead.prefix) == []
+        fab.clean()
+        assert _ours(dead.prefix) == []  # gone (a concurrent clean may have been the one to remove it)
         assert len(_ours(live.prefix)) == 3
     finally:
         dead.teardown()
