@@ -211,6 +211,8 @@ def test_forest_topology_reads_a_json_file(tmp_path):
     assert s["gpus"] == 16 and s["algbw_gbps"] > 0 and s["topology"] == str(path)
     r = _cli("forest", "-c", str(tmp_path / "nope.json"))
     assert r.exit_code == 2 and "does not exist" in r.stderr
+    r = _cli("forest", "-t", "topo")
+    assert r.exit_code == 2 and "graph JSON file (topo.json)" in r.stderr, r.stderr
 
 
 def test_forest_inline_json_title_is_short():

@@ -283,7 +283,10 @@ def register(app: typer.Typer) -> None:
                 draw_tree(s, tree, draw, graph)
                 s["draw"] = str(draw)
         except (ValueError, ImportError) as e:
-            typer.echo(f"error: {e}", err=True)
+            hint = ""
+            if str(e).startswith("cluster spec"):  # the topology was read as a spec: say what else it may be
+                hint = "; --topology also takes a graph JSON file (topo.json) or inline JSON"
+            typer.echo(f"error: {' '.join(str(e).split())}{hint}", err=True)
             raise typer.Exit(2)
         if as_json:
             typer.echo(json.dumps(s, indent=2))
