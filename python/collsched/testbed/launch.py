@@ -9,6 +9,7 @@ for a timeout), a run past its deadline is killed, and results travel back as fi
 from __future__ import annotations
 
 import ctypes
+import importlib
 import os
 import pickle
 import shutil
@@ -20,11 +21,11 @@ import traceback
 from contextlib import contextmanager
 from datetime import timedelta
 
+from collsched.comm.launch import PROGRESS_ENV, report_progress  # noqa: F401  (ranks report progress with it)
 from collsched.testbed.fabric import STORE_PORT, Fabric, TestbedError, rank_addr
 
 CLONE_NEWNET = 0x40000000
 PR_SET_PDEATHSIG = 1
-PROGRESS_ENV = "COLLSCHED_PROGRESS_FILE"
 
 
 class RankError(TestbedError):
@@ -108,18 +109,8 @@ def _rank_main(rank: int, jobdir: str, job: dict):
                           wait_for_workers=False)
     dist.init_process_group("gloo", store=store, rank=rank, world_size=world, timeout=timeout)
     mod, _, name = job["fn"].partition(":")
-    import importlib
-
     fn = getattr(importlib.import_module(mod), name)
     return fn(*job["args"])
-
-
-def report_progress(text: str) -> None:
-    """From a rank: a line the parent shows as progress (no-op outside a testbed run)."""
-    path = os.environ.get(PROGRESS_ENV)
-    if path:
-        with open(path, "a") as f:
-            f.write(text.replace("\n", " ") + "\n")
 
 
 def run_ranks(fabric: Fabric, fn, args: tuple = (), *, env: dict | None = None, timeout_s: float = 300.0,
