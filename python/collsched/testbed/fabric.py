@@ -26,6 +26,7 @@ import os
 import re
 import secrets
 import shutil
+import signal
 import subprocess
 from dataclasses import dataclass
 
@@ -240,8 +241,15 @@ class Fabric:
     def teardown(self) -> None:
         """Delete every namespace of this run (their veths, bridge and qdiscs go with them). Idempotent."""
         if self.created:
-            delete_namespaces(self.created)
-            self.created = []
+            # A second Ctrl-C must not cut the teardown short (it would leave namespaces behind):
+            # signals wait until it is done, and `ip` inherits the blocked mask.
+            sigs = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+            old = signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
+            try:
+                delete_namespaces(self.created)
+                self.created = []
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
     def __enter__(self) -> "Fabric":
         try:
