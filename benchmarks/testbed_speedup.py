@@ -4,6 +4,8 @@ against collsched's own fanout on the same transport, plus where the 2-core host
     python benchmarks/testbed_speedup.py [--transports auto,p2p] [--quick] [--csv docs/testbed_speedup.csv]
 
 Tables (times are medians of interleaved rounds, slowest rank; lower is better):
+0. Full duplex: 2 servers × 1 rank exchanging 4 MiB each way through torch's Gloo all-to-all
+   (both directions of the pair one after the other) and collsched's fanout (one Gloo group per direction).
 1. 2 servers × 4 ranks, NIC 200 Mbit/s, 1 MiB mean per pair: hot:1.2, zipf:0.9, balanced.
 2. The same at 4 × 2 and 2 × 8 (hot:1.2).
 3. CPU-bound sweep: 2 × 4 balanced at rising NIC rates: executed / lower bound of fanout and FAST;
@@ -66,6 +68,7 @@ def main() -> int:
     ap.add_argument("--transports", default="auto", help="comma list passed to collsched.all_to_all_single")
     ap.add_argument("--iters", type=int, default=5)
     ap.add_argument("--quick", action="store_true", help="only table 1, hot:1.2")
+    ap.add_argument("--duplex-only", action="store_true", help="only table 0")
     ap.add_argument("--csv", default=None, help="write every row here")
     args = ap.parse_args()
     try:
@@ -77,6 +80,14 @@ def main() -> int:
     print(f"# testbed speed-up benchmark, executed; load average before: {_load()} ({os.cpu_count()} cores)")
     t0 = time.perf_counter()
     all_rows = []
+    rows = speedup_rows(_run(2, 1, "200Mbps", "balanced", ["torch", "fanout"], transports[0], args.iters,
+                             mean=4 * 2**20), 2, 1, "200Mbps")
+    print_rows("Table 0: one pair across servers, 4 MiB each way, NIC 200 Mbit/s (bound = one direction at the "
+               "NIC rate)", rows)
+    all_rows += rows
+    if args.duplex_only:
+        print(f"\n# load average after: {_load()}; {time.perf_counter() - t0:.0f} s")
+        return 0
     rows = []
     for w in (["hot:1.2"] if args.quick else ["hot:1.2", "zipf:0.9", "balanced"]):
         for tr in transports:
