@@ -8,8 +8,9 @@ import subprocess
 import sys
 import time
 
-import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch")
 
@@ -294,3 +295,25 @@ def test_bench_runs_its_table_on_a_testbed_fabric():
     assert [r["algorithm"] for r in rows] == ["torch", "fast"]
     assert all(r.get("wrong", 0) == 0 and "error" not in r for r in rows), rows
     assert _ours(f"collsched-{os.getpid()}-") == []
+
+
+@settings(max_examples=60, deadline=None)
+@given(servers=st.integers(1, 40), gpus=st.integers(1, 12), nic_kbps=st.integers(100, 3_000_000),
+       queue_kib=st.integers(1, 100_000))
+def test_knobs_give_a_cluster_of_the_fabric_or_a_named_limit(servers, gpus, nic_kbps, queue_kib):
+    import collsched
+    from collsched.testbed.model import DEFAULT_PARAMS, cluster_spec
+
+    nic, queue = f"{nic_kbps}Kbps", f"{queue_kib}KiB"
+    ok = (servers * gpus <= min(64, fab.MAX_RANKS_PER_CORE * (os.cpu_count() or 1))
+          and fab.MIN_NIC_BPS <= nic_kbps * 125 <= fab.MAX_NIC_BPS
+          and fab.MIN_QUEUE <= queue_kib * 1024 <= fab.MAX_QUEUE)
+    if not ok:
+        with pytest.raises(TestbedError, match=r"ranks is too many|--nic|--queue"):
+            FabricSpec.from_knobs(servers, gpus, nic, queue)
+        return
+    spec = FabricSpec.from_knobs(servers, gpus, nic, queue)
+    c = collsched.Cluster.parse(cluster_spec(spec))
+    assert (c.num_gpus, c.gpus_per_server) == (servers * gpus, gpus)
+    assert c.nic_bw == int(nic_kbps * 125 * DEFAULT_PARAMS.goodput)
+    assert spec.queue_bytes == queue_kib * 1024
