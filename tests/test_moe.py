@@ -220,6 +220,10 @@ def error_worker():
         seen.append((name, "NO ERROR"))
 
     expect("num_experts disagree", lambda: moe.MoEBuffer(None, 24 if rank == 3 else 16, cluster=f"h100:2,gpus={GPN}"))
+    expect("num_experts not a multiple", lambda: moe.MoEBuffer(None, 20 if rank == 3 else 16,
+                                                               cluster=f"h100:2,gpus={GPN}"))
+    expect("bad dedup on one rank", lambda: moe.MoEBuffer(None, 16, cluster=f"h100:2,gpus={GPN}",
+                                                          dedup="nodes" if rank == 5 else "node"))
     buf = moe.MoEBuffer(None, 16, cluster=f"h100:2,gpus={GPN}")
     other = moe.MoEBuffer(None, 16, cluster=f"h100:2,gpus={GPN}")
     x = torch.ones((4, 8))
@@ -261,6 +265,8 @@ def test_bad_input_raises_the_same_error_on_every_rank():
     text = dict(first)
     assert "expert id 31" in text["expert id out of range"] and "rank 3" in text["expert id out of range"]
     assert "num_experts" in text["num_experts disagree"]
+    assert "rank 3" in text["num_experts not a multiple"] and "20" in text["num_experts not a multiple"]
+    assert "rank 5" in text["bad dedup on one rank"] and "dedup" in text["bad dedup on one rank"]
     assert "int64" in text["topk_idx dtype"]
     assert "twice" in text["duplicate expert"]
     assert "topk_weights" in text["weighted combine without weights"]

@@ -46,9 +46,14 @@ _PROBLEMS = {
     7: lambda a, b: f"y must be the [N, H] expert outputs of this handle: N = {a}, H = {b}, the dispatched dtype",
     8: lambda a, b: "the handle belongs to another MoEBuffer or is not a dispatch handle",
     9: lambda a, b: "combine(weighted=True) needs topk_weights, but the dispatch was called without them",
-    10: lambda a, b: f"bad argument ({a})",
+    11: lambda a, b: f"dedup must be one of {DEDUP_MODES}",
+    12: lambda a, b: f"schedule must be one of {SCHEDULES}",
+    13: lambda a, b: f"num_experts must be a positive int, got {a if a >= 0 else 'a non-integer'}",
+    14: lambda a, b: (f"num_experts = {a} is not a multiple of the group size {b} (experts sit in equal "
+                      f"contiguous blocks; pass placement= otherwise)"),
+    15: lambda a, b: f"the cluster (cluster=, COLLSCHED_CLUSTER or LOCAL_WORLD_SIZE) does not fit the group of {a} ranks",
+    16: lambda a, b: f"placement must be {a} integer ranks in [0, {b}) (one per expert)",
 }
-_BAD_ARG_CODES = {"weighted": 1}
 _HDR = 8  # code, a, b, T, H, dtype, K, has_weights
 
 
@@ -127,8 +132,8 @@ class MoEBuffer:
         timeout (float, optional): seconds each wait may take (default ``COLLSCHED_TIMEOUT_S`` or 60).
 
     Raises:
-        ValueError: a bad argument on this rank (before any communication), or
-        CollectiveInputError: ranks disagree (raised on every rank).
+        CollectiveInputError: on every rank, when any rank passes a bad argument or the ranks
+            disagree (num_experts, dedup, balance, schedule, GPUs per node, placement).
     """
 
     def __init__(self, group=None, num_experts: int = 0, cluster=None, dedup: str = "node", balance: bool = True,
@@ -140,14 +145,31 @@ class MoEBuffer:
         self.rank = dist.get_rank(group)
         self.world = dist.get_world_size(group)
         self.timeout_s = resolve_timeout(timeout)
+        # Local checks never raise alone (the peers would wait in the exchange below): the
+        # problem travels as a code and every rank raises the same error.
+        code, a, b = 0, 0, 0
         if dedup not in DEDUP_MODES:
-            raise ValueError(f"dedup must be one of {DEDUP_MODES}, got {dedup!r}")
-        if schedule not in SCHEDULES:
-            raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
-        if isinstance(num_experts, bool) or not isinstance(num_experts, (int, np.integer)) or num_experts <= 0:
-            raise ValueError(f"num_experts must be a positive int, got {num_experts!r}")
-        self.cluster = resolve_cluster(cluster, self.world)
-        self.layout = Layout.build(self.world, self.cluster.gpus_per_server, int(num_experts), placement)
+            code = 11
+        elif schedule not in SCHEDULES:
+            code = 12
+        elif isinstance(num_experts, bool) or not isinstance(num_experts, (int, np.integer)) or num_experts <= 0:
+            code, a = 13, (int(num_experts) if isinstance(num_experts, (int, np.integer)) else -1)
+        else:
+            try:
+                self.cluster = resolve_cluster(cluster, self.world)
+            except (ValueError, TypeError):
+                code, a = 15, self.world
+            if not code:
+                if placement is None and int(num_experts) % self.world:
+                    code, a, b = 14, int(num_experts), self.world
+                else:
+                    try:
+                        self.layout = Layout.build(self.world, self.cluster.gpus_per_server, int(num_experts),
+                                                   placement)
+                    except ValueError:
+                        code, a, b = 16, int(num_experts), self.world
+        if code:
+            self._check_config(torch.tensor([code, a, b, 0, 0, 0, 0, 0, 0], dtype=torch.int64))
         self.num_experts = int(num_experts)
         self.dedup, self.balance, self.schedule = dedup, bool(balance), schedule
         self.id = next(_IDS)
@@ -157,18 +179,26 @@ class MoEBuffer:
         own = self.layout.owner
         digest = int(np.bitwise_xor.reduce((own * 1000003 + np.arange(own.size)) * 2654435761 % (2**61 - 1))) \
             if own.size else 0
-        desc = torch.tensor([self.num_experts, DEDUP_MODES.index(dedup), int(self.balance),
-                             SCHEDULES.index(schedule), self.layout.gpus_per_node, digest], dtype=torch.int64)
-        got = all_gather_i64(desc, group, self.timeout_s, "MoEBuffer configuration exchange").numpy()
+        got = self._check_config(torch.tensor([0, 0, 0, self.num_experts, DEDUP_MODES.index(dedup), int(self.balance),
+                                               SCHEDULES.index(schedule), self.layout.gpus_per_node, digest],
+                                              dtype=torch.int64))
         names = ("num_experts", "dedup", "balance", "schedule", "GPUs per node (cluster)", "placement")
         for col, name in enumerate(names):
-            vals = got[:, col]
+            vals = got[:, 3 + col]
             if (vals != vals[0]).any():
                 bad = int(np.nonzero(vals != vals[0])[0][0])
                 shown = (lambda v: DEDUP_MODES[v]) if col == 1 else (lambda v: SCHEDULES[v]) if col == 3 else int
                 raise CollectiveInputError(
                     f"ranks disagree on {name}: rank 0 has {shown(int(vals[0]))}, rank {bad} has {shown(int(vals[bad]))}"
                     if col != 5 else f"ranks disagree on the expert placement (rank 0 vs rank {bad})")
+
+    def _check_config(self, desc: torch.Tensor) -> np.ndarray:
+        got = all_gather_i64(desc, self.group, self.timeout_s, "MoEBuffer configuration exchange").numpy()
+        bad = np.nonzero(got[:, 0])[0]
+        if bad.size:
+            r = int(bad[0])
+            raise CollectiveInputError(_problem_text(r, int(got[r, 0]), int(got[r, 1]), int(got[r, 2])))
+        return got
 
     @property
     def local_experts(self) -> list:
