@@ -302,6 +302,14 @@ def plan_worker(seed):
         got = out[:d.x.numel()].reshape(d.x.shape)
         results[dedup] = (torch.equal(got, d.x), rep["core"], info["internode_bytes"],
                           buf.last_stats["internode_bytes"], stats.bytes_sent)
+    # Rows that are not whole 4-byte words (float16 × 3) take the byte-packing path.
+    buf = moe.MoEBuffer(None, e, cluster=f"h100:2,gpus={GPN}")
+    x = torch.from_numpy(rng.integers(-3, 4, size=(len(routings[rank]), 3))).to(torch.float16)
+    idx = torch.from_numpy(routings[rank])
+    w = torch.ones(idx.shape)
+    d = buf.dispatch(x, idx, w)
+    rx, _, st = _ref_dispatch(x, idx, w, torch.arange(e) // (e // WORLD))
+    results["odd rows"] = torch.equal(d.x, rx) and torch.equal(buf.combine(d.x, d.handle), _ref_combine(rx, st, True))
     return results
 
 
@@ -315,3 +323,4 @@ def test_whole_dispatch_plans_verify_and_execute_to_the_same_rows():
         # The plan's scale-out bytes are the rows MoEBuffer sent across nodes, summed over ranks.
         assert res[0][dedup][2] == sum(r[dedup][3] for r in res)
     assert res[0]["node"][2] <= res[0]["rank"][2] <= res[0]["none"][2]
+    assert all(r["odd rows"] for r in res)
