@@ -333,8 +333,8 @@ class MoEBuffer:
                 return 3, (lo if lo < -1 else hi), self.num_experts
             if a.shape[1] > 1:
                 srt = np.sort(a, axis=1)
-                dup = (srt[:, 1:] == srt[:, :-1]) & (srt[:, 1:] >= 0)
-                if dup.any():
+                dup = srt[:, 1:] == srt[:, :-1]
+                if dup.any() and (dup := dup & (srt[:, 1:] >= 0)).any():  # repeated -1 is fine
                     row = int(np.nonzero(dup.any(1))[0][0])
                     return 5, row, int(srt[row, 1:][dup[row]][0])
         return 0, 0, 0

@@ -141,8 +141,8 @@ def dispatch_plan(routings: list, layout: Layout, row_bytes: int, dedup: str = "
                   for cp in cps]
     for h in range(r):
         bufk, rowk, srcrank, srctok = hop_src[h]
-        pu, _, powner = hop_pairs(hop_ids[h], layout, dedup, h)
-        pu, powner = pu.numpy(), powner.numpy()
+        pu, _, pexp = hop_pairs(hop_ids[h], layout, dedup, h)
+        pu, powner = pu.numpy(), layout.owner[pexp]
         for j in np.unique(powner):
             sel = pu[powner == j]
             start = recv2_base[j][h] if dedup == "node" else 0

@@ -70,6 +70,8 @@ class Layout:
     node_of_expert: np.ndarray  # [E + 1]: -1, then the node of each expert (index = id + 1)
     owner_of_expert: np.ndarray  # [E + 1]: -1, then the owner of each expert
     ids_sorted: bool  # owners never decrease with the expert id (contiguous blocks)
+    node_key: np.ndarray  # [E + 1]: S (spare key for id -1), then each expert's node
+    rank_key: np.ndarray  # [E + 1]: R, then each expert's owner
 
     def id_span(self, dedup: str, which: int):
         """(lo, hi): the expert ids of node/rank ``which`` when they form one range [lo, hi), else None."""
@@ -102,7 +104,9 @@ class Layout:
         node_of = np.concatenate([[-1], owner // gpus_per_node]).astype(np.int64)
         return Layout(ranks, gpus_per_node, num_experts, owner, local_index, experts_of, sort_pos, order,
                       starts.astype(np.int64), (starts + counts).astype(np.int64), node_of, owner_of,
-                      bool(np.all(np.diff(owner) >= 0)))
+                      bool(np.all(np.diff(owner) >= 0)),
+                      np.concatenate([[ranks // gpus_per_node], owner // gpus_per_node]).astype(np.int64),
+                      np.concatenate([[ranks], owner]).astype(np.int64))
 
 
 def balance_forwarders(load: np.ndarray, gpus_per_node: int, balance: bool = True) -> np.ndarray:
@@ -150,6 +154,19 @@ class LocalPlan:
     key_counts: np.ndarray  # [R] units per key (node keys use the first S entries)
 
 
+_TOKEN_OF_PAIR: dict = {}
+
+
+def _token_of_pair(t: int, k: int) -> np.ndarray:
+    """[T * K] token index of each flat (token, k) entry (kept per shape: calls repeat shapes)."""
+    hit = _TOKEN_OF_PAIR.get((t, k))
+    if hit is None:
+        if len(_TOKEN_OF_PAIR) > 16:
+            _TOKEN_OF_PAIR.clear()
+        hit = _TOKEN_OF_PAIR[(t, k)] = np.repeat(np.arange(t, dtype=np.int64), k)
+    return hit
+
+
 def _stable_order(keys: np.ndarray, bound: int) -> np.ndarray:
     """Stable argsort of small non-negative keys (< bound): numpy's radix sort on 16-bit keys."""
     return np.argsort(keys.astype(np.int16 if bound < 2**15 else np.int64), kind="stable")
@@ -164,32 +181,29 @@ def plan_local(idx: torch.Tensor, layout: Layout, dedup: str) -> LocalPlan:
     ix = idx.detach().cpu().numpy()
     t_count, k = ix.shape
     flat = ix.reshape(-1)
-    valid = flat >= 0
-    own = layout.owner[np.where(valid, flat, 0)]
-    expert_counts = np.bincount(flat[valid], minlength=layout.num_experts).astype(np.int64)
+    # Tables indexed by id + 1, so -1 (no expert) needs no masking pass.
+    expert_counts = np.bincount(flat + 1, minlength=layout.num_experts + 1)[1:].astype(np.int64)
     key_counts = np.zeros(layout.ranks, dtype=np.int64)
     if dedup == "none":
-        p = np.flatnonzero(valid)  # (t, k) row-major: by token, then k
-        keys = own[p]
-        p = p[_stable_order(keys, layout.ranks)]
-        keys_np = own[p]
+        p = np.flatnonzero(flat >= 0)  # (t, k) row-major: by token, then k
+        own = layout.owner[flat[p]]
+        order = _stable_order(own, layout.ranks)
+        p, keys_np = p[order], own[order]
         ids = np.full((p.size, k), -1, dtype=np.int64)
         ids[np.arange(p.size), p % k] = flat[p]
         key_counts[:] = np.bincount(keys_np, minlength=layout.ranks)
         unit_token = p // k
     else:
-        if dedup == "node":
-            key, nkeys = own // layout.gpus_per_node, layout.nodes
-        else:
-            key, nkeys = own, layout.ranks
-        key = np.where(valid, key, nkeys)  # masked pairs land in a spare row
-        lin = key * t_count + np.repeat(np.arange(t_count), k)
+        # key[e + 1]: the node (or rank) of expert e; masked pairs land in a spare row nkeys.
+        table, nkeys = (layout.node_key, layout.nodes) if dedup == "node" else (layout.rank_key, layout.ranks)
+        lin = table[flat + 1] * t_count + _token_of_pair(t_count, k)
         present = np.zeros((nkeys + 1) * t_count, dtype=bool)
         present[lin] = True
         q = np.flatnonzero(present[:nkeys * t_count])  # units by key, then token
-        keys_np, unit_token = np.divmod(q, max(t_count, 1))
+        key_counts[:nkeys] = np.count_nonzero(present[:nkeys * t_count].reshape(nkeys, t_count), axis=1)
+        keys_np = np.repeat(np.arange(nkeys), key_counts[:nkeys])
+        unit_token = q - keys_np * t_count
         ids = None
-        key_counts[:nkeys] = np.bincount(keys_np, minlength=nkeys)
     return LocalPlan(torch.from_numpy(unit_token).to(dev), None if ids is None else torch.from_numpy(ids).to(dev),
                      keys_np, expert_counts, key_counts)
 
@@ -271,8 +285,8 @@ def plan_exchange(me: int, layout: Layout, dedup: str, balance: bool, expert_cou
 def hop_pairs(ids: torch.Tensor, layout: Layout, dedup: str, me: int):
     """Pairs (unit, k) of the units hop ``me`` holds that it serves (experts on its node with
     ``dedup="node"``, its own experts otherwise), sorted by (owner, local expert); stable, so
-    rows of one expert stay in (source rank, token) order. Returns (unit, k, owner) tensors
-    on ``ids``' device."""
+    rows of one expert stay in (source rank, token) order. Returns (unit, k) tensors on
+    ``ids``' device and the pairs' expert ids (numpy)."""
     dev = ids.device
     a = ids.detach().cpu().numpy()
     k = a.shape[1] if a.ndim == 2 else 1
@@ -282,21 +296,24 @@ def hop_pairs(ids: torch.Tensor, layout: Layout, dedup: str, me: int):
     if dedup == "none":
         p = np.flatnonzero(flat >= 0)
     elif span is not None:  # contiguous placement: the hop's experts are one id range
-        p = np.flatnonzero((flat >= span[0]) & (flat < span[1]))
+        p = np.flatnonzero((flat - span[0]).view(np.uint32 if flat.dtype.itemsize == 4 else np.uint64)
+                           < span[1] - span[0])
     else:
         # domain[e + 1]: the node (or rank) of expert e; domain[0] (id -1) matches nothing.
         domain = layout.node_of_expert if dedup == "node" else layout.owner_of_expert
         p = np.flatnonzero(domain[flat + 1] == mine)
     e = flat[p]
-    order = _stable_order(e if layout.ids_sorted else layout.sort_pos[e], layout.num_experts)
+    if span is not None and span[1] - span[0] <= 256:  # one radix pass on 8-bit keys
+        order = np.argsort((e - span[0]).astype(np.uint8), kind="stable")
+    else:
+        order = _stable_order(e if layout.ids_sorted else layout.sort_pos[e], layout.num_experts)
     p = p[order]
-    own = layout.owner[e[order]]
     if k & (k - 1) == 0:  # a power of two: shifts, several times cheaper than numpy's division
         shift = k.bit_length() - 1
         pu, pk = p >> shift, p & (k - 1)
     else:
         pu, pk = np.divmod(p, k)
-    return torch.from_numpy(pu).to(dev), torch.from_numpy(pk).to(dev), torch.from_numpy(own).to(dev)
+    return torch.from_numpy(pu).to(dev), torch.from_numpy(pk).to(dev), e[order]
 
 
 __all__ = ["DEDUP_MODES", "SCHEDULES", "Layout", "default_placement", "check_placement", "balance_forwarders",
