@@ -145,6 +145,9 @@ class MoEBuffer:
         self.rank = dist.get_rank(group)
         self.world = dist.get_world_size(group)
         self.timeout_s = resolve_timeout(timeout)
+        # The small exchanges run where the backend can move them (NCCL: the current GPU).
+        nccl = "nccl" in str(dist.get_backend(group)).lower()
+        self._exchange_device = torch.device("cuda", torch.cuda.current_device()) if nccl else torch.device("cpu")
         # Local checks never raise alone (the peers would wait in the exchange below): the
         # problem travels as a code and every rank raises the same error.
         code, a, b = 0, 0, 0
@@ -193,7 +196,8 @@ class MoEBuffer:
                     if col != 5 else f"ranks disagree on the expert placement (rank 0 vs rank {bad})")
 
     def _check_config(self, desc: torch.Tensor) -> np.ndarray:
-        got = all_gather_i64(desc, self.group, self.timeout_s, "MoEBuffer configuration exchange").numpy()
+        got = all_gather_i64(desc.to(self._exchange_device), self.group, self.timeout_s,
+                             "MoEBuffer configuration exchange").numpy()
         bad = np.nonzero(got[:, 0])[0]
         if bad.size:
             r = int(bad[0])
@@ -219,7 +223,7 @@ class MoEBuffer:
         wait_all([work], self.timeout_s, blocking_waits(self.group, inp.device), what)
 
     def _check_all(self, desc: torch.Tensor, what: str) -> np.ndarray:
-        got = all_gather_i64(desc, self.group, self.timeout_s, what).numpy()
+        got = all_gather_i64(desc.to(self._exchange_device), self.group, self.timeout_s, what).numpy()
         bad = np.nonzero(got[:, 0])[0]
         if bad.size:
             r = int(bad[0])
