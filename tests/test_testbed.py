@@ -127,8 +127,9 @@ def test_2x2_fanout_and_fast_match_torch_and_leave_nothing():
     assert res["cluster"].startswith("custom:2,gpus=2,nics=2")
     for r in res["results"]:
         assert r["time_s"] > 0
-        # Nothing finishes faster than the fabric's lower bound at the shaped rate.
-        assert r["time_s"] >= 0.9 * res["lower_bound_s"], r
+        # The shaping binds: nothing gets far below the fabric's lower bound (htb's burst and one GSO
+        # packet may pass at line rate; an unshaped veth would be ~50× faster). Precise: test_shaping_*.
+        assert r["time_s"] >= 0.5 * res["lower_bound_s"], r
     assert res["results"][1]["predicted_s"] > 0
     assert _ours(prefixes[0]) == []
 
