@@ -49,7 +49,8 @@ def format_results(res: dict) -> "object":
     base = next((r["time_s"] for r in res["results"] if r["algorithm"] == "torch"), None)
     for r in res["results"]:
         pred = r["predicted_s"]
-        t.add_row(r["algorithm"], str(r["steps"] or ""), f"{r['time_s'] * 1e3:.1f}",
+        name = r["algorithm"] if r["planned_by"] in (r["algorithm"], "") else f"{r['algorithm']} ({r['planned_by']})"
+        t.add_row(name, str(r["steps"] or ""), f"{r['time_s'] * 1e3:.1f}",
                   "—" if pred is None else f"{pred * 1e3:.1f}",
                   "—" if pred is None else f"{r['ratio_to_predicted']:.2f}",
                   f"{r['algbw_gbps']:.4f}", "—" if base is None else f"{base / r['time_s']:.2f}×",

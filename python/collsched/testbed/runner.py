@@ -49,8 +49,18 @@ class RunConfig:
 
 def rank_worker(matrix_rows: list, cluster: str, algorithms: list, iters: int, warmup: int,
                 transport: str) -> dict:
-    """Runs in every rank (see the module docstring). Returns this rank's call times per method,
-    whether its output equalled torch's, and what the runtime planned."""
+    """Runs in every rank (see the module docstring).
+
+    Args:
+        matrix_rows: P×P bytes rank i sends to rank j (the same on every rank).
+        cluster: the fabric's Cluster spec, passed to every collsched call.
+        algorithms: method names; ``torch`` is ``torch.distributed.all_to_all_single``.
+        iters, warmup: timed rounds and untimed calls per method.
+        transport: passed to ``collsched.all_to_all_single``.
+
+    Returns:
+        ``{"times": {method: [seconds per round]}, "info": {method: {"identical", "steps"}}}`` for this rank.
+    """
     import torch
     import torch.distributed as dist
 
@@ -81,7 +91,7 @@ def rank_worker(matrix_rows: list, cluster: str, algorithms: list, iters: int, w
             calls[a]()
         same = bool(torch.equal(outs[a], ref))
         st = comm.last_call_stats() if a != TORCH else None
-        info[a] = {"identical": same, "planned_by": st.planned_by if st else TORCH, "steps": st.steps if st else 0}
+        info[a] = {"identical": same, "steps": st.steps if st else 0}
     times = {a: [] for a in algorithms}
     for it in range(iters):
         if rank == 0:
@@ -147,12 +157,16 @@ def run_on_fabric(fabric: Fabric, matrix: np.ndarray, cfg: RunConfig, on_progres
     for a in cfg.algorithms:
         per_round = np.max(np.array([r["times"][a] for r in res]), axis=0)  # slowest rank per round
         t = float(np.median(per_round))
-        pred = None if a == TORCH else predict(matrix, cluster, a, cfg.params)
+        pred, chose = None, TORCH
+        if a != TORCH:
+            # The same plan the ranks made (planning is deterministic), to simulate and to say what auto chose.
+            plan = collsched.plan_all_to_all(matrix, cluster, a)
+            pred, chose = predict(matrix, cluster, a, cfg.params, plan=plan), plan.meta.get("choice", a)
         rows.append({"algorithm": a, "time_s": t, "predicted_s": pred,
                      "ratio_to_predicted": None if pred is None else t / pred,
                      "algbw_gbps": bytes_per_rank / t / 1e9 if t > 0 else None,
                      "identical": all(r["info"][a]["identical"] for r in res),
-                     "planned_by": res[0]["info"][a]["planned_by"], "steps": res[0]["info"][a]["steps"]})
+                     "planned_by": chose, "steps": res[0]["info"][a]["steps"]})
     return {"cluster": cluster, "fabric": {"servers": spec.servers, "gpus": spec.gpus, "nic_bps": spec.nic_bps,
                                            "queue_bytes": spec.queue_bytes, "scaleup_bps": spec.scaleup_bps},
             "workload": cfg.workload, "mean_bytes": cfg.mean, "bytes_per_rank": bytes_per_rank,
@@ -167,7 +181,7 @@ def run(spec: FabricSpec, cfg: RunConfig, on_progress=None, on_built=None) -> di
         "time_s" (median over rounds of the slowest rank), "predicted_s" (simulated on the
         derived cluster; None for torch), "ratio_to_predicted", "algbw_gbps" (mean bytes per
         rank / time, 1e9), "identical" (byte-equal to torch's output on every rank),
-        "planned_by", "steps"}]}``.
+        "planned_by" (what auto chose; the algorithm itself otherwise), "steps"}]}``.
 
     Raises:
         TestbedError: not root, no namespaces, a knob or size the host cannot emulate, or a
