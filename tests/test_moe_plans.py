@@ -123,6 +123,22 @@ def test_simulated_variants_move_the_bytes_their_design_says():
     assert (rank_units <= pairs).all() and (node_units.sum(1) <= rank_units.sum(1)).all()
 
 
+def test_pipelined_forwarding_moves_the_same_bytes_sooner():
+    from collsched.moe import sim
+
+    c = collsched.Cluster.parse("h100:2,gpus=4,scaleup=480GB/s,nic=50GB/s")
+    counts = sim.route_counts("realistic", 1024, 8, 4, 32, 4, seed=2)
+    for v in ("fusco", "deepep"):
+        one = sim.simulate_variant(v, counts, c, 7168, chunks=1)
+        four = sim.simulate_variant(v, counts, c, 7168, chunks=4)
+        assert one["internode_bytes"] == four["internode_bytes"]
+        assert four["time_s"] < one["time_s"], v  # hop 2 starts on the first pieces
+    nccl = [sim.simulate_variant("nccl", counts, c, 7168, chunks=k)["time_s"] for k in (1, 4)]
+    assert abs(nccl[0] - nccl[1]) < 0.02 * nccl[0]  # one hop: nothing to overlap
+    with pytest.raises(ValueError, match="chunks"):
+        sim.simulate_variant("fusco", counts, c, 64, chunks=0)
+
+
 @pytest.mark.parametrize("routing", ["single-node", "imbalanced"])
 def test_routing_generators_follow_their_definition(routing):
     from collsched.moe import sim

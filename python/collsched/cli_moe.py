@@ -46,6 +46,8 @@ def register(app: typer.Typer) -> None:
         routing: str = typer.Option("realistic", "--routing", help=" | ".join(ROUTINGS)),
         variants: str = typer.Option(",".join(VARIANTS), "--variants", help="comma list from: " + ",".join(VARIANTS)),
         elem_bytes: int = typer.Option(2, "--elem-bytes", help="bytes per element (2 = bf16)"),
+        chunks: int = typer.Option(8, "--chunks", help="pieces per send (pipelined forwarding, as Fusco and DeepEP "
+                                                    "do); 1 = each hop waits for the whole previous one"),
         seed: int = typer.Option(0, "--seed"),
         json_out: bool = typer.Option(False, "--json", help="print exactly one JSON object on stdout"),
     ) -> None:
@@ -62,10 +64,11 @@ def register(app: typer.Typer) -> None:
                 raise ValueError(f"unknown variant {v!r} (known: {', '.join(VARIANTS)})")
         if routing not in ROUTINGS:
             raise ValueError(f"--routing must be one of {', '.join(ROUTINGS)}, got {routing!r}")
-        for name, v in (("--hidden", hidden), ("--topk", topk), ("--experts", experts), ("--elem-bytes", elem_bytes)):
+        for name, v in (("--hidden", hidden), ("--topk", topk), ("--experts", experts), ("--elem-bytes", elem_bytes),
+                        ("--chunks", chunks)):
             if v <= 0:
                 raise ValueError(f"{name} must be positive, got {v}")
-        rows = run(c, parse_tokens(tokens), hidden, topk, experts, routing, names, seed, elem_bytes)
+        rows = run(c, parse_tokens(tokens), hidden, topk, experts, routing, names, seed, elem_bytes, chunks)
         for r in rows:
             base = {x["variant"]: x["time_s"] for x in rows if x["tokens"] == r["tokens"]}
             for ref in ("nccl", "deepep"):
@@ -73,10 +76,12 @@ def register(app: typer.Typer) -> None:
                     r[f"speedup_vs_{ref}"] = base[ref] / r["time_s"]
         if json_out:
             print(json.dumps({"cluster": c.spec(), "routing": routing, "hidden": hidden, "topk": topk,
-                              "experts": experts, "elem_bytes": elem_bytes, "simulated": True, "rows": rows}))
+                              "experts": experts, "elem_bytes": elem_bytes, "chunks": chunks, "simulated": True,
+                              "rows": rows}))
             return
         print(f"# simulated MoE dispatch + combine on {c.spec()}")
-        print(f"# routing {routing}, H={hidden}, top-{topk}, {experts} experts, {elem_bytes} B/element")
+        print(f"# routing {routing}, H={hidden}, top-{topk}, {experts} experts, {elem_bytes} B/element, "
+              f"{chunks} piece(s) per send")
         print(f"{'tokens':>7} {'variant':>18} {'time(ms)':>9} {'dispatch':>9} {'combine':>9} "
               f"{'internode(GB)':>13} {'vs nccl':>8} {'vs deepep':>9}")
         for r in rows:

@@ -11,6 +11,11 @@ Routing generators (per source rank, counts only):
   ``p_i ~ Beta(0.3, 0.3)``; each of its tokens is routed like ``realistic`` over the other
   nodes with probability ``p_i``, else to experts of its own node only.
 
+Pipelining (``chunks``): every send is cut into pieces sent in order, and piece c of a
+forwarder's next hop waits only for piece c of what reached it, as Fusco's slices (§3.2) and
+DeepEP's chunks flow; rows a GPU sends to its own node wait for nothing of hop 1. Copies
+(permutes) wait for everything before them. ``chunks=1``: each hop waits for the whole previous one.
+
 Variants (dispatch; combine is the mirror, each phase's matrix transposed, the same copies):
 
 | variant | phases |
@@ -111,6 +116,7 @@ class _PlanWriter:
 
     def add(self, src: int, dst: int, nbytes: int, step: int, deps) -> int:
         tid = len(self.transfers)
+        deps = sorted(set(deps))
         tier = "local" if src == dst else ("scale_up" if src // self.g == dst // self.g else "scale_out")
         self.transfers.append({"src": src, "dst": dst, "op": "copy", "tier": tier, "step": step,
                                "seg_begin": len(self.segments), "seg_end": len(self.segments) + 1,
@@ -119,7 +125,7 @@ class _PlanWriter:
                               "dst_off": self.scratch[dst], "len": int(nbytes)})
         self.scratch[dst] += int(nbytes)
         self.max_read[src] = max(self.max_read[src], int(nbytes))
-        self.deps.extend(sorted(set(deps)))
+        self.deps.extend(deps)
         self.into[dst].append(tid)
         return tid
 
@@ -160,9 +166,12 @@ def _phases(variant: str, pairs, node_units, rank_units, gpn: int, row: int):
     hop2 = np.zeros((r, r), np.int64)
     for j in range(r):
         np.add.at(hop2[:, j], fwd[:, node[j]], per[:, j])
-    # A token's own node is reached from the token's GPU itself (F[i, node(i)] = i): hop 2 only.
+    # A token's own node is reached from the token's GPU itself (F[i, node(i)] = i): those rows
+    # move in hop 2 but wait for nothing of hop 1 ("own").
+    same = node[:, None] == node[None, :]
+    own = np.where(same, per, 0)
     first = ("fast" if variant == "fusco_fast" else "send", hop1)
-    out = [first, ("send2", hop2)]
+    out = [first, ("own", own), ("send", hop2 - own)]
     if variant == "deepep":
         out.append(("copy", pairs.sum(0)))
     if variant == "fusco_no_fusion":
@@ -170,27 +179,51 @@ def _phases(variant: str, pairs, node_units, rank_units, gpn: int, row: int):
     return out
 
 
-def _build(phases, cluster, row: int, name: str, reverse: bool):
+def _build(phases, cluster, row: int, name: str, reverse: bool, chunks: int = 1):
+    """The phases as one plan. With ``chunks`` > 1 every send is cut into that many pieces and
+    piece c of a rank's next send waits only for piece c of what reached it: the pipelined
+    forwarding of Fusco §3.2 and DeepEP (copies still wait for everything before them)."""
     r = cluster.num_gpus
     g = cluster.gpus_per_server
     w = _PlanWriter(r, g)
     seq = list(reversed(phases)) if reverse else phases
-    done_into: list = [[] for _ in range(r)]  # ids a rank's next phase waits for
+    done = [[[] for _ in range(chunks)] for _ in range(r)]  # done[i][c]: ids piece c of i's next send waits for
+    extra: list = [[] for _ in range(r)]  # arrivals only later copies wait for ("own" rows)
+    pre = None  # the state before the first network phase: what "own" rows wait for
     step = 0
     for kind, data in seq:
         data = np.asarray(data)
         if kind == "copy":
-            got = [[w.add(i, i, int(data[i]) * row, step, done_into[i])] if data[i] else [] for i in range(r)]
+            for i in range(r):
+                if data[i]:
+                    tid = w.add(i, i, int(data[i]) * row, step, [d for c in done[i] for d in c] + extra[i])
+                    done[i] = [[tid] for _ in range(chunks)]
+                    extra[i] = []
             step += 1
+            continue
+        if pre is None:
+            pre = [[list(c) for c in done[i]] for i in range(r)]
+        m = (data.T if reverse else data) * row
+        if kind == "fast" and _fast_pays(m, cluster):
+            got, step = _fast_phase(w, m, cluster, step, [[d for c in done[i] for d in c] for i in range(r)])
+            w.used_fast = True
+            done = [[list(done[i][c]) + got[i] for c in range(chunks)] for i in range(r)]
+            continue
+        waits = pre if kind == "own" else done
+        new = [[[] for _ in range(chunks)] for _ in range(r)]
+        for i, j in zip(*np.nonzero(m)):
+            total = int(m[i, j])
+            prev = []  # a stream sends its pieces in order, one after another
+            for c in range(chunks):
+                piece = total // chunks + (1 if c < total % chunks else 0)
+                if piece:
+                    prev = [w.add(int(i), int(j), piece, step + c, waits[i][c] + prev)]
+                    new[j][c].extend(prev)
+        if kind == "own":
+            extra = [extra[i] + [d for c in new[i] for d in c] for i in range(r)]
         else:
-            m = (data.T if reverse else data) * row
-            if kind == "fast" and _fast_pays(m, cluster):
-                got, step = _fast_phase(w, m, cluster, step, done_into)
-                w.used_fast = True
-            else:
-                got = w.phase(m, step, lambda i: done_into[i])
-                step += 1
-        done_into = [done_into[i] + got[i] if kind != "copy" else got[i] or done_into[i] for i in range(r)]
+            done = [[done[i][c] + new[i][c] for c in range(chunks)] for i in range(r)]
+        step += chunks
     return w.plan(name), w.used_fast
 
 
@@ -220,8 +253,11 @@ def _fast_phase(w: _PlanWriter, m: np.ndarray, cluster, step0: int, done_into):
     return got, last + 1
 
 
-def simulate_variant(variant: str, counts, cluster, hidden: int, elem_bytes: int = 2) -> dict:
-    """Simulated dispatch + combine of one variant; times in seconds (simulated, not executed)."""
+def simulate_variant(variant: str, counts, cluster, hidden: int, elem_bytes: int = 2, chunks: int = 1) -> dict:
+    """Simulated dispatch + combine of one variant; times in seconds (simulated, not executed).
+    ``chunks`` > 1 pipelines the hops (see `_build`)."""
+    if isinstance(chunks, bool) or not isinstance(chunks, int) or chunks < 1:
+        raise ValueError(f"chunks must be a positive int, got {chunks!r}")
     if variant not in VARIANTS:
         raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
     pairs, node_units, rank_units = counts
@@ -229,7 +265,7 @@ def simulate_variant(variant: str, counts, cluster, hidden: int, elem_bytes: int
     phases = _phases(variant, pairs, node_units, rank_units, cluster.gpus_per_server, row)
     res = {"fast_used": []}
     for which, rev in (("dispatch", False), ("combine", True)):
-        plan, used = _build(phases, cluster, row, f"moe_{variant}_{which}", rev)
+        plan, used = _build(phases, cluster, row, f"moe_{variant}_{which}", rev, chunks)
         sim = collsched.simulate(plan, cluster)
         res[which] = sim.time_s
         if used:
@@ -242,7 +278,7 @@ def simulate_variant(variant: str, counts, cluster, hidden: int, elem_bytes: int
 
 
 def run(cluster, tokens: list, hidden: int, topk: int, experts: int, routing: str, variants: list,
-        seed: int = 0, elem_bytes: int = 2) -> list:
+        seed: int = 0, elem_bytes: int = 2, chunks: int = 1) -> list:
     """Rows of {tokens, routing, variant, time_s, dispatch_s, combine_s, internode_bytes} (simulated)."""
     if isinstance(cluster, str):
         cluster = collsched.Cluster.parse(cluster)
@@ -258,8 +294,8 @@ def run(cluster, tokens: list, hidden: int, topk: int, experts: int, routing: st
     for t in tokens:
         counts = route_counts(routing, int(t), r, g, experts, topk, seed)
         for v in variants:
-            rows.append({"tokens": int(t), "routing": routing, **simulate_variant(v, counts, cluster, hidden,
-                                                                                  elem_bytes)})
+            rows.append({"tokens": int(t), "routing": routing, "chunks": chunks,
+                         **simulate_variant(v, counts, cluster, hidden, elem_bytes, chunks)})
     return rows
 
 
