@@ -43,6 +43,7 @@ def _ours(prefix: str) -> list[str]:
     (dict(servers=2, gpus=4, nic="100Kbps"), r"NIC rates from 1 Mbit/s"),
     (dict(servers=64, gpus=8, nic="100Mbps"), r"too many for this host: at most \d+"),
     (dict(servers=2, gpus=4, nic="100Mbps", latency="1ms"), r"no netem"),
+    (dict(servers=2, gpus=8, nic="1Gbps"), r"16 Gbit/s of shaped traffic; this host \(\d+ cores\) emulates at most"),
     (dict(servers=0, gpus=4, nic="100Mbps"), r"--servers must be a positive integer"),
     (dict(servers=2, gpus=4, nic="fast"), r"--nic: cannot parse"),
     (dict(servers=2, gpus=4, nic="100Mbps", queue="1KiB"), r"--queue 1KiB: must be between"),
@@ -306,11 +307,13 @@ def test_knobs_give_a_cluster_of_the_fabric_or_a_named_limit(servers, gpus, nic_
     from collsched.testbed.model import DEFAULT_PARAMS, cluster_spec
 
     nic, queue = f"{nic_kbps}Kbps", f"{queue_kib}KiB"
-    ok = (servers * gpus <= min(64, fab.MAX_RANKS_PER_CORE * (os.cpu_count() or 1))
+    cores = os.cpu_count() or 1
+    ok = (servers * gpus <= min(64, fab.MAX_RANKS_PER_CORE * cores)
           and fab.MIN_NIC_BPS <= nic_kbps * 125 <= fab.MAX_NIC_BPS
+          and servers * gpus * nic_kbps * 125 <= fab.MAX_AGGREGATE_BPS_PER_CORE * cores
           and fab.MIN_QUEUE <= queue_kib * 1024 <= fab.MAX_QUEUE)
     if not ok:
-        with pytest.raises(TestbedError, match=r"ranks is too many|--nic|--queue"):
+        with pytest.raises(TestbedError, match=r"ranks is too many|--nic|--queue"):  # each names its knob
             FabricSpec.from_knobs(servers, gpus, nic, queue)
         return
     spec = FabricSpec.from_knobs(servers, gpus, nic, queue)

@@ -98,6 +98,8 @@ def register(app: typer.Typer) -> None:
                                                                                if a.strip()],
                         iters=iters, warmup=warmup, transport=transport, seed=seed, timeout_s=timeout)
         err = _stderr()
+        if spec.cpu_warning():
+            err.print(spec.cpu_warning())
 
         def built(fabric):
             from collsched.testbed.model import cluster_spec

@@ -42,6 +42,10 @@ STORE_PORT = 29500  # rank 0's rendezvous store; every run has its own namespace
 MIN_NIC_BPS = 125_000  # 1 Mbit/s: below this htb's rate accounting and TCP timers dominate
 MAX_NIC_BPS = 125_000_000  # 1 Gbit/s per emulated NIC
 MAX_RANKS_PER_CORE = 8
+# Shaped traffic in all (ranks × NIC rate) per CPU core: above WARN the 2-core host measured
+# CPU-bound (executed / bound grew from 1.2 to 2×, docs/testbed.md); above MAX it is refused.
+WARN_AGGREGATE_BPS_PER_CORE = 200_000_000  # 1.6 Gbit/s
+MAX_AGGREGATE_BPS_PER_CORE = 500_000_000  # 4 Gbit/s
 MIN_QUEUE = 16 * 1024  # a few full frames plus one GSO burst
 MAX_QUEUE = 64 * 2**20
 GOODPUT = 0.95  # TCP payload per shaped byte on 1500-byte frames (1448/1514 ≈ 0.956), measured 0.95
@@ -87,6 +91,16 @@ class FabricSpec:
     def ranks(self) -> int:
         return self.servers * self.gpus
 
+    def cpu_warning(self) -> str | None:
+        """A line saying the host, not the shaper, may bind at these knobs (None when it should not)."""
+        cores = os.cpu_count() or 1
+        agg = self.ranks * self.nic_bps
+        if agg <= WARN_AGGREGATE_BPS_PER_CORE * cores:
+            return None
+        return (f"warning: {agg * 8 / 1e9:g} Gbit/s of shaped traffic on {cores} cores: above "
+                f"{WARN_AGGREGATE_BPS_PER_CORE * cores * 8 / 1e9:g} Gbit/s this host measured CPU-bound, so times "
+                "say more about the host than the fabric (docs/testbed.md)")
+
     @classmethod
     def from_knobs(cls, servers: int, gpus: int, nic: str | int, queue: str | int = "1MiB",
                    scaleup: str | int | None = "unshaped", latency: str | None = None,
@@ -111,6 +125,11 @@ class FabricSpec:
         if not MIN_NIC_BPS <= nic_bps <= MAX_NIC_BPS:
             raise TestbedError(f"--nic {nic}: this host emulates NIC rates from {MIN_NIC_BPS * 8 // 10**6} Mbit/s to "
                                f"{MAX_NIC_BPS * 8 // 10**6} Mbit/s per NIC (beyond that the CPU, not the shaper, binds)")
+        agg, cap = servers * gpus * nic_bps, MAX_AGGREGATE_BPS_PER_CORE * cores
+        if agg > cap:
+            raise TestbedError(f"--nic {nic} on {servers * gpus} ranks is {agg * 8 / 1e9:g} Gbit/s of shaped traffic; this "
+                               f"host ({cores} cores) emulates at most {cap * 8 / 1e9:g} Gbit/s in all (beyond that the CPU, "
+                               "not the shaper, binds)")
         try:
             q = parse_bytes(queue)
         except ValueError as e:
