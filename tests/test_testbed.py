@@ -321,3 +321,20 @@ def test_knobs_give_a_cluster_of_the_fabric_or_a_named_limit(servers, gpus, nic_
     assert (c.num_gpus, c.gpus_per_server) == (servers * gpus, gpus)
     assert c.nic_bw == int(nic_kbps * 125 * DEFAULT_PARAMS.goodput)
     assert spec.queue_bytes == queue_kib * 1024
+
+
+@needs_netns
+def test_clean_command_reports_what_it_removed():
+    from typer.testing import CliRunner
+
+    from collsched.cli import _register_all, app
+
+    dead = Fabric(FabricSpec.from_knobs(1, 1, "100Mbps"), prefix=f"collsched-999999999-{os.urandom(3).hex()}").build()
+    try:
+        _register_all()
+        r = CliRunner().invoke(app, ["testbed", "clean"])
+        assert r.exit_code == 0, r.output
+        assert r.output.startswith("removed ") and "namespace(s)" in r.output
+        assert _ours(dead.prefix) == []
+    finally:
+        dead.teardown()
