@@ -45,6 +45,7 @@ def _ours(prefix: str) -> list[str]:
     (dict(servers=2, gpus=4, nic="100Mbps", latency="1ms"), r"no netem"),
     (dict(servers=2, gpus=8, nic="1Gbps"), r"16 Gbit/s of shaped traffic; this host \(\d+ cores\) emulates at most"),
     (dict(servers=0, gpus=4, nic="100Mbps"), r"--servers must be a positive integer"),
+    (dict(servers=2, gpus=4, nic="100Mbps", nics=5), r"--nics must be an integer from 1 to --gpus \(4\)"),
     (dict(servers=2, gpus=4, nic="fast"), r"--nic: cannot parse"),
     (dict(servers=2, gpus=4, nic="100Mbps", queue="1KiB"), r"--queue 1KiB: must be between"),
     (dict(servers=2, gpus=4, nic="100Mbps", scaleup="50Mbps"), r"at least the NIC rate"),
@@ -101,6 +102,21 @@ def send_timing(nbytes: int) -> dict:
             assert int(buf[0]) == 0 and int(buf[-1]) == 0
         out[name] = time.perf_counter() - t0
     return out
+
+
+def both_cross(nbytes: int) -> float:
+    """Rank worker: ranks 0 and 1 (server 0) send `nbytes` to ranks 2 and 3 (server 1) at once."""
+    import torch.distributed as dist
+
+    rank = dist.get_rank()
+    buf = torch.zeros(nbytes, dtype=torch.uint8)
+    dist.barrier()
+    t0 = time.perf_counter()
+    if rank < 2:
+        dist.send(buf, rank + 2)
+    else:
+        dist.recv(buf, rank - 2)
+    return time.perf_counter() - t0
 
 
 def die_midway() -> int:
@@ -174,6 +190,23 @@ def test_raising_rank_is_named_and_leaves_nothing():
 
 
 @needs_netns
+def test_ranks_sharing_a_nic_share_its_rate():
+    from collsched.testbed.launch import run_ranks
+
+    nbytes = 1 << 20
+    times = {}
+    for nics in (1, 2):
+        spec = FabricSpec.from_knobs(2, 2, "50Mbps", nics=nics, rto_min="5ms")
+        with Fabric(spec) as f:
+            assert len(_ours(f.prefix)) == (7 if nics == 1 else 5)  # + one namespace per shared NIC
+            times[nics] = max(run_ranks(f, both_cross, (nbytes,), timeout_s=60))
+        assert _ours(f.prefix) == []
+    slack = fab.htb_burst(spec.nic_bps) + 64 * 1024
+    assert times[1] >= (2 * nbytes - slack) / spec.nic_bps, times  # two flows through one shaped NIC
+    assert times[2] < 0.75 * times[1], times  # one NIC each: about half the time
+
+
+@needs_netns
 def test_killed_rank_stops_the_run_quickly_and_leaves_nothing():
     from collsched.testbed.launch import RankError, run_ranks
 
@@ -224,6 +257,7 @@ def test_bench_testbed_spec_is_parsed_or_refused():
 
     s = parse_testbed("2x4,nic=200Mbps,queue=128KiB")
     assert (s.servers, s.gpus, s.nic_bps, s.queue_bytes, s.scaleup_bps) == (2, 4, 25_000_000, 128 * 1024, None)
+    assert parse_testbed("2x4,nic=200Mbps,nics=2").nics_per_server == 2
     for bad, match in (("2y4,nic=1Mbps", "expected SERVERSxGPUS"), ("2x4", "nic=RATE is required"),
                        ("2x4,nic=100Mbps,warp=9", "unknown or empty key 'warp'")):
         with pytest.raises(TestbedError, match=match):

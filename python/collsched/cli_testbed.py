@@ -69,6 +69,8 @@ def register(app: typer.Typer) -> None:
         servers: int = typer.Option(2, "--servers", help="emulated servers"),
         gpus: int = typer.Option(4, "--gpus", help="ranks per server (one emulated NIC each)"),
         nic: str = typer.Option("200Mbps", "--nic", help="NIC rate per direction (htb), e.g. 200Mbps"),
+        nics: Optional[int] = typer.Option(None, "--nics", help="NICs per server (default: one per rank); "
+                                           "rank g uses NIC g mod nics"),
         queue: str = typer.Option("1MiB", "--queue", help="bounded queue (bfifo) of every shaped port"),
         scaleup: str = typer.Option("unshaped", "--scaleup", help="scale-up rate between ranks of a server, or 'unshaped'"),
         latency: Optional[str] = typer.Option(None, "--latency",
@@ -91,7 +93,7 @@ def register(app: typer.Typer) -> None:
         from collsched.testbed.runner import RunConfig, run
         from collsched.units import parse_bytes
 
-        spec = FabricSpec.from_knobs(servers, gpus, nic, queue, scaleup, latency, rto_min)
+        spec = FabricSpec.from_knobs(servers, gpus, nic, queue, scaleup, latency, rto_min, nics)
         if iters < 1 or warmup < 0:
             raise ValueError(f"--iters must be ≥ 1 and --warmup ≥ 0, got {iters} and {warmup}")
         cfg = RunConfig(workload=workload, mean=parse_bytes(mean), algorithms=[a.strip() for a in algorithms.split(",")

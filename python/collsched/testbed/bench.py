@@ -1,4 +1,4 @@
-"""`collsched bench --testbed SxG,nic=RATE[,queue=SIZE][,scaleup=RATE][,rto_min=MS]`: the nccl-tests table, on the fabric."""
+"""`collsched bench --testbed SxG,nic=RATE[,nics=N][,queue=SIZE][,scaleup=RATE][,rto_min=MS]`: the nccl-tests table, on the fabric."""
 from __future__ import annotations
 
 import re
@@ -21,8 +21,14 @@ def parse_testbed(text: str) -> FabricSpec:
     knobs = {}
     for kv in rest:
         k, _, v = kv.partition("=")
-        if k not in ("nic", "queue", "scaleup", "rto_min") or not v:
-            raise TestbedError(f"--testbed {text!r}: unknown or empty key {k!r} (known: nic, queue, scaleup, rto_min)")
+        if k not in ("nic", "nics", "queue", "scaleup", "rto_min") or not v:
+            raise TestbedError(f"--testbed {text!r}: unknown or empty key {k!r} (known: nic, nics, queue, scaleup, "
+                               "rto_min)")
+        if k == "nics":
+            if not v.isdigit():
+                raise TestbedError(f"--testbed {text!r}: nics must be a positive integer, got {v!r}")
+            knobs[k] = int(v)
+            continue
         knobs[k] = v
     if "nic" not in knobs:
         raise TestbedError(f"--testbed {text!r}: nic=RATE is required, e.g. 2x4,nic=200Mbps")

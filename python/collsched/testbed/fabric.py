@@ -78,6 +78,8 @@ class FabricSpec:
         scaleup_bps: scale-up rate per direction between two ranks of a server, or None (unshaped).
         rto_min_ms: TCP's minimum retransmission timeout on every route (``ip route ... rto_min``),
             or None for the kernel's 200 ms.
+        nics: NICs per server (None = one per rank); rank g of a server uses NIC g mod nics, as in
+            the Cluster model.
     """
 
     servers: int
@@ -86,15 +88,25 @@ class FabricSpec:
     queue_bytes: int = 2**20
     scaleup_bps: int | None = None
     rto_min_ms: int | None = None
+    nics: int | None = None
 
     @property
     def ranks(self) -> int:
         return self.servers * self.gpus
 
+    @property
+    def nics_per_server(self) -> int:
+        return self.gpus if self.nics is None else self.nics
+
+    @property
+    def shared(self) -> bool:
+        """Whether ranks share NICs (fewer NICs than ranks per server)."""
+        return self.nics_per_server < self.gpus
+
     def cpu_warning(self) -> str | None:
         """A line saying the host, not the shaper, may bind at these knobs (None when it should not)."""
         cores = os.cpu_count() or 1
-        agg = self.ranks * self.nic_bps
+        agg = self.servers * self.nics_per_server * self.nic_bps
         if agg <= WARN_AGGREGATE_BPS_PER_CORE * cores:
             return None
         return (f"warning: {agg * 8 / 1e9:g} Gbit/s of shaped traffic on {cores} cores: above "
@@ -104,7 +116,7 @@ class FabricSpec:
     @classmethod
     def from_knobs(cls, servers: int, gpus: int, nic: str | int, queue: str | int = "1MiB",
                    scaleup: str | int | None = "unshaped", latency: str | None = None,
-                   rto_min: str | None = None) -> "FabricSpec":
+                   rto_min: str | None = None, nics: int | None = None) -> "FabricSpec":
         """Parse and check CLI-style knobs; raise TestbedError naming the limit that is exceeded."""
         if latency:
             raise TestbedError(f"--latency {latency!r}: this kernel has no netem qdisc, so latency cannot be emulated; "
@@ -125,9 +137,12 @@ class FabricSpec:
         if not MIN_NIC_BPS <= nic_bps <= MAX_NIC_BPS:
             raise TestbedError(f"--nic {nic}: this host emulates NIC rates from {MIN_NIC_BPS * 8 // 10**6} Mbit/s to "
                                f"{MAX_NIC_BPS * 8 // 10**6} Mbit/s per NIC (beyond that the CPU, not the shaper, binds)")
-        agg, cap = servers * gpus * nic_bps, MAX_AGGREGATE_BPS_PER_CORE * cores
+        if nics is not None and (isinstance(nics, bool) or not isinstance(nics, int) or not 1 <= nics <= gpus):
+            raise TestbedError(f"--nics must be an integer from 1 to --gpus ({gpus}), got {nics!r}")
+        n_nics = servers * (gpus if nics is None else nics)
+        agg, cap = n_nics * nic_bps, MAX_AGGREGATE_BPS_PER_CORE * cores
         if agg > cap:
-            raise TestbedError(f"--nic {nic} on {servers * gpus} ranks is {agg * 8 / 1e9:g} Gbit/s of shaped traffic; this "
+            raise TestbedError(f"--nic {nic} on {n_nics} NICs is {agg * 8 / 1e9:g} Gbit/s of shaped traffic; this "
                                f"host ({cores} cores) emulates at most {cap * 8 / 1e9:g} Gbit/s in all (beyond that the CPU, "
                                "not the shaper, binds)")
         try:
@@ -153,7 +168,7 @@ class FabricSpec:
             if not m or not 1 <= int(m.group(1)) <= 200:
                 raise TestbedError(f"--rto-min {rto_min!r}: expected 1ms to 200ms, or 'default' (the kernel's 200 ms)")
             rto = int(m.group(1))
-        return cls(servers, gpus, nic_bps, q, up, rto)
+        return cls(servers, gpus, nic_bps, q, up, rto, None if nics in (None, gpus) else nics)
 
 
 def _run(cmd: list[str], stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
@@ -208,8 +223,14 @@ class Fabric:
     def switch_ns(self) -> str:
         return f"{self.prefix}-sw"
 
+    def nic_ns(self, server: int, nic: int) -> str:
+        """Namespace of a shared NIC (only when ranks share NICs): a bridge between its ranks and the core."""
+        return f"{self.prefix}-s{server}n{nic}"
+
     def namespaces(self) -> list[str]:
-        return [self.switch_ns] + [self.rank_ns(r) for r in range(self.spec.ranks)]
+        s = self.spec
+        shared = [self.nic_ns(v, k) for v in range(s.servers) for k in range(s.nics_per_server)] if s.shared else []
+        return [self.switch_ns] + [self.rank_ns(r) for r in range(s.ranks)] + shared
 
     def _shape(self, dev: str, bps: int) -> list[str]:
         # htb, not tbf: htb accounts veth's GSO super-packets by bytes instead of dropping them.
@@ -225,8 +246,17 @@ class Fabric:
         root = []
         for ns in self.namespaces():
             root.append(f"netns add {ns}")
+        K = s.nics_per_server
         for r in range(s.ranks):
-            root.append(f"link add nic netns {self.rank_ns(r)} type veth peer name n{r} netns {self.switch_ns}")
+            if s.shared:  # rank → its server's NIC namespace (unshaped); that NIC → the core (shaped)
+                root.append(f"link add nic netns {self.rank_ns(r)} type veth peer name r{r} "
+                            f"netns {self.nic_ns(r // G, (r % G) % K)}")
+            else:
+                root.append(f"link add nic netns {self.rank_ns(r)} type veth peer name n{r} netns {self.switch_ns}")
+        for v in range(s.servers if s.shared else 0):
+            for k in range(K):
+                root.append(f"link add wire netns {self.nic_ns(v, k)} type veth peer name n{v * K + k} "
+                            f"netns {self.switch_ns}")
         for r in range(s.ranks):
             for p in range(r + 1, (r // G + 1) * G):
                 root.append(f"link add u{p} netns {self.rank_ns(r)} type veth peer name u{r} netns {self.rank_ns(p)}")
@@ -235,18 +265,26 @@ class Fabric:
         _run(["ip", "-batch", "-"], "\n".join(root) + "\n")
         sw_ip = ["link add br0 type bridge", "link set br0 up"]
         sw_tc = []
-        for r in range(s.ranks):
-            sw_ip += [f"link set n{r} master br0", f"link set n{r} up"]
-            sw_tc += self._shape(f"n{r}", s.nic_bps)
+        for n in range(s.servers * K if s.shared else s.ranks):
+            sw_ip += [f"link set n{n} master br0", f"link set n{n} up"]
+            sw_tc += self._shape(f"n{n}", s.nic_bps)
         _run(["ip", "-n", self.switch_ns, "-batch", "-"], "\n".join(sw_ip) + "\n")
         _run(["tc", "-n", self.switch_ns, "-batch", "-"], "\n".join(sw_tc) + "\n")
+        for v in range(s.servers if s.shared else 0):
+            for k in range(K):
+                ports = [r for r in range(v * G, (v + 1) * G) if (r % G) % K == k]
+                ip = ["link add br0 type bridge", "link set br0 up", "link set dev wire master br0", "link set dev wire up"]
+                for r in ports:
+                    ip += [f"link set r{r} master br0", f"link set r{r} up"]
+                _run(["ip", "-n", self.nic_ns(v, k), "-batch", "-"], "\n".join(ip) + "\n")
+                _run(["tc", "-n", self.nic_ns(v, k), "-batch", "-"], "\n".join(self._shape("wire", s.nic_bps)) + "\n")
         for r in range(s.ranks):
             ns = self.rank_ns(r)
             rto = f" rto_min {s.rto_min_ms}ms" if s.rto_min_ms is not None else ""
             ip = ["link set lo up", f"addr add {rank_addr(r)}/24 dev nic", "link set nic up"]
             if rto:
                 ip.append(f"route replace {SUBNET}.0/24 dev nic proto kernel scope link src {rank_addr(r)}{rto}")
-            tc = self._shape("nic", s.nic_bps)
+            tc = [] if s.shared else self._shape("nic", s.nic_bps)
             for p in range((r // G) * G, (r // G + 1) * G):
                 if p == r:
                     continue
@@ -254,7 +292,8 @@ class Fabric:
                 if s.scaleup_bps is not None:
                     tc += self._shape(f"u{p}", s.scaleup_bps)
             _run(["ip", "-n", ns, "-batch", "-"], "\n".join(ip) + "\n")
-            _run(["tc", "-n", ns, "-batch", "-"], "\n".join(tc) + "\n")
+            if tc:
+                _run(["tc", "-n", ns, "-batch", "-"], "\n".join(tc) + "\n")
         return self
 
     def teardown(self) -> None:

@@ -61,7 +61,7 @@ def cluster_spec(spec: FabricSpec, params: ModelParams = DEFAULT_PARAMS) -> str:
     the measured per-transfer costs."""
     nic = int(spec.nic_bps * params.goodput)
     up = int(spec.scaleup_bps * params.goodput) if spec.scaleup_bps is not None else int(params.scaleup_bps)
-    return (f"custom:{spec.servers},gpus={spec.gpus},nics={spec.gpus},fabric=switch,nic={nic}B/s,scaleup={up}B/s,"
+    return (f"custom:{spec.servers},gpus={spec.gpus},nics={spec.nics_per_server},fabric=switch,nic={nic}B/s,scaleup={up}B/s,"
             f"alpha_scaleout={params.alpha_scaleout_us:g}us,alpha_scaleup={params.alpha_scaleup_us:g}us,"
             f"alpha_local={params.alpha_local_us:g}us,copy={int(params.copy_bps)}B/s")
 
