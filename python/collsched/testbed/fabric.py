@@ -10,7 +10,8 @@ Wiring (S servers × G ranks; one network namespace per rank, one for the core s
     └──────────────────────────┘                 └──────────────────────────┘
 
 Every rank owns one emulated NIC (a veth into the bridge that plays a non-blocking core
-switch), shaped to the NIC rate in both directions (the rank's egress = uplink, the
+switch; with ``nics`` < ``gpus``, ranks g ≡ k mod nics share NIC k of their server instead,
+through a namespace of its own that bridges them to one shaped veth into the core), shaped to the NIC rate in both directions (the rank's egress = uplink, the
 bridge's egress towards the rank = downlink) by htb with a bounded bfifo queue, so
 incast really queues and drops and TCP backs off. Ranks of one server are joined pairwise
 by scale-up veths (unshaped, or shaped to ``--scaleup``) with a /32 route to the peer's
