@@ -4,7 +4,9 @@ H = 7168 (bf16), top-8, 256 experts, 4096..32768 tokens per GPU, three routings;
 ablation at 16384 tokens. Everything here is simulated (aggregated per-rank-pair Plans on
 collsched's simulator), not executed.
 
-Writes docs/moe_simulate.csv, docs/moe_ablation.csv and docs/moe_ablation.png (with --write).
+Every case runs pipelined (8 pieces per send, the default of `collsched moe simulate`) and
+unpipelined (1 piece). Writes docs/moe_simulate.csv (both), docs/moe_ablation.csv and
+docs/moe_ablation.png (pipelined) with --write.
 """
 from __future__ import annotations
 
@@ -31,14 +33,32 @@ def main(argv=None):
     ap.add_argument("--write", action="store_true", help="write the CSVs and the PNG under docs/")
     a = ap.parse_args(argv)
     tokens = [int(t) for t in a.tokens.split(",")]
-    rows = []
+    import collsched
+
+    cluster = collsched.Cluster.parse(a.cluster)
+    every = []
     for routing in sim.ROUTINGS:
-        rows += sim.run(a.cluster, tokens, 7168, 8, 256, routing, list(sim.VARIANTS))
-    for r in rows:
-        same = {x["variant"]: x["time_s"] for x in rows if x["tokens"] == r["tokens"] and x["routing"] == r["routing"]}
+        for t in tokens:
+            counts = sim.route_counts(routing, t, cluster.num_gpus, cluster.gpus_per_server, 256, 8, 0)
+            for chunks in (8, 1):
+                for v in sim.VARIANTS:
+                    every.append({"tokens": t, "routing": routing, "chunks": chunks,
+                                  **sim.simulate_variant(v, counts, cluster, 7168, 2, chunks)})
+    for r in every:
+        same = {x["variant"]: x["time_s"] for x in every
+                if x["tokens"] == r["tokens"] and x["routing"] == r["routing"] and x["chunks"] == r["chunks"]}
         r["speedup_vs_nccl"] = same["nccl"] / r["time_s"]
         r["speedup_vs_deepep"] = same["deepep"] / r["time_s"]
-    print(f"# simulated on {a.cluster}: dispatch + combine, H=7168 bf16, top-8, 256 experts")
+    for chunks in (8, 1):
+        rows = [r for r in every if r["chunks"] == chunks]
+        print(f"\n######## {chunks} piece(s) per send ({'pipelined forwarding' if chunks > 1 else 'no pipelining'})")
+        _report(rows, tokens)
+    if a.write:
+        _write(every, _ablation([r for r in every if r["chunks"] == 8], tokens, quiet=True))
+
+
+def _report(rows, tokens):
+    print("# simulated: dispatch + combine, H=7168 bf16, top-8, 256 experts")
     print(f"{'routing':>12} {'tokens':>6} {'variant':>18} {'time(ms)':>9} {'internode(GB)':>13} {'vs nccl':>8} {'vs deepep':>9}")
     for r in rows:
         print(f"{r['routing']:>12} {r['tokens']:>6} {r['variant']:>18} {r['time_s'] * 1e3:>9.2f} "
@@ -51,12 +71,20 @@ def main(argv=None):
         lo_d, hi_d = min(r["speedup_vs_deepep"] for r in f), max(r["speedup_vs_deepep"] for r in f)
         fast_ok = all(x["time_s"] <= y["time_s"] * (1 + 1e-9) for x, y in zip(ff, f))
         fast_gain = max(y["time_s"] / x["time_s"] for x, y in zip(ff, f))
+        fn = min(r["speedup_vs_nccl"] for r in ff)
+        fd = min(r["speedup_vs_deepep"] for r in ff)
         print(f"{routing:>12}: vs nccl {lo_n:.2f}-{hi_n:.2f} (target ≥{tn}: {'met' if lo_n >= tn else 'NOT met'}), "
               f"vs deepep {lo_d:.2f}-{hi_d:.2f} (target ≥{td}: {'met' if lo_d >= td else 'NOT met'}); "
+              f"fusco_fast ≥ {fn:.2f} / {fd:.2f} ({'met' if fn >= tn and fd >= td else 'NOT met'}); "
               f"fusco_fast ≤ fusco: {fast_ok}, best gain {fast_gain:.2f}×")
+    _ablation(rows, tokens)
+
+
+def _ablation(rows, tokens, quiet=False):
     abl_tokens = 16384 if 16384 in tokens else tokens[len(tokens) // 2]
     abl = []
-    print(f"\n# Table 3 ablation at {abl_tokens} tokens: time with the mechanism off / fusco (paper in brackets)")
+    if not quiet:
+        print(f"\n# Table 3 ablation at {abl_tokens} tokens: time with the mechanism off / fusco (paper in brackets)")
     for routing in sim.ROUTINGS:
         base = next(r for r in rows if r["routing"] == routing and r["tokens"] == abl_tokens and r["variant"] == "fusco")
         row = {"routing": routing, "fusco_ms": base["time_s"] * 1e3}
@@ -67,15 +95,15 @@ def main(argv=None):
             row[f"{label}_degradation_pct"] = (base["time_s"] - t["time_s"]) / t["time_s"] * 100
             row[f"{label}_paper_degradation_pct"] = (1 - PAPER_TABLE3[routing][v]) / PAPER_TABLE3[routing][v] * 100
         abl.append(row)
-        print(f"{routing:>12}: fusco {row['fusco_ms']:.2f} ms; " + "; ".join(
-            f"{lb} {row[lb + '_ms']:.2f} ms ({row[lb + '_degradation_pct']:+.1f}% [{row[lb + '_paper_degradation_pct']:+.1f}%])"
-            for lb in ("dComm-off", "Planner-off", "Balancer-off")))
-    if a.write:
-        _write(rows, abl)
+        if not quiet:
+            print(f"{routing:>12}: fusco {row['fusco_ms']:.2f} ms; " + "; ".join(
+                f"{lb} {row[lb + '_ms']:.2f} ms ({row[lb + '_degradation_pct']:+.1f}% "
+                f"[{row[lb + '_paper_degradation_pct']:+.1f}%])" for lb in ("dComm-off", "Planner-off", "Balancer-off")))
+    return abl
 
 
 def _write(rows, abl):
-    keys = ["routing", "tokens", "variant", "time_s", "dispatch_s", "combine_s", "internode_bytes", "speedup_vs_nccl",
+    keys = ["routing", "tokens", "chunks", "variant", "time_s", "dispatch_s", "combine_s", "internode_bytes", "speedup_vs_nccl",
             "speedup_vs_deepep", "fast_used"]
     with open(os.path.join(DOCS, "moe_simulate.csv"), "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=keys, extrasaction="ignore")
@@ -103,7 +131,7 @@ def _write(rows, abl):
         ax.set_title(title)
         ax.set_ylabel("degradation vs fusco (%)")
     axes[0].legend()
-    fig.suptitle("Ablation at 16384 tokens: (t_fusco - t_off) / t_off")
+    fig.suptitle("Ablation at 16384 tokens, pipelined (8 pieces per send): (t_fusco - t_off) / t_off")
     fig.tight_layout()
     fig.savefig(os.path.join(DOCS, "moe_ablation.png"), dpi=110)
 
