@@ -37,7 +37,7 @@ def __getattr__(name):
         from collsched.comm.api import all_to_all_single
 
         return all_to_all_single
-    if name in ("nn", "comm"):
+    if name in ("nn", "comm", "moe", "testbed"):
         import importlib
 
         return importlib.import_module(f"collsched.{name}")

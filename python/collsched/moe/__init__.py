@@ -6,9 +6,20 @@ combine. See docs/moe.md.
 ``collsched.moe.plans`` writes whole collsched Plans for small cases (verified), and
 ``collsched.moe.sim`` the aggregated plans `collsched moe simulate` runs.
 """
-from collsched.moe.routing import Layout, balance_forwarders, default_placement
-from collsched.moe.buffer import Dispatched, DispatchHandle, MoEBuffer
-from collsched.moe.autograd import combine, dispatch
+import importlib
+
+from collsched.moe.balancer import balance_forwarders
+
+# The token path needs torch; load it on first use so `collsched moe simulate` and the CLI's
+# start-up do not pay for importing torch.
+_LAZY = {"Layout": "routing", "default_placement": "routing", "MoEBuffer": "buffer", "Dispatched": "buffer",
+         "DispatchHandle": "buffer", "dispatch": "autograd", "combine": "autograd"}
 
 __all__ = ["MoEBuffer", "Dispatched", "DispatchHandle", "dispatch", "combine", "Layout", "balance_forwarders",
            "default_placement"]
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        return getattr(importlib.import_module(f"collsched.moe.{_LAZY[name]}"), name)
+    raise AttributeError(f"module 'collsched.moe' has no attribute {name!r}")

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from collsched.moe.balancer import balance_forwarders  # noqa: F401  (re-exported)
+
 DEDUP_MODES = ("node", "rank", "none")
 SCHEDULES = ("direct", "fast")
 
@@ -107,39 +109,6 @@ class Layout:
                       bool(np.all(np.diff(owner) >= 0)),
                       np.concatenate([[ranks // gpus_per_node], owner // gpus_per_node]).astype(np.int64),
                       np.concatenate([[ranks], owner]).astype(np.int64))
-
-
-def balance_forwarders(load: np.ndarray, gpus_per_node: int, balance: bool = True) -> np.ndarray:
-    """Forwarder table ``F[i, s]``: the GPU of node ``s`` that forwards GPU ``i``'s tokens for node ``s``.
-
-    Fusco's Algorithm 1: sort each node's GPUs by cross-node load (descending, ties by
-    index), rotate node ``s``'s order by ``s`` positions, and let position ``p`` of every
-    node form communication group ``p``; the GPUs of a group forward for each other. With
-    ``balance=False``, the static groups of GPUs with the same local index (DeepEP's choice).
-    ``F[i, node(i)] == i``: a GPU is its own node's forwarder.
-
-    Args:
-        load (np.ndarray [R] int): cross-node units each GPU sends.
-        gpus_per_node (int): G; R must be a multiple.
-    Returns:
-        np.ndarray [R, S] int64.
-    """
-    load = np.asarray(load, dtype=np.int64)
-    g = gpus_per_node
-    r = load.shape[0]
-    s_count = r // g
-    if balance:
-        local = load.reshape(s_count, g)
-        # Descending load, ties by local index: a stable sort of the negated loads.
-        perm = np.argsort(-local, axis=1, kind="stable")
-        shift = (np.arange(g)[None, :] - np.arange(s_count)[:, None]) % g
-        shifted = np.take_along_axis(perm, shift, axis=1)  # shifted[s, p] = perm[s, (p - s) mod G]
-        member = shifted + (np.arange(s_count) * g)[:, None]  # member[s, p]: rank in group p on node s
-    else:
-        member = np.tile(np.arange(g), (s_count, 1)) + (np.arange(s_count) * g)[:, None]
-    group_of = np.empty(r, dtype=np.int64)
-    group_of[member.reshape(-1)] = np.tile(np.arange(g), s_count)
-    return member[:, group_of].T.copy()  # F[i, s] = member[s, group_of[i]]
 
 
 @dataclass

@@ -35,7 +35,7 @@ import json
 import numpy as np
 
 import collsched
-from collsched.moe.routing import balance_forwarders
+from collsched.moe.balancer import balance_forwarders
 
 VARIANTS = ("nccl", "deepep", "fusco", "fusco_fast", "fusco_no_fusion", "fusco_no_dedup", "fusco_no_balancer")
 ROUTINGS = ("realistic", "single-node", "imbalanced")
