@@ -1,0 +1,248 @@
+//! One pass over the traffic matrix: the per-link loads the closed-form model reads
+//! (the lower bound's terms per NIC, GPU and server, plus what each candidate's routing
+//! puts on the links), with no plan built. O(P²) with a few additions per entry.
+use crate::error::Result;
+use crate::invalid;
+use crate::plan::Plan;
+use crate::topology::{Cluster, Tier};
+
+/// Loads of the matrix on the cluster's links (bytes), by who carries them.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Loads {
+    pub n: usize,
+    pub g: usize,
+    pub servers: usize,
+    /// Per rank: bytes to and from other servers, within the server (self excluded), to itself.
+    pub so_out: Vec<u64>,
+    pub so_in: Vec<u64>,
+    pub su_out: Vec<u64>,
+    pub su_in: Vec<u64>,
+    pub diag: Vec<u64>,
+    /// Largest same-server block (one scale-up link of a mesh carries it).
+    pub su_block_max: u64,
+    /// Per global NIC: scale-out bytes sent and received with direct routes (fanout).
+    pub nic_up: Vec<u64>,
+    pub nic_down: Vec<u64>,
+    /// Per global NIC: bytes sent with rail-aligned routes (through the local GPU with the
+    /// destination's local index: hierarchical, sabre_light); received as `nic_down`.
+    pub rail_up: Vec<u64>,
+    /// Per global NIC, for torch's Gloo all-to-all (a pair's lower rank sends first, the
+    /// higher rank's reply waits for it): bytes sent to higher / lower ranks, and received
+    /// from lower / higher ranks (remote only).
+    pub up_first: Vec<u64>,
+    pub up_second: Vec<u64>,
+    pub down_first: Vec<u64>,
+    pub down_second: Vec<u64>,
+    /// The most remote (same-server) bytes one rank sends plus receives.
+    pub so_max: u64,
+    pub su_max: u64,
+    /// Per server: scale-out bytes sent and received (FAST's line sums).
+    pub server_out: Vec<u64>,
+    pub server_in: Vec<u64>,
+    /// Per rank: bytes FAST's balancing moves off / onto it (per (server, destination server)
+    /// tile, what it carries above / below the tile's mean over the server's GPUs).
+    pub bal_out: Vec<u64>,
+    pub bal_in: Vec<u64>,
+    /// Per rank: bytes hierarchical's gather sends / receives over scale-up, and the largest
+    /// gather message (one mesh link).
+    pub gather_out: Vec<u64>,
+    pub gather_in: Vec<u64>,
+    pub gather_max: u64,
+    /// Spreadout, per round k (rank i → i+k): the largest scale-out and scale-up block.
+    pub round_out: Vec<u64>,
+    pub round_up: Vec<u64>,
+    /// Non-zero blocks (self blocks included), and the most non-zero off-diagonal blocks
+    /// one rank sends plus receives.
+    pub nonzero: u64,
+    pub degree: u64,
+    /// The most bytes one rank sends plus receives (self block included once).
+    pub rank_bytes_max: u64,
+}
+
+impl Loads {
+    /// Loads of the row-major `n × n` matrix `data` on `cluster` (caller checks the sizes).
+    /// Errors if a row, column or the total sums past 2^64 bytes.
+    pub fn new(data: &[u64], n: usize, cluster: &Cluster) -> Result<Loads> {
+        let g = cluster.gpus_per_server as usize;
+        let servers = cluster.servers as usize;
+        let nics = servers * cluster.nics_per_server as usize;
+        let mut l = Loads {
+            n,
+            g,
+            servers,
+            so_out: vec![0; n],
+            so_in: vec![0; n],
+            su_out: vec![0; n],
+            su_in: vec![0; n],
+            diag: vec![0; n],
+            nic_up: vec![0; nics],
+            nic_down: vec![0; nics],
+            rail_up: vec![0; nics],
+            up_first: vec![0; nics],
+            up_second: vec![0; nics],
+            down_first: vec![0; nics],
+            down_second: vec![0; nics],
+            server_out: vec![0; servers],
+            server_in: vec![0; servers],
+            bal_out: vec![0; n],
+            bal_in: vec![0; n],
+            gather_out: vec![0; n],
+            gather_in: vec![0; n],
+            round_out: vec![0; n],
+            round_up: vec![0; n],
+            ..Loads::default()
+        };
+        let nic = |r: usize| cluster.global_nic_of(r as u32) as usize;
+        let mut col = vec![0u64; n];
+        let mut col_nz = vec![0u32; n];
+        // Column sums over the rows of earlier servers (the remote senders below each column).
+        let mut col_lower = vec![0u64; n];
+        // Per row of the current server: bytes to each server (the tiles balancing evens out).
+        let mut tiles = vec![0u64; g * servers];
+        let mut fold = vec![0u64; g];
+        let mut row_nz_max = 0u64;
+        // Sums wrap until the largest entry shows they cannot have (checked after the rows).
+        let mut largest = 0u64;
+        for i in 0..n {
+            let row = &data[i * n..(i + 1) * n];
+            let (s, a) = (i / g, i % g);
+            if a == 0 {
+                col_lower[s * g..(s + 1) * g].copy_from_slice(&col[s * g..(s + 1) * g]);
+            }
+            fold.iter_mut().for_each(|x| *x = 0);
+            let mut nz = 0u64;
+            for (d, chunk) in row.chunks_exact(g).enumerate() {
+                let mut sum = 0u64;
+                for (k, &b) in chunk.iter().enumerate() {
+                    sum = sum.wrapping_add(b);
+                    fold[k] = fold[k].wrapping_add(b);
+                    largest = largest.max(b);
+                    nz += u64::from(b != 0);
+                }
+                tiles[a * servers + d] = sum;
+            }
+            for ((c, z), &b) in col.iter_mut().zip(col_nz.iter_mut()).zip(row) {
+                *c = c.wrapping_add(b);
+                *z += u32::from(b != 0);
+            }
+            // Spreadout: block i → j runs in round (j - i) mod n.
+            let (before, after) = row.split_at(i);
+            for (r, &b) in l.round_out[..n - i].iter_mut().zip(after) {
+                *r = (*r).max(b);
+            }
+            for (r, &b) in l.round_out[n - i..].iter_mut().zip(before) {
+                *r = (*r).max(b);
+            }
+            let own = &row[s * g..(s + 1) * g];
+            for (k, &b) in own.iter().enumerate() {
+                let round = (s * g + k + n - i) % n;
+                l.round_up[round] = l.round_up[round].max(b);
+                if k != a {
+                    l.su_block_max = l.su_block_max.max(b);
+                }
+            }
+            let d = row[i];
+            l.nonzero += nz;
+            row_nz_max = row_nz_max.max(nz - u64::from(d != 0));
+            l.diag[i] = d;
+            let own_sum = tiles[a * servers + s];
+            let total = tiles[a * servers..(a + 1) * servers].iter().fold(0u64, |x, &y| x.wrapping_add(y));
+            l.so_out[i] = total.wrapping_sub(own_sum);
+            let lower = tiles[a * servers..a * servers + s].iter().fold(0u64, |x, &y| x.wrapping_add(y));
+            l.up_second[nic(i)] = l.up_second[nic(i)].wrapping_add(lower);
+            l.up_first[nic(i)] = l.up_first[nic(i)].wrapping_add(l.so_out[i].wrapping_sub(lower));
+            l.su_out[i] = own_sum.wrapping_sub(d);
+            // Hierarchical's gather: to local GPU k, everything for local index k (k ≠ a).
+            for (k, &b) in fold.iter().enumerate() {
+                if k != a {
+                    l.gather_out[i] = l.gather_out[i].wrapping_add(b);
+                    l.gather_in[s * g + k] = l.gather_in[s * g + k].wrapping_add(b);
+                    l.gather_max = l.gather_max.max(b);
+                }
+                // Rail: the remote part of it leaves through the NIC of local GPU k.
+                let at = nic(s * g + k);
+                l.rail_up[at] = l.rail_up[at].wrapping_add(b.wrapping_sub(own[k]));
+            }
+            if a == g - 1 {
+                l.finish_server(s, &tiles);
+            }
+        }
+        if largest as u128 * (n * n) as u128 > u64::MAX as u128 {
+            check_sums(data, n)?;
+        }
+        for j in 0..n {
+            let s = j / g;
+            let own: u64 = (s * g..(s + 1) * g).map(|i| data[i * n + j]).sum();
+            l.so_in[j] = col[j] - own;
+            l.su_in[j] = own - l.diag[j];
+            l.nic_down[nic(j)] += l.so_in[j];
+            l.server_in[s] += l.so_in[j];
+            l.nic_up[nic(j)] += l.so_out[j];
+            l.server_out[s] += l.so_out[j];
+            l.rank_bytes_max = l.rank_bytes_max.max(l.so_out[j] + l.su_out[j] + col[j]);
+            l.so_max = l.so_max.max(l.so_out[j] + l.so_in[j]);
+            l.su_max = l.su_max.max(l.su_out[j] + l.su_in[j]);
+            l.down_first[nic(j)] += col_lower[j];
+            l.down_second[nic(j)] += l.so_in[j] - col_lower[j];
+        }
+        let col_nz_max = (0..n).map(|j| col_nz[j] as u64 - u64::from(l.diag[j] != 0)).max().unwrap_or(0);
+        l.degree = row_nz_max + col_nz_max;
+        Ok(l)
+    }
+
+    /// Balancing of server `s` once all its rows are in `tiles` (g rows × servers).
+    fn finish_server(&mut self, s: usize, tiles: &[u64]) {
+        let (g, servers) = (self.g, self.servers);
+        for d in (0..servers).filter(|&d| d != s) {
+            let sum = (0..g).fold(0u64, |x, a| x.wrapping_add(tiles[a * servers + d]));
+            let mean = sum / g as u64;
+            for a in 0..g {
+                let t = tiles[a * servers + d];
+                self.bal_out[s * g + a] = self.bal_out[s * g + a].wrapping_add(t.saturating_sub(mean));
+                self.bal_in[s * g + a] = self.bal_in[s * g + a].wrapping_add(mean.saturating_sub(t));
+            }
+        }
+    }
+
+    /// The busiest server line (scale-out bytes one server sends or receives).
+    pub fn server_line(&self) -> u64 {
+        self.server_out.iter().chain(&self.server_in).copied().max().unwrap_or(0)
+    }
+}
+
+/// Rows, columns and the total must fit in u64 (the same rule as `Traffic::new`).
+fn check_sums(data: &[u64], n: usize) -> Result<()> {
+    let mut cols = vec![0u128; n];
+    let mut total = 0u128;
+    for (i, row) in data.chunks_exact(n).enumerate() {
+        let mut r = 0u128;
+        for (c, &b) in cols.iter_mut().zip(row) {
+            r += b as u128;
+            *c += b as u128;
+        }
+        if r > u64::MAX as u128 {
+            return invalid!("traffic matrix row {i} sums past 2^64 bytes");
+        }
+        total += r;
+    }
+    if let Some(j) = cols.iter().position(|&c| c > u64::MAX as u128) {
+        return invalid!("traffic matrix column {j} sums past 2^64 bytes");
+    }
+    if total > u64::MAX as u128 {
+        return invalid!("traffic matrix total sums past 2^64 bytes");
+    }
+    Ok(())
+}
+
+/// Scale-out bytes a plan sends and receives per global NIC: (up, down). Tests compare
+/// `Loads` with the plans of the algorithms whose routes it models.
+pub fn plan_nic_loads(plan: &Plan, cluster: &Cluster) -> (Vec<u64>, Vec<u64>) {
+    let nics = (cluster.servers * cluster.nics_per_server) as usize;
+    let (mut up, mut down) = (vec![0u64; nics], vec![0u64; nics]);
+    for t in plan.transfers.iter().filter(|t| t.tier == Tier::ScaleOut) {
+        let b = plan.transfer_bytes(t);
+        up[cluster.global_nic_of(t.src) as usize] += b;
+        down[cluster.global_nic_of(t.dst) as usize] += b;
+    }
+    (up, down)
+}
