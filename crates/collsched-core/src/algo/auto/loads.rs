@@ -63,6 +63,20 @@ impl Loads {
     /// Loads of the row-major `n × n` matrix `data` on `cluster` (caller checks the sizes).
     /// Errors if a row, column or the total sums past 2^64 bytes.
     pub fn new(data: &[u64], n: usize, cluster: &Cluster) -> Result<Loads> {
+        Loads::build(n, cluster, |i, row| row.copy_from_slice(&data[i * n..(i + 1) * n]))
+    }
+
+    /// The same from little-endian bytes (8 per entry), decoded one row at a time, so a
+    /// matrix handed over as bytes is read once and never copied whole.
+    pub fn from_le_bytes(bytes: &[u8], n: usize, cluster: &Cluster) -> Result<Loads> {
+        Loads::build(n, cluster, |i, row| {
+            for (x, b) in row.iter_mut().zip(bytes[i * n * 8..(i + 1) * n * 8].chunks_exact(8)) {
+                *x = u64::from_le_bytes(b.try_into().expect("8 bytes"));
+            }
+        })
+    }
+
+    fn build(n: usize, cluster: &Cluster, mut fill: impl FnMut(usize, &mut [u64])) -> Result<Loads> {
         let g = cluster.gpus_per_server as usize;
         let servers = cluster.servers as usize;
         let nics = servers * cluster.nics_per_server as usize;
@@ -97,6 +111,9 @@ impl Loads {
         let mut col_nz = vec![0u32; n];
         // Column sums over the rows of earlier servers (the remote senders below each column).
         let mut col_lower = vec![0u64; n];
+        // Column sums over the rows of the column's own server.
+        let mut col_own = vec![0u64; n];
+        let mut row = vec![0u64; n];
         // Per row of the current server: bytes to each server (the tiles balancing evens out).
         let mut tiles = vec![0u64; g * servers];
         let mut fold = vec![0u64; g];
@@ -104,7 +121,8 @@ impl Loads {
         // Sums wrap until the largest entry shows they cannot have (checked after the rows).
         let mut largest = 0u64;
         for i in 0..n {
-            let row = &data[i * n..(i + 1) * n];
+            fill(i, &mut row);
+            let row = &row[..];
             let (s, a) = (i / g, i % g);
             if a == 0 {
                 col_lower[s * g..(s + 1) * g].copy_from_slice(&col[s * g..(s + 1) * g]);
@@ -134,6 +152,9 @@ impl Loads {
                 *r = (*r).max(b);
             }
             let own = &row[s * g..(s + 1) * g];
+            for (c, &b) in col_own[s * g..(s + 1) * g].iter_mut().zip(own) {
+                *c = c.wrapping_add(b);
+            }
             for (k, &b) in own.iter().enumerate() {
                 let round = (s * g + k + n - i) % n;
                 l.round_up[round] = l.round_up[round].max(b);
@@ -168,11 +189,11 @@ impl Loads {
             }
         }
         if largest as u128 * (n * n) as u128 > u64::MAX as u128 {
-            check_sums(data, n)?;
+            check_sums(n, &mut fill)?;
         }
         for j in 0..n {
             let s = j / g;
-            let own: u64 = (s * g..(s + 1) * g).map(|i| data[i * n + j]).sum();
+            let own = col_own[j];
             l.so_in[j] = col[j] - own;
             l.su_in[j] = own - l.diag[j];
             l.nic_down[nic(j)] += l.so_in[j];
@@ -211,12 +232,14 @@ impl Loads {
 }
 
 /// Rows, columns and the total must fit in u64 (the same rule as `Traffic::new`).
-fn check_sums(data: &[u64], n: usize) -> Result<()> {
+fn check_sums(n: usize, fill: &mut impl FnMut(usize, &mut [u64])) -> Result<()> {
     let mut cols = vec![0u128; n];
     let mut total = 0u128;
-    for (i, row) in data.chunks_exact(n).enumerate() {
+    let mut row = vec![0u64; n];
+    for i in 0..n {
+        fill(i, &mut row);
         let mut r = 0u128;
-        for (c, &b) in cols.iter_mut().zip(row) {
+        for (c, &b) in cols.iter_mut().zip(&row) {
             r += b as u128;
             *c += b as u128;
         }

@@ -68,10 +68,25 @@ pub fn candidate_mask(list: Option<&str>) -> Result<Vec<bool>> {
 /// Choose for the row-major `n × n` matrix `data` (bytes, row = sender) on `cluster`,
 /// with backend `backend` of `calibration`, among the candidates in `mask`.
 pub fn choose(data: &[u64], n: usize, cluster: &Cluster, calibration: &Calibration, backend: &str, mask: &[bool]) -> Result<Choice> {
+    check(data.len(), n, cluster, mask)?;
     let b = calibration.backend(backend)?;
+    decide(&Loads::new(data, n, cluster)?, cluster, calibration, b, backend, mask)
+}
+
+/// `choose` for a matrix given as little-endian bytes (8 per entry), as Python hands it over.
+pub fn choose_le_bytes(bytes: &[u8], n: usize, cluster: &Cluster, calibration: &Calibration, backend: &str, mask: &[bool]) -> Result<Choice> {
+    if bytes.len() % 8 != 0 {
+        return invalid!("traffic matrix bytes must be a multiple of 8 (u64 entries), got {}", bytes.len());
+    }
+    check(bytes.len() / 8, n, cluster, mask)?;
+    let b = calibration.backend(backend)?;
+    decide(&Loads::from_le_bytes(bytes, n, cluster)?, cluster, calibration, b, backend, mask)
+}
+
+fn check(entries: usize, n: usize, cluster: &Cluster, mask: &[bool]) -> Result<()> {
     cluster.validate()?;
-    if n == 0 || data.len() != n * n {
-        return invalid!("traffic matrix must be square with at least one rank (got {} entries for {n} ranks)", data.len());
+    if n == 0 || entries != n * n {
+        return invalid!("traffic matrix must be square with at least one rank (got {entries} entries for {n} ranks)");
     }
     if n != cluster.num_gpus() as usize {
         return invalid!("traffic matrix is {n}×{n} but cluster {} has {} GPUs", cluster.name, cluster.num_gpus());
@@ -79,11 +94,14 @@ pub fn choose(data: &[u64], n: usize, cluster: &Cluster, calibration: &Calibrati
     if mask.len() != CANDIDATES.len() || !mask.contains(&true) {
         return invalid!("auto: the candidate mask must select at least one of {}", CANDIDATES.join(", "));
     }
-    let l = Loads::new(data, n, cluster)?;
+    Ok(())
+}
+
+fn decide(l: &Loads, cluster: &Cluster, calibration: &Calibration, b: &Backend, backend: &str, mask: &[bool]) -> Result<Choice> {
     let mut candidates = Vec::with_capacity(CANDIDATES.len());
     for (&name, _) in CANDIDATES.iter().zip(mask).filter(|x| *x.1) {
-        let transfer_s = model::transfer_s(name, &l, cluster, b.half_duplex);
-        let shape = model::shape(name, &l, cluster);
+        let transfer_s = model::transfer_s(name, l, cluster, b.half_duplex);
+        let shape = model::shape(name, l, cluster);
         let planning = calibration.planning_ns_per_transfer.get(name).copied().unwrap_or(0.0);
         let overhead_s = model::overhead_s(name, &shape, b, planning);
         candidates.push(Predicted { name, total_s: transfer_s + overhead_s, transfer_s, overhead_s, shape });
