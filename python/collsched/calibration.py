@@ -123,24 +123,21 @@ def measure_rank(iters: int = 20, mib: int = 4) -> dict:
     out = torch.empty_like(one)
     native_tiny = _median_us(lambda: dist.all_to_all_single(out, one), iters)
 
-    # A step with one message each way, and with a message to every peer.
-    def step(peers):
-        ops = []
-        bufs = []
-        for d in peers:
-            r = torch.empty(1)
-            bufs.append(r)
-            ops += [dist.P2POp(dist.isend, one[:1], d), dist.P2POp(dist.irecv, r, d)]
-        for w in dist.batch_isend_irecv(ops):
-            w.wait()
+    # A step with one message each way (send to the next rank, receive from the previous),
+    # and with a message to and from every peer.
+    def step(sends, recvs):
+        ops = [dist.P2POp(dist.isend, one[:1], d) for d in sends]
+        ops += [dist.P2POp(dist.irecv, torch.empty(1), d) for d in recvs]
+        if ops:
+            for w in dist.batch_isend_irecv(ops):
+                w.wait()
 
-    ring = [(rank + 1) % world] if world > 1 else []
     everyone = [d for d in range(world) if d != rank]
-    step_one = _median_us(lambda: step(ring), iters)
-    step_all = _median_us(lambda: step(everyone), iters)
-    extra = max(len(everyone) - len(ring), 1)
+    step_one = _median_us(lambda: step([(rank + 1) % world], [(rank - 1) % world]) if world > 1 else None, iters)
+    step_all = _median_us(lambda: step(everyone, everyone), iters)
+    extra = max(len(everyone) - 1, 1)
     message_us = max((step_all - step_one) / (2 * extra), 0.0)
-    step_us = max(step_one - 2 * len(ring) * message_us, 0.0)
+    step_us = max(step_one - 2 * message_us, 0.0)
 
     # Staging: gather 64 segments into one message (what a multi-segment send costs).
     src = torch.empty(mib << 18, dtype=torch.float32)

@@ -47,7 +47,7 @@ def register(app: typer.Typer) -> None:
                                                   "COLLSCHED_CALIBRATION points choose at another)"),
         show: bool = typer.Option(False, "--show", help="print the table choose uses now and where it comes from; "
                                                         "measure nothing"),
-        timeout_s: float = typer.Option(300.0, "--timeout", help="seconds before the ranks are stopped"),
+        timeout_s: float = typer.Option(180.0, "--timeout", help="seconds before the ranks are stopped"),
     ) -> None:
         """Measure Gloo's per-call, per-step, per-message and per-MiB costs, torch's half duplex and the
         planners' cost per transfer on this machine, and store them for `collsched.choose` (auto)."""

@@ -6,7 +6,8 @@
 //! backend, counted on its actual plan (transfers, steps, messages, staged bytes) with the
 //! built-in constants; `native` is fanout's data movement, on Gloo with each pair's two
 //! directions one after the other. Asserted: the candidate `choose` picks costs at most 1%
-//! more than the best one on average, and at most 5% more in all but 15 of the 240 cases.
+//! more than the best one on average, and at most 5% more in all but 6 of the 240 cases
+//! (none more than 15%).
 mod auto_cases;
 use auto_cases::{half_duplex_fanout, plan_shape, random_cluster, random_traffic};
 use collsched_core::algo::auto::{choose, model, Calibration, CANDIDATES};
@@ -69,13 +70,13 @@ fn auto_is_within_five_percent_of_the_best_candidate_and_one_percent_on_average(
         let worst = r.iter().cloned().fold(0.0, f64::max);
         eprintln!("{backend}: mean {mean:.4}, worst {worst:.4}, beyond 5%: {}; listed: {over:#?}", r.iter().filter(|&&x| x > 1.05).count());
     }
-    // The issue asks for every case within 5%; the model reaches it on all but a few
-    // cases per backend (docs/auto.md lists them: mostly torch's Gloo half duplex against
-    // fanout, and the staged-byte estimate of the relaying planners), so this holds the
-    // line where it stands: the mean within 1%, at most 15 of 240 cases beyond 5%.
+    // The issue asks for every case within 5%; the model reaches it on all but a few cases
+    // per backend (docs/auto.md: 2 on Gloo, 5 on NCCL, at most 13% off), so this holds the
+    // line where it stands: the mean within 1%, at most 6 cases beyond 5%, none beyond 15%.
     for (backend, r, over) in &all {
         let mean = r.iter().sum::<f64>() / r.len() as f64;
-        assert!(over.len() <= 15, "{backend}: auto beyond 5% of the best candidate in {} cases: {over:#?}", over.len());
+        let worst = r.iter().cloned().fold(0.0, f64::max);
+        assert!(over.len() <= 6 && worst <= 1.15, "{backend}: auto beyond 5% of the best candidate in {} cases (worst {worst:.3}): {over:#?}", over.len());
         assert!(mean <= 1.01, "{backend}: auto {mean:.4} of the best on average (> 1%)");
     }
 }

@@ -48,11 +48,8 @@ pub struct Loads {
     pub gather_out: Vec<u64>,
     pub gather_in: Vec<u64>,
     pub gather_max: u64,
-    /// Spreadout, per round k (rank i → i+k): the largest scale-out and scale-up block.
-    pub round_out: Vec<u64>,
-    pub round_up: Vec<u64>,
-    /// Non-zero blocks (self blocks included), and the most non-zero off-diagonal blocks
-    /// one rank sends plus receives.
+    /// Non-zero blocks (self blocks included), and twice the most non-zero off-diagonal
+    /// blocks one rank sends (its messages, sent and received, when columns look like rows).
     pub nonzero: u64,
     pub degree: u64,
     /// The most bytes one rank sends plus receives (self block included once).
@@ -102,13 +99,10 @@ impl Loads {
             bal_in: vec![0; n],
             gather_out: vec![0; n],
             gather_in: vec![0; n],
-            round_out: vec![0; n],
-            round_up: vec![0; n],
             ..Loads::default()
         };
         let nic = |r: usize| cluster.global_nic_of(r as u32) as usize;
         let mut col = vec![0u64; n];
-        let mut col_nz = vec![0u32; n];
         // Column sums over the rows of earlier servers (the remote senders below each column).
         let mut col_lower = vec![0u64; n];
         // Column sums over the rows of the column's own server.
@@ -118,7 +112,8 @@ impl Loads {
         let mut tiles = vec![0u64; g * servers];
         let mut fold = vec![0u64; g];
         let mut row_nz_max = 0u64;
-        // Sums wrap until the largest entry shows they cannot have (checked after the rows).
+        // Sums wrap until the entries show they cannot have (checked after the rows): `largest`
+        // is the OR of all entries, at least the largest and less than twice it.
         let mut largest = 0u64;
         for i in 0..n {
             fill(i, &mut row);
@@ -127,37 +122,18 @@ impl Loads {
             if a == 0 {
                 col_lower[s * g..(s + 1) * g].copy_from_slice(&col[s * g..(s + 1) * g]);
             }
-            fold.iter_mut().for_each(|x| *x = 0);
-            let mut nz = 0u64;
-            for (d, chunk) in row.chunks_exact(g).enumerate() {
-                let mut sum = 0u64;
-                for (k, &b) in chunk.iter().enumerate() {
-                    sum = sum.wrapping_add(b);
-                    fold[k] = fold[k].wrapping_add(b);
-                    largest = largest.max(b);
-                    nz += u64::from(b != 0);
-                }
-                tiles[a * servers + d] = sum;
-            }
-            for ((c, z), &b) in col.iter_mut().zip(col_nz.iter_mut()).zip(row) {
+            // Passes over the row that the compiler vectorises (one row stays in L1).
+            for (c, &b) in col.iter_mut().zip(row) {
                 *c = c.wrapping_add(b);
-                *z += u32::from(b != 0);
             }
-            // Spreadout: block i → j runs in round (j - i) mod n.
-            let (before, after) = row.split_at(i);
-            for (r, &b) in l.round_out[..n - i].iter_mut().zip(after) {
-                *r = (*r).max(b);
-            }
-            for (r, &b) in l.round_out[n - i..].iter_mut().zip(before) {
-                *r = (*r).max(b);
-            }
+            let nz = row.iter().filter(|&&b| b != 0).count() as u64;
+            largest |= row.iter().fold(0u64, |x, &b| x | b);
+            tiles_and_fold(row, g, &mut tiles[a * servers..(a + 1) * servers], &mut fold);
             let own = &row[s * g..(s + 1) * g];
             for (c, &b) in col_own[s * g..(s + 1) * g].iter_mut().zip(own) {
                 *c = c.wrapping_add(b);
             }
             for (k, &b) in own.iter().enumerate() {
-                let round = (s * g + k + n - i) % n;
-                l.round_up[round] = l.round_up[round].max(b);
                 if k != a {
                     l.su_block_max = l.su_block_max.max(b);
                 }
@@ -188,7 +164,7 @@ impl Loads {
                 l.finish_server(s, &tiles);
             }
         }
-        if largest as u128 * (n * n) as u128 > u64::MAX as u128 {
+        if 2 * largest as u128 * (n * n) as u128 > u64::MAX as u128 {
             check_sums(n, &mut fill)?;
         }
         for j in 0..n {
@@ -206,8 +182,8 @@ impl Loads {
             l.down_first[nic(j)] += col_lower[j];
             l.down_second[nic(j)] += l.so_in[j] - col_lower[j];
         }
-        let col_nz_max = (0..n).map(|j| col_nz[j] as u64 - u64::from(l.diag[j] != 0)).max().unwrap_or(0);
-        l.degree = row_nz_max + col_nz_max;
+        // Messages: a rank receives from about as many peers as it sends to.
+        l.degree = 2 * row_nz_max;
         Ok(l)
     }
 
@@ -228,6 +204,41 @@ impl Loads {
     /// The busiest server line (scale-out bytes one server sends or receives).
     pub fn server_line(&self) -> u64 {
         self.server_out.iter().chain(&self.server_in).copied().max().unwrap_or(0)
+    }
+}
+
+/// Per server block of `row` (blocks of `g`): its sum into `tiles`, and the blocks added
+/// up element-wise into `fold` (what goes to each local index), with the block width
+/// known at compile time for the usual server sizes so both loops vectorise.
+fn tiles_and_fold(row: &[u64], g: usize, tiles: &mut [u64], fold: &mut [u64]) {
+    fn fixed<const G: usize>(row: &[u64], tiles: &mut [u64], fold: &mut [u64]) {
+        let mut acc = [0u64; G];
+        for (t, chunk) in tiles.iter_mut().zip(row.chunks_exact(G)) {
+            let chunk: &[u64; G] = chunk.try_into().expect("G entries");
+            let mut sum = 0u64;
+            for k in 0..G {
+                acc[k] = acc[k].wrapping_add(chunk[k]);
+                sum = sum.wrapping_add(chunk[k]);
+            }
+            *t = sum;
+        }
+        fold.copy_from_slice(&acc);
+    }
+    match g {
+        8 => fixed::<8>(row, tiles, fold),
+        4 => fixed::<4>(row, tiles, fold),
+        2 => fixed::<2>(row, tiles, fold),
+        _ => {
+            fold.iter_mut().for_each(|x| *x = 0);
+            for (t, chunk) in tiles.iter_mut().zip(row.chunks_exact(g)) {
+                let mut sum = 0u64;
+                for (f, &b) in fold.iter_mut().zip(chunk) {
+                    *f = f.wrapping_add(b);
+                    sum = sum.wrapping_add(b);
+                }
+                *t = sum;
+            }
+        }
     }
 }
 

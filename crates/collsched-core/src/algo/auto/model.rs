@@ -150,10 +150,13 @@ pub fn transfer_s(candidate: &str, l: &Loads, c: &Cluster, half_duplex: f64) -> 
         "fanout" => direct(&f, l, 0.0),
         "native" => direct(&f, l, half_duplex),
         "spreadout" => {
-            // One round after the other; a shared NIC carries its GPUs' blocks of a round.
-            let share = l.g as f64 / f.nics;
-            let rounds: f64 = l.round_out.iter().zip(&l.round_up).skip(1).map(|(&o, &u)| phase(f.a_out, o, f.nic / share).max(phase(f.a_up, u, f.link))).sum();
-            rounds.max(phase(f.a_loc, most(&l.diag), f.copy))
+            // Its rounds run one after the other: fanout's bytes on the same links, plus an
+            // alpha per round (a lower estimate: a round also waits for its largest block,
+            // which the per-step overhead of its P steps outweighs on every backend).
+            let rounds = l.n.saturating_sub(1) as f64;
+            let alpha = if l.servers > 1 { f.a_out } else { f.a_up };
+            let d = direct(&f, l, 0.0);
+            if d == 0.0 { 0.0 } else { d + rounds * alpha }
         }
         "hierarchical" => {
             let gather = if f.per_pair { phase(f.a_up, l.gather_max, f.link) } else { phase(f.a_up, most(&l.gather_out).max(most(&l.gather_in)), f.link) };
