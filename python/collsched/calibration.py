@@ -37,6 +37,19 @@ def path_in_use() -> Path | None:
     return p if p.is_file() else None
 
 
+_where: dict = {}  # (COLLSCHED_CALIBRATION, XDG_CACHE_HOME, HOME) -> (path, from_env)
+
+
+def _candidate() -> tuple[Path, bool]:
+    """The file to look at, resolved once per environment (Path.home() is slow per call)."""
+    env = os.environ
+    key = (env.get(ENV), env.get("XDG_CACHE_HOME"), env.get("HOME"))
+    got = _where.get(key)
+    if got is None:
+        got = _where[key] = (Path(key[0]), True) if key[0] else (default_path(), False)
+    return got
+
+
 def load() -> _core.Calibration:
     """The calibration ``choose`` uses (re-read when the file changes).
 
@@ -45,15 +58,15 @@ def load() -> _core.Calibration:
             valid calibration (the message names the file and the bad field).
     """
     global _cached
-    path = path_in_use()
-    if path is None:
+    path, from_env = _candidate()
+    try:
+        mtime = os.stat(path).st_mtime_ns
+    except OSError:
+        if from_env:
+            raise ValueError(f"{ENV}={path}: no such calibration file (run `collsched calibrate` or unset it)") from None
         if _cached is None or _cached[0] is not None:
             _cached = (None, 0, _core.Calibration.defaults())
         return _cached[2]
-    try:
-        mtime = path.stat().st_mtime_ns
-    except OSError:
-        raise ValueError(f"{ENV}={path}: no such calibration file (run `collsched calibrate` or unset it)") from None
     if _cached is not None and _cached[0] == path and _cached[1] == mtime:
         return _cached[2]
     try:

@@ -19,7 +19,7 @@ from collsched.planning import as_cluster
 BACKENDS = ("gloo", "nccl")
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Choice:
     """What ``choose`` decided.
 
@@ -83,5 +83,6 @@ def choose(traffic, cluster, backend: str = "nccl", *, candidates=None, calibrat
             candidates = [candidates]
         names = ",".join(str(c) for c in candidates)
     algorithm, predicted, cands = _core.choose(n, raw, as_cluster(cluster), backend, cal, names)
-    return Choice(algorithm, predicted, backend,
-                  {c[0]: c[1] for c in cands}, {c[0]: c[2] for c in cands}, {c[0]: c[3] for c in cands})
+    name, total, transfer, overhead = zip(*cands)
+    return Choice(algorithm, predicted, backend, dict(zip(name, total)), dict(zip(name, transfer)),
+                  dict(zip(name, overhead)))

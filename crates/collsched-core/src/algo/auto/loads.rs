@@ -101,7 +101,9 @@ impl Loads {
             gather_in: vec![0; n],
             ..Loads::default()
         };
-        let nic = |r: usize| cluster.global_nic_of(r as u32) as usize;
+        // Global NIC per rank, once (the cluster's lookup divides three times per call).
+        let nic_table: Vec<usize> = (0..n as u32).map(|r| cluster.global_nic_of(r) as usize).collect();
+        let nic = |r: usize| nic_table[r];
         let mut col = vec![0u64; n];
         // Column sums over the rows of earlier servers (the remote senders below each column).
         let mut col_lower = vec![0u64; n];

@@ -99,8 +99,9 @@ fn check(entries: usize, n: usize, cluster: &Cluster, mask: &[bool]) -> Result<(
 
 fn decide(l: &Loads, cluster: &Cluster, calibration: &Calibration, b: &Backend, backend: &str, mask: &[bool]) -> Result<Choice> {
     let mut candidates = Vec::with_capacity(CANDIDATES.len());
+    let terms = model::Terms::new(l, cluster);
     for (&name, _) in CANDIDATES.iter().zip(mask).filter(|x| *x.1) {
-        let transfer_s = model::transfer_s(name, l, cluster, b.half_duplex);
+        let transfer_s = terms.transfer_s(name, l, b.half_duplex);
         let shape = model::shape(name, l, cluster);
         let planning = calibration.planning_ns_per_transfer.get(name).copied().unwrap_or(0.0);
         let overhead_s = model::overhead_s(name, &shape, b, planning);

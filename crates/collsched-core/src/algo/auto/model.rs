@@ -134,53 +134,70 @@ fn fast_rounds(f: &Fabric, l: &Loads) -> f64 {
 
 /// Predicted transfer time (seconds) of `candidate` on the simulator's cluster model.
 pub fn transfer_s(candidate: &str, l: &Loads, c: &Cluster, half_duplex: f64) -> f64 {
-    let f = Fabric::new(c);
-    let line = l.server_line();
-    let balanced = |w: &[f64; 4]| -> f64 {
-        if line == 0 {
-            return direct(&f, l, 0.0);
-        }
-        let srv = f.a_out + line as f64 / (f.nics * f.nic);
-        let bal = most(&l.bal_out).max(most(&l.bal_in)) as f64 / f.gpu_up;
+    Terms::new(l, c).transfer_s(candidate, l, half_duplex)
+}
+
+/// What several candidates share, computed once per matrix.
+pub struct Terms {
+    f: Fabric,
+    line: u64,
+    /// fanout's time (every block straight to its destination).
+    direct: f64,
+    /// FAST's bound: the busiest server line over its NICs.
+    srv: f64,
+    /// Balancing and redistribution over a GPU's scale-up bandwidth.
+    bal: f64,
+    red: f64,
+}
+
+impl Terms {
+    pub fn new(l: &Loads, c: &Cluster) -> Terms {
+        let f = Fabric::new(c);
+        let line = l.server_line();
         let g = l.g as f64;
-        let red = (most(&l.so_in) as f64).max(most(&l.server_in) as f64 / g) * (g - 1.0) / g / f.gpu_up;
-        srv + w[0] * bal + w[1] * red + w[2] * f.a_up + w[3] * f.a_out
-    };
-    match candidate {
-        "fanout" => direct(&f, l, 0.0),
-        "native" => direct(&f, l, half_duplex),
-        "spreadout" => {
-            // Its rounds run one after the other: fanout's bytes on the same links, plus an
-            // alpha per round (a lower estimate: a round also waits for its largest block,
-            // which the per-step overhead of its P steps outweighs on every backend).
-            let rounds = l.n.saturating_sub(1) as f64;
-            let alpha = if l.servers > 1 { f.a_out } else { f.a_up };
-            let d = direct(&f, l, 0.0);
-            if d == 0.0 { 0.0 } else { d + rounds * alpha }
+        Terms {
+            direct: direct(&f, l, 0.0),
+            srv: f.a_out + line as f64 / (f.nics * f.nic),
+            bal: most(&l.bal_out).max(most(&l.bal_in)) as f64 / f.gpu_up,
+            red: (most(&l.so_in) as f64).max(most(&l.server_in) as f64 / g) * (g - 1.0) / g / f.gpu_up,
+            line,
+            f,
         }
-        "hierarchical" => {
-            let gather = if f.per_pair { phase(f.a_up, l.gather_max, f.link) } else { phase(f.a_up, most(&l.gather_out).max(most(&l.gather_in)), f.link) };
-            gather + nic_time(&f, &l.rail_up, &l.nic_down)
+    }
+
+    pub fn transfer_s(&self, candidate: &str, l: &Loads, half_duplex: f64) -> f64 {
+        let (f, line) = (&self.f, self.line);
+        // Without scale-out traffic every planner makes fanout's direct exchange.
+        if line == 0 && !matches!(candidate, "native" | "spreadout" | "hierarchical") {
+            return self.direct;
         }
-        "balanced_direct" => balanced(&BALANCED_DIRECT),
-        "sabre_skewed" => balanced(&SABRE_SKEWED),
-        "fast" => {
-            if line == 0 {
-                return direct(&f, l, 0.0);
+        let balanced = |w: &[f64; 4]| self.srv + w[0] * self.bal + w[1] * self.red + w[2] * f.a_up + w[3] * f.a_out;
+        match candidate {
+            "fanout" => self.direct,
+            "native" if half_duplex == 0.0 => self.direct,
+            "native" => direct(f, l, half_duplex),
+            "spreadout" => {
+                // Its rounds run one after the other: fanout's bytes on the same links, plus an
+                // alpha per round (a lower estimate: a round also waits for its largest block,
+                // which the per-step overhead of its P steps outweighs on every backend).
+                let rounds = l.n.saturating_sub(1) as f64;
+                let alpha = if l.servers > 1 { f.a_out } else { f.a_up };
+                if self.direct == 0.0 { 0.0 } else { self.direct + rounds * alpha }
             }
-            let srv = f.a_out + line as f64 / (f.nics * f.nic);
-            let bal = most(&l.bal_out).max(most(&l.bal_in)) as f64 / f.gpu_up;
-            let w = FAST;
-            srv.max(srv + w[0] * bal + w[1] * f.a_up + w[2] * f.a_out + w[3] * fast_rounds(&f, l) * f.a_out)
-        }
-        "sabre_light" => {
-            let up = direct(&f, l, 0.0); // its scale-up exchange is fanout's
-            if line == 0 {
-                return up;
+            "hierarchical" => {
+                let gather = if f.per_pair { phase(f.a_up, l.gather_max, f.link) } else { phase(f.a_up, most(&l.gather_out).max(most(&l.gather_in)), f.link) };
+                gather + nic_time(f, &l.rail_up, &l.nic_down)
             }
-            nic_time(&f, &l.rail_up, &l.nic_down).max(up) + 0.5 * f.a_out
+            "balanced_direct" => balanced(&BALANCED_DIRECT),
+            "sabre_skewed" => balanced(&SABRE_SKEWED),
+            "fast" => {
+                let w = FAST;
+                self.srv.max(self.srv + w[0] * self.bal + w[1] * f.a_up + w[2] * f.a_out + w[3] * fast_rounds(f, l) * f.a_out)
+            }
+            // Its scale-up exchange is fanout's.
+            "sabre_light" => nic_time(f, &l.rail_up, &l.nic_down).max(self.direct) + 0.5 * f.a_out,
+            _ => f64::NAN,
         }
-        _ => f64::NAN,
     }
 }
 
