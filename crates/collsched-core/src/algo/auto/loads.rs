@@ -113,6 +113,7 @@ impl Loads {
         // Per row of the current server: bytes to each server (the tiles balancing evens out).
         let mut tiles = vec![0u64; g * servers];
         let mut fold = vec![0u64; g];
+        let mut server_means = vec![0u64; servers];
         let mut row_nz_max = 0u64;
         // Sums wrap until the entries show they cannot have (checked after the rows): `largest`
         // is the OR of all entries, at least the largest and less than twice it.
@@ -163,7 +164,7 @@ impl Loads {
                 l.rail_up[at] = l.rail_up[at].wrapping_add(b.wrapping_sub(own[k]));
             }
             if a == g - 1 {
-                l.finish_server(s, &tiles);
+                l.finish_server(s, &tiles, &mut server_means);
             }
         }
         if 2 * largest as u128 * (n * n) as u128 > u64::MAX as u128 {
@@ -189,17 +190,35 @@ impl Loads {
         Ok(l)
     }
 
-    /// Balancing of server `s` once all its rows are in `tiles` (g rows × servers).
-    fn finish_server(&mut self, s: usize, tiles: &[u64]) {
+    /// Balancing of server `s` once all its rows are in `tiles` (g rows × servers): per
+    /// destination server, each GPU's bytes above / below the mean over the server's GPUs.
+    /// Row-wise over contiguous tiles; the mean by a shift when g is a power of two.
+    fn finish_server(&mut self, s: usize, tiles: &[u64], mean: &mut [u64]) {
         let (g, servers) = (self.g, self.servers);
-        for d in (0..servers).filter(|&d| d != s) {
-            let sum = (0..g).fold(0u64, |x, a| x.wrapping_add(tiles[a * servers + d]));
-            let mean = sum / g as u64;
-            for a in 0..g {
-                let t = tiles[a * servers + d];
-                self.bal_out[s * g + a] = self.bal_out[s * g + a].wrapping_add(t.saturating_sub(mean));
-                self.bal_in[s * g + a] = self.bal_in[s * g + a].wrapping_add(mean.saturating_sub(t));
+        mean.iter_mut().for_each(|m| *m = 0);
+        for a in 0..g {
+            for (m, &t) in mean.iter_mut().zip(&tiles[a * servers..(a + 1) * servers]) {
+                *m = m.wrapping_add(t);
             }
+        }
+        if g.is_power_of_two() {
+            let shift = g.trailing_zeros();
+            mean.iter_mut().for_each(|m| *m >>= shift);
+        } else {
+            mean.iter_mut().for_each(|m| *m /= g as u64);
+        }
+        mean[s] = 0; // the server's own tile is not balanced
+        for a in 0..g {
+            let row = &tiles[a * servers..(a + 1) * servers];
+            let (mut above, mut below) = (0u64, 0u64);
+            for (d, (&t, &m)) in row.iter().zip(mean.iter()).enumerate() {
+                if d != s {
+                    above = above.wrapping_add(t.saturating_sub(m));
+                    below = below.wrapping_add(m.saturating_sub(t));
+                }
+            }
+            self.bal_out[s * g + a] = above;
+            self.bal_in[s * g + a] = below;
         }
     }
 
