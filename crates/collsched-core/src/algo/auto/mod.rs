@@ -75,7 +75,7 @@ pub fn choose(data: &[u64], n: usize, cluster: &Cluster, calibration: &Calibrati
 
 /// `choose` for a matrix given as little-endian bytes (8 per entry), as Python hands it over.
 pub fn choose_le_bytes(bytes: &[u8], n: usize, cluster: &Cluster, calibration: &Calibration, backend: &str, mask: &[bool]) -> Result<Choice> {
-    if bytes.len() % 8 != 0 {
+    if !bytes.len().is_multiple_of(8) {
         return invalid!("traffic matrix bytes must be a multiple of 8 (u64 entries), got {}", bytes.len());
     }
     check(bytes.len() / 8, n, cluster, mask)?;
