@@ -126,12 +126,8 @@ impl Loads {
                 col_lower[s * g..(s + 1) * g].copy_from_slice(&col[s * g..(s + 1) * g]);
             }
             // Passes over the row that the compiler vectorises (one row stays in L1).
-            for (c, &b) in col.iter_mut().zip(row) {
-                *c = c.wrapping_add(b);
-            }
-            let nz = row.iter().filter(|&&b| b != 0).count() as u64;
-            largest |= row.iter().fold(0u64, |x, &b| x | b);
-            tiles_and_fold(row, g, &mut tiles[a * servers..(a + 1) * servers], &mut fold);
+            let (nz, any) = row_pass(row, g, &mut col, &mut tiles[a * servers..(a + 1) * servers], &mut fold);
+            largest |= any;
             let own = &row[s * g..(s + 1) * g];
             for (c, &b) in col_own[s * g..(s + 1) * g].iter_mut().zip(own) {
                 *c = c.wrapping_add(b);
@@ -228,37 +224,48 @@ impl Loads {
     }
 }
 
-/// Per server block of `row` (blocks of `g`): its sum into `tiles`, and the blocks added
-/// up element-wise into `fold` (what goes to each local index), with the block width
-/// known at compile time for the usual server sizes so both loops vectorise.
-fn tiles_and_fold(row: &[u64], g: usize, tiles: &mut [u64], fold: &mut [u64]) {
-    fn fixed<const G: usize>(row: &[u64], tiles: &mut [u64], fold: &mut [u64]) {
-        let mut acc = [0u64; G];
-        for (t, chunk) in tiles.iter_mut().zip(row.chunks_exact(G)) {
+/// One pass over `row` in server blocks of `g`: column sums into `col`, each block's sum
+/// into `tiles`, the blocks added up element-wise into `fold` (what goes to each local
+/// index); returns the non-zero entries and the OR of all. The block width is a compile-time
+/// constant for the usual server sizes, so the pass vectorises.
+fn row_pass(row: &[u64], g: usize, col: &mut [u64], tiles: &mut [u64], fold: &mut [u64]) -> (u64, u64) {
+    fn fixed<const G: usize>(row: &[u64], col: &mut [u64], tiles: &mut [u64], fold: &mut [u64]) -> (u64, u64) {
+        let (mut acc, mut nz, mut any) = ([0u64; G], [0u64; G], [0u64; G]);
+        for ((t, chunk), cols) in tiles.iter_mut().zip(row.chunks_exact(G)).zip(col.chunks_exact_mut(G)) {
             let chunk: &[u64; G] = chunk.try_into().expect("G entries");
             let mut sum = 0u64;
             for k in 0..G {
-                acc[k] = acc[k].wrapping_add(chunk[k]);
-                sum = sum.wrapping_add(chunk[k]);
+                let b = chunk[k];
+                cols[k] = cols[k].wrapping_add(b);
+                acc[k] = acc[k].wrapping_add(b);
+                nz[k] += u64::from(b != 0);
+                any[k] |= b;
+                sum = sum.wrapping_add(b);
             }
             *t = sum;
         }
         fold.copy_from_slice(&acc);
+        (nz.iter().sum(), any.iter().fold(0, |x, &y| x | y))
     }
     match g {
-        8 => fixed::<8>(row, tiles, fold),
-        4 => fixed::<4>(row, tiles, fold),
-        2 => fixed::<2>(row, tiles, fold),
+        8 => fixed::<8>(row, col, tiles, fold),
+        4 => fixed::<4>(row, col, tiles, fold),
+        2 => fixed::<2>(row, col, tiles, fold),
         _ => {
             fold.iter_mut().for_each(|x| *x = 0);
-            for (t, chunk) in tiles.iter_mut().zip(row.chunks_exact(g)) {
+            let (mut nz, mut any) = (0u64, 0u64);
+            for ((t, chunk), cols) in tiles.iter_mut().zip(row.chunks_exact(g)).zip(col.chunks_exact_mut(g)) {
                 let mut sum = 0u64;
-                for (f, &b) in fold.iter_mut().zip(chunk) {
+                for ((f, c), &b) in fold.iter_mut().zip(cols.iter_mut()).zip(chunk) {
                     *f = f.wrapping_add(b);
+                    *c = c.wrapping_add(b);
+                    nz += u64::from(b != 0);
+                    any |= b;
                     sum = sum.wrapping_add(b);
                 }
                 *t = sum;
             }
+            (nz, any)
         }
     }
 }
