@@ -10,6 +10,7 @@ from collsched.planning import plan_all_to_all, all_to_all_algorithms
 from collsched.units import parse_bytes, parse_bandwidth, format_bytes
 from collsched.sim import simulate, lower_bound
 from collsched.collectives import all_gather_into_tensor, reduce_scatter_tensor, all_reduce, plan_collective
+from collsched.choose import Choice, choose
 
 __all__ = [
     "Cluster",
@@ -27,6 +28,8 @@ __all__ = [
     "reduce_scatter_tensor",
     "all_reduce",
     "plan_collective",
+    "choose",
+    "Choice",
 ]
 __version__ = "0.1.0"
 

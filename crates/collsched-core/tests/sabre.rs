@@ -2,7 +2,7 @@
 //! order and in a random order that respects only the dependencies) and checked by
 //! the verifier; balancing and selection properties are asserted on top.
 mod sabre_common;
-use collsched_core::algo::auto::cost::plan_nic_loads as nic_loads;
+use collsched_core::algo::auto::plan_nic_loads as nic_loads;
 use collsched_core::algo::plan_all_to_all;
 use collsched_core::plan::{Options, Plan};
 use collsched_core::traffic::generators;

@@ -3,6 +3,7 @@
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 
+mod choose;
 mod cluster;
 mod collectives;
 mod fast;
@@ -51,5 +52,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     forest::register(m)?;
     fast::register(m)?;
     collectives::register(m)?;
+    choose::register(m)?;
     Ok(())
 }

@@ -114,6 +114,8 @@ class CallStats:
     bytes_sent: int = 0
     bytes_received: int = 0
     steps: int = 0
+    choice: str = ""  # algorithm="auto": what `collsched.choose` picked ("native" = torch's own call)
+    choose_s: float = 0.0  # time `choose` took (included in plan_s)
 
 
 _last = threading.local()
@@ -276,7 +278,7 @@ def all_to_all_single(output: torch.Tensor, input: torch.Tensor, output_split_si
                 except ValueError:
                     pass
             raise _Local(17, gpus, world, text=str(e)) from None
-        cfg_hash = _config_hash(clus, algorithm, options, transport)
+        cfg_hash = _config_hash(clus, algorithm, _auto_config(algorithm, options), transport)
         if traffic is not None:
             rows = _traffic_rows(traffic, world)
             for j in range(world):
@@ -290,12 +292,15 @@ def all_to_all_single(output: torch.Tensor, input: torch.Tensor, output_split_si
 
     # With the matrix known up front, plan now so the hash check rides on the one all_gather.
     entry = None
+    run, run_opts = algorithm, options  # what runs: auto's choice, or the algorithm asked for
     if problem is None and rows is not None:
         t0 = time.perf_counter()
         try:
-            entry, stats.cache_hit = cache.get((rows * (row_elems * elem_size)).astype(np.uint64), clus, algorithm,
-                                               options, wait_s=timeout_s)
-            plan_hash = _i64(entry.plan_hash)
+            run_matrix = (rows * (row_elems * elem_size)).astype(np.uint64)
+            run, run_opts = _decide(algorithm, options, run_matrix, clus, group, device, stats)
+            if run != "native":
+                entry, stats.cache_hit = cache.get(run_matrix, clus, run, run_opts, wait_s=timeout_s)
+                plan_hash = _i64(entry.plan_hash)
         except ValueError as e:
             problem = _Local(18, text=str(e))
         stats.plan_s = time.perf_counter() - t0
@@ -321,6 +326,10 @@ def all_to_all_single(output: torch.Tensor, input: torch.Tensor, output_split_si
     row_bytes = row_elems * elem_size
     matrix = (in_rows.astype(np.uint64) * np.uint64(row_bytes))
 
+    if rows is None:  # every rank holds the same gathered matrix: the same choice everywhere
+        run, run_opts = _decide(algorithm, options, matrix, clus, group, device, stats)
+    if run == "native":
+        return _native(output, input, out_splits, in_splits, row_bytes, group, async_op, stats, t_start)
     call_key = _i64(hashlib.blake2b(f"{fast_matrix_hash(matrix)}|{cfg_hash}".encode(),
                                     digest_size=8).digest())
     # The key is a 64-bit hash: the matrix itself is compared too (the same verdict on every
@@ -332,7 +341,7 @@ def all_to_all_single(output: torch.Tensor, input: torch.Tensor, output_split_si
     elif entry is None:
         t0 = time.perf_counter()
         try:
-            entry, stats.cache_hit = cache.get(matrix, clus, algorithm, options, wait_s=timeout_s)
+            entry, stats.cache_hit = cache.get(matrix, clus, run, run_opts, wait_s=timeout_s)
             err = ""
         except ValueError as e:
             err = str(e)
@@ -362,7 +371,7 @@ def all_to_all_single(output: torch.Tensor, input: torch.Tensor, output_split_si
     # 5. move the data (the transposed demand planned beside it, when asked).
     transport = choose_transport(transport, group, input.device)
     if prefetch_transpose:
-        _prefetch_transpose(cache, matrix, clus, algorithm, options, rank, transport)
+        _prefetch_transpose(cache, matrix, clus, run, run_opts, rank, transport)
     prog = entry.program(rank, needs_collective_steps(transport))
     t0 = time.perf_counter()
     ex = run_program(prog, byte_view(input, "input"), byte_view(output, "output"), group, input.dtype, timeout_s,
@@ -460,18 +469,69 @@ def _unchecked(output, input, output_split_sizes, input_split_sizes, group, asyn
     clus = resolve_cluster(cluster, world)
     t0 = time.perf_counter()
     matrix = (rows * (row_elems * input.element_size())).astype(np.uint64)
-    entry, stats.cache_hit = cache.get(matrix, clus, algorithm, options, wait_s=timeout_s)
+    run, run_opts = _decide(algorithm, options, matrix, clus, group, input.device, stats)
+    if run == "native":
+        return _native(output, input, out_splits, in_splits, row_elems * input.element_size(), group, async_op,
+                       stats, t_start)
+    entry, stats.cache_hit = cache.get(matrix, clus, run, run_opts, wait_s=timeout_s)
     stats.plan_s = time.perf_counter() - t0
     stats.planned_by, stats.plan_hash, stats.note = entry.algorithm, entry.plan_hash, entry.note
     stats.prefetched = stats.cache_hit and entry.prefetched
     t0 = time.perf_counter()
     transport = choose_transport(transport, group, input.device)
     if prefetch_transpose:
-        _prefetch_transpose(cache, matrix, clus, algorithm, options, rank, transport)
+        _prefetch_transpose(cache, matrix, clus, run, run_opts, rank, transport)
     ex = run_program(entry.program(rank, needs_collective_steps(transport)), byte_view(input, "input"),
                      byte_view(output, "output"), group, input.dtype, timeout_s, DEFAULT_POOL, transport)
     stats.execute_s = time.perf_counter() - t0
     stats.steps, stats.bytes_sent, stats.bytes_received = ex.steps, ex.bytes_sent, ex.bytes_received
+    stats.total_s = time.perf_counter() - t_start
+    _last.stats = stats
+    return CompletedWork() if async_op else None
+
+
+def _auto_config(algorithm: str, options: dict) -> dict:
+    """What the configuration hash covers: for auto also the calibration's digest, so ranks
+    whose constants differ (and could choose differently) fail together instead of hanging."""
+    if algorithm != "auto":
+        return options
+    from collsched.calibration import load
+
+    return dict(options, _calibration=load().digest)
+
+
+def _backend_name(group, device: torch.device) -> str:
+    """The group's backend as `choose` names it (NCCL for CUDA tensors on an NCCL group)."""
+    b = str(dist.get_backend(group)).lower()
+    if "nccl" in b and device.type == "cuda":
+        return "nccl"
+    return "gloo" if "gloo" in b else b
+
+
+def _decide(algorithm: str, options: dict, matrix: np.ndarray, clus, group, device, stats: CallStats):
+    """(algorithm, options) to run: auto's choice for this matrix, or what was asked for."""
+    if algorithm != "auto":
+        return algorithm, options
+    unknown = set(options) - {"candidates"}
+    if unknown:
+        raise ValueError(f"algorithm='auto' in the runtime takes only the option 'candidates', got {sorted(unknown)}")
+    from collsched.choose import choose
+
+    t0 = time.perf_counter()
+    choice = choose(matrix, clus, _backend_name(group, device), candidates=options.get("candidates"))
+    stats.choose_s = time.perf_counter() - t0
+    stats.choice = stats.planned_by = choice.algorithm
+    return choice.algorithm, {}
+
+
+def _native(output, input, out_splits, in_splits, row_bytes: int, group, async_op: bool, stats: CallStats,
+            t_start: float):
+    """auto chose torch's own all-to-all: one call, no plan."""
+    t0 = time.perf_counter()
+    dist.all_to_all_single(output, input, out_splits, in_splits, group=group)
+    stats.execute_s = time.perf_counter() - t0
+    stats.steps = 1
+    stats.bytes_sent, stats.bytes_received = sum(in_splits) * row_bytes, sum(out_splits) * row_bytes
     stats.total_s = time.perf_counter() - t_start
     _last.stats = stats
     return CompletedWork() if async_op else None

@@ -25,7 +25,7 @@ pub const ALL_TO_ALL_ALGORITHMS: &[(&str, &str)] = &[
     ("sabre_skewed", "SABRE three-phase greedy NIC balancing for heavy skew"),
     ("sabre_light", "SABRE two-phase pipelined 2D algorithm for light skew"),
     ("sabre", "SABRE's selector: MTM threshold between sabre_skewed and sabre_light"),
-    ("auto", "collsched's selector: the candidate with the smallest predicted time"),
+    ("auto", "collsched's selector: choose from the matrix (closed form, backend-aware; native = torch's own call), then plan the winner"),
 ];
 
 /// Plan an all-to-all(v) of `traffic` on `cluster` with the named algorithm.

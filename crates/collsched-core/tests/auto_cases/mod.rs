@@ -49,3 +49,49 @@ pub fn random_traffic(c: &Cluster, rng: &mut Rng) -> Traffic {
         }
     }
 }
+
+use collsched_core::algo::auto::model::Shape;
+use collsched_core::{Op, Plan, PlanBuilder, Tier};
+
+/// What a plan costs on the host, measured on the plan itself (the model estimates it
+/// from the matrix): transfers, steps, the busiest rank's messages and staged bytes
+/// (multi-segment messages and local copies).
+pub fn plan_shape(p: &Plan) -> Shape {
+    let n = p.num_ranks() as usize;
+    let (mut msgs, mut staged) = (vec![0u64; n], vec![0u64; n]);
+    for x in &p.transfers {
+        let b = p.transfer_bytes(x);
+        if x.tier == Tier::Local || (x.op == Op::Copy && x.src == x.dst) {
+            staged[x.src as usize] += b;
+            continue;
+        }
+        msgs[x.src as usize] += 1;
+        msgs[x.dst as usize] += 1;
+        if x.seg_end - x.seg_begin > 1 {
+            staged[x.src as usize] += b;
+            staged[x.dst as usize] += b;
+        }
+    }
+    Shape {
+        transfers: p.transfers.len() as f64,
+        steps: p.num_steps() as f64,
+        messages: *msgs.iter().max().unwrap_or(&0) as f64,
+        staged: *staged.iter().max().unwrap_or(&0) as f64,
+    }
+}
+
+/// torch's Gloo all-to-all as a plan for the simulator: fanout's transfers, with the two
+/// directions of each pair one after the other (issue 32: Gloo moves them in turn).
+pub fn half_duplex_fanout(fanout: &Plan) -> Plan {
+    let mut b = PlanBuilder::new("native_gloo", fanout.collective.clone(), fanout.gpus_per_server);
+    let mut first = std::collections::HashMap::new();
+    for x in fanout.transfers.iter().filter(|x| x.src <= x.dst) {
+        let id = b.transfer(x.src, x.dst, x.op, x.tier, 0, fanout.segments_of(x), &[]);
+        first.insert((x.src, x.dst), id);
+    }
+    for x in fanout.transfers.iter().filter(|x| x.src > x.dst) {
+        let deps: Vec<u32> = first.get(&(x.dst, x.src)).copied().into_iter().collect();
+        b.transfer(x.src, x.dst, x.op, x.tier, 1, fanout.segments_of(x), &deps);
+    }
+    b.finish()
+}

@@ -1,0 +1,310 @@
+//! One pass over the traffic matrix: the per-link loads the closed-form model reads
+//! (the lower bound's terms per NIC, GPU and server, plus what each candidate's routing
+//! puts on the links), with no plan built. O(P²) with a few additions per entry.
+use crate::error::Result;
+use crate::invalid;
+use crate::plan::Plan;
+use crate::topology::{Cluster, Tier};
+
+/// Loads of the matrix on the cluster's links (bytes), by who carries them.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Loads {
+    pub n: usize,
+    pub g: usize,
+    pub servers: usize,
+    /// Per rank: bytes to and from other servers, within the server (self excluded), to itself.
+    pub so_out: Vec<u64>,
+    pub so_in: Vec<u64>,
+    pub su_out: Vec<u64>,
+    pub su_in: Vec<u64>,
+    pub diag: Vec<u64>,
+    /// Largest same-server block (one scale-up link of a mesh carries it).
+    pub su_block_max: u64,
+    /// Per global NIC: scale-out bytes sent and received with direct routes (fanout).
+    pub nic_up: Vec<u64>,
+    pub nic_down: Vec<u64>,
+    /// Per global NIC: bytes sent with rail-aligned routes (through the local GPU with the
+    /// destination's local index: hierarchical, sabre_light); received as `nic_down`.
+    pub rail_up: Vec<u64>,
+    /// Per global NIC, for torch's Gloo all-to-all (a pair's lower rank sends first, the
+    /// higher rank's reply waits for it): bytes sent to higher / lower ranks, and received
+    /// from lower / higher ranks (remote only).
+    pub up_first: Vec<u64>,
+    pub up_second: Vec<u64>,
+    pub down_first: Vec<u64>,
+    pub down_second: Vec<u64>,
+    /// The most remote (same-server) bytes one rank sends plus receives.
+    pub so_max: u64,
+    pub su_max: u64,
+    /// Per server: scale-out bytes sent and received (FAST's line sums).
+    pub server_out: Vec<u64>,
+    pub server_in: Vec<u64>,
+    /// Per rank: bytes FAST's balancing moves off / onto it (per (server, destination server)
+    /// tile, what it carries above / below the tile's mean over the server's GPUs).
+    pub bal_out: Vec<u64>,
+    pub bal_in: Vec<u64>,
+    /// Per rank: bytes hierarchical's gather sends / receives over scale-up, and the largest
+    /// gather message (one mesh link).
+    pub gather_out: Vec<u64>,
+    pub gather_in: Vec<u64>,
+    pub gather_max: u64,
+    /// Non-zero blocks (self blocks included), and twice the most non-zero off-diagonal
+    /// blocks one rank sends (its messages, sent and received, when columns look like rows).
+    pub nonzero: u64,
+    pub degree: u64,
+    /// The most bytes one rank sends plus receives (self block included once).
+    pub rank_bytes_max: u64,
+}
+
+impl Loads {
+    /// Loads of the row-major `n × n` matrix `data` on `cluster` (caller checks the sizes).
+    /// Errors if a row, column or the total sums past 2^64 bytes.
+    pub fn new(data: &[u64], n: usize, cluster: &Cluster) -> Result<Loads> {
+        Loads::build(n, cluster, |i, row| row.copy_from_slice(&data[i * n..(i + 1) * n]))
+    }
+
+    /// The same from little-endian bytes (8 per entry), decoded one row at a time, so a
+    /// matrix handed over as bytes is read once and never copied whole.
+    pub fn from_le_bytes(bytes: &[u8], n: usize, cluster: &Cluster) -> Result<Loads> {
+        Loads::build(n, cluster, |i, row| {
+            for (x, b) in row.iter_mut().zip(bytes[i * n * 8..(i + 1) * n * 8].chunks_exact(8)) {
+                *x = u64::from_le_bytes(b.try_into().expect("8 bytes"));
+            }
+        })
+    }
+
+    fn build(n: usize, cluster: &Cluster, mut fill: impl FnMut(usize, &mut [u64])) -> Result<Loads> {
+        let g = cluster.gpus_per_server as usize;
+        let servers = cluster.servers as usize;
+        let nics = servers * cluster.nics_per_server as usize;
+        let mut l = Loads {
+            n,
+            g,
+            servers,
+            so_out: vec![0; n],
+            so_in: vec![0; n],
+            su_out: vec![0; n],
+            su_in: vec![0; n],
+            diag: vec![0; n],
+            nic_up: vec![0; nics],
+            nic_down: vec![0; nics],
+            rail_up: vec![0; nics],
+            up_first: vec![0; nics],
+            up_second: vec![0; nics],
+            down_first: vec![0; nics],
+            down_second: vec![0; nics],
+            server_out: vec![0; servers],
+            server_in: vec![0; servers],
+            bal_out: vec![0; n],
+            bal_in: vec![0; n],
+            gather_out: vec![0; n],
+            gather_in: vec![0; n],
+            ..Loads::default()
+        };
+        // Global NIC per rank, once (the cluster's lookup divides three times per call).
+        let nic_table: Vec<usize> = (0..n as u32).map(|r| cluster.global_nic_of(r) as usize).collect();
+        let nic = |r: usize| nic_table[r];
+        let mut col = vec![0u64; n];
+        // Column sums over the rows of earlier servers (the remote senders below each column).
+        let mut col_lower = vec![0u64; n];
+        // Column sums over the rows of the column's own server.
+        let mut col_own = vec![0u64; n];
+        let mut row = vec![0u64; n];
+        // Per row of the current server: bytes to each server (the tiles balancing evens out).
+        let mut tiles = vec![0u64; g * servers];
+        let mut fold = vec![0u64; g];
+        let mut server_means = vec![0u64; servers];
+        let mut row_nz_max = 0u64;
+        // Sums wrap until the entries show they cannot have (checked after the rows): `largest`
+        // is the OR of all entries, at least the largest and less than twice it.
+        let mut largest = 0u64;
+        for i in 0..n {
+            fill(i, &mut row);
+            let row = &row[..];
+            let (s, a) = (i / g, i % g);
+            if a == 0 {
+                col_lower[s * g..(s + 1) * g].copy_from_slice(&col[s * g..(s + 1) * g]);
+            }
+            // Passes over the row that the compiler vectorises (one row stays in L1).
+            let (nz, any) = row_pass(row, g, &mut col, &mut tiles[a * servers..(a + 1) * servers], &mut fold);
+            largest |= any;
+            let own = &row[s * g..(s + 1) * g];
+            for (c, &b) in col_own[s * g..(s + 1) * g].iter_mut().zip(own) {
+                *c = c.wrapping_add(b);
+            }
+            for (k, &b) in own.iter().enumerate() {
+                if k != a {
+                    l.su_block_max = l.su_block_max.max(b);
+                }
+            }
+            let d = row[i];
+            l.nonzero += nz;
+            row_nz_max = row_nz_max.max(nz - u64::from(d != 0));
+            l.diag[i] = d;
+            let own_sum = tiles[a * servers + s];
+            let total = tiles[a * servers..(a + 1) * servers].iter().fold(0u64, |x, &y| x.wrapping_add(y));
+            l.so_out[i] = total.wrapping_sub(own_sum);
+            let lower = tiles[a * servers..a * servers + s].iter().fold(0u64, |x, &y| x.wrapping_add(y));
+            l.up_second[nic(i)] = l.up_second[nic(i)].wrapping_add(lower);
+            l.up_first[nic(i)] = l.up_first[nic(i)].wrapping_add(l.so_out[i].wrapping_sub(lower));
+            l.su_out[i] = own_sum.wrapping_sub(d);
+            // Hierarchical's gather: to local GPU k, everything for local index k (k ≠ a).
+            for (k, &b) in fold.iter().enumerate() {
+                if k != a {
+                    l.gather_out[i] = l.gather_out[i].wrapping_add(b);
+                    l.gather_in[s * g + k] = l.gather_in[s * g + k].wrapping_add(b);
+                    l.gather_max = l.gather_max.max(b);
+                }
+                // Rail: the remote part of it leaves through the NIC of local GPU k.
+                let at = nic(s * g + k);
+                l.rail_up[at] = l.rail_up[at].wrapping_add(b.wrapping_sub(own[k]));
+            }
+            if a == g - 1 {
+                l.finish_server(s, &tiles, &mut server_means);
+            }
+        }
+        if 2 * largest as u128 * (n * n) as u128 > u64::MAX as u128 {
+            check_sums(n, &mut fill)?;
+        }
+        for j in 0..n {
+            let s = j / g;
+            let own = col_own[j];
+            l.so_in[j] = col[j] - own;
+            l.su_in[j] = own - l.diag[j];
+            l.nic_down[nic(j)] += l.so_in[j];
+            l.server_in[s] += l.so_in[j];
+            l.nic_up[nic(j)] += l.so_out[j];
+            l.server_out[s] += l.so_out[j];
+            l.rank_bytes_max = l.rank_bytes_max.max(l.so_out[j] + l.su_out[j] + col[j]);
+            l.so_max = l.so_max.max(l.so_out[j] + l.so_in[j]);
+            l.su_max = l.su_max.max(l.su_out[j] + l.su_in[j]);
+            l.down_first[nic(j)] += col_lower[j];
+            l.down_second[nic(j)] += l.so_in[j] - col_lower[j];
+        }
+        // Messages: a rank receives from about as many peers as it sends to.
+        l.degree = 2 * row_nz_max;
+        Ok(l)
+    }
+
+    /// Balancing of server `s` once all its rows are in `tiles` (g rows × servers): per
+    /// destination server, each GPU's bytes above / below the mean over the server's GPUs.
+    /// Row-wise over contiguous tiles; the mean by a shift when g is a power of two.
+    fn finish_server(&mut self, s: usize, tiles: &[u64], mean: &mut [u64]) {
+        let (g, servers) = (self.g, self.servers);
+        mean.iter_mut().for_each(|m| *m = 0);
+        for a in 0..g {
+            for (m, &t) in mean.iter_mut().zip(&tiles[a * servers..(a + 1) * servers]) {
+                *m = m.wrapping_add(t);
+            }
+        }
+        if g.is_power_of_two() {
+            let shift = g.trailing_zeros();
+            mean.iter_mut().for_each(|m| *m >>= shift);
+        } else {
+            mean.iter_mut().for_each(|m| *m /= g as u64);
+        }
+        mean[s] = 0; // the server's own tile is not balanced
+        for a in 0..g {
+            let row = &tiles[a * servers..(a + 1) * servers];
+            let (mut above, mut below) = (0u64, 0u64);
+            for (d, (&t, &m)) in row.iter().zip(mean.iter()).enumerate() {
+                if d != s {
+                    above = above.wrapping_add(t.saturating_sub(m));
+                    below = below.wrapping_add(m.saturating_sub(t));
+                }
+            }
+            self.bal_out[s * g + a] = above;
+            self.bal_in[s * g + a] = below;
+        }
+    }
+
+    /// The busiest server line (scale-out bytes one server sends or receives).
+    pub fn server_line(&self) -> u64 {
+        self.server_out.iter().chain(&self.server_in).copied().max().unwrap_or(0)
+    }
+}
+
+/// One pass over `row` in server blocks of `g`: column sums into `col`, each block's sum
+/// into `tiles`, the blocks added up element-wise into `fold` (what goes to each local
+/// index); returns the non-zero entries and the OR of all. The block width is a compile-time
+/// constant for the usual server sizes, so the pass vectorises.
+fn row_pass(row: &[u64], g: usize, col: &mut [u64], tiles: &mut [u64], fold: &mut [u64]) -> (u64, u64) {
+    fn fixed<const G: usize>(row: &[u64], col: &mut [u64], tiles: &mut [u64], fold: &mut [u64]) -> (u64, u64) {
+        let (mut acc, mut nz, mut any) = ([0u64; G], [0u64; G], [0u64; G]);
+        for ((t, chunk), cols) in tiles.iter_mut().zip(row.chunks_exact(G)).zip(col.chunks_exact_mut(G)) {
+            let chunk: &[u64; G] = chunk.try_into().expect("G entries");
+            let mut sum = 0u64;
+            for k in 0..G {
+                let b = chunk[k];
+                cols[k] = cols[k].wrapping_add(b);
+                acc[k] = acc[k].wrapping_add(b);
+                nz[k] += u64::from(b != 0);
+                any[k] |= b;
+                sum = sum.wrapping_add(b);
+            }
+            *t = sum;
+        }
+        fold.copy_from_slice(&acc);
+        (nz.iter().sum(), any.iter().fold(0, |x, &y| x | y))
+    }
+    match g {
+        8 => fixed::<8>(row, col, tiles, fold),
+        4 => fixed::<4>(row, col, tiles, fold),
+        2 => fixed::<2>(row, col, tiles, fold),
+        _ => {
+            fold.iter_mut().for_each(|x| *x = 0);
+            let (mut nz, mut any) = (0u64, 0u64);
+            for ((t, chunk), cols) in tiles.iter_mut().zip(row.chunks_exact(g)).zip(col.chunks_exact_mut(g)) {
+                let mut sum = 0u64;
+                for ((f, c), &b) in fold.iter_mut().zip(cols.iter_mut()).zip(chunk) {
+                    *f = f.wrapping_add(b);
+                    *c = c.wrapping_add(b);
+                    nz += u64::from(b != 0);
+                    any |= b;
+                    sum = sum.wrapping_add(b);
+                }
+                *t = sum;
+            }
+            (nz, any)
+        }
+    }
+}
+
+/// Rows, columns and the total must fit in u64 (the same rule as `Traffic::new`).
+fn check_sums(n: usize, fill: &mut impl FnMut(usize, &mut [u64])) -> Result<()> {
+    let mut cols = vec![0u128; n];
+    let mut total = 0u128;
+    let mut row = vec![0u64; n];
+    for i in 0..n {
+        fill(i, &mut row);
+        let mut r = 0u128;
+        for (c, &b) in cols.iter_mut().zip(&row) {
+            r += b as u128;
+            *c += b as u128;
+        }
+        if r > u64::MAX as u128 {
+            return invalid!("traffic matrix row {i} sums past 2^64 bytes");
+        }
+        total += r;
+    }
+    if let Some(j) = cols.iter().position(|&c| c > u64::MAX as u128) {
+        return invalid!("traffic matrix column {j} sums past 2^64 bytes");
+    }
+    if total > u64::MAX as u128 {
+        return invalid!("traffic matrix total sums past 2^64 bytes");
+    }
+    Ok(())
+}
+
+/// Scale-out bytes a plan sends and receives per global NIC: (up, down). Tests compare
+/// `Loads` with the plans of the algorithms whose routes it models.
+pub fn plan_nic_loads(plan: &Plan, cluster: &Cluster) -> (Vec<u64>, Vec<u64>) {
+    let nics = (cluster.servers * cluster.nics_per_server) as usize;
+    let (mut up, mut down) = (vec![0u64; nics], vec![0u64; nics]);
+    for t in plan.transfers.iter().filter(|t| t.tier == Tier::ScaleOut) {
+        let b = plan.transfer_bytes(t);
+        up[cluster.global_nic_of(t.src) as usize] += b;
+        down[cluster.global_nic_of(t.dst) as usize] += b;
+    }
+    (up, down)
+}

@@ -1,0 +1,243 @@
+//! The closed-form model: each candidate's transfer time from the matrix's link loads
+//! (`Loads`), and the size of the plan it would make (transfers, steps, messages, staged
+//! bytes), which the backend's constants turn into host overhead. No plan is built.
+//!
+//! Transfer times follow the simulator's links: a NIC (or switch port, or mesh link)
+//! that carries L bytes at bandwidth B needs alpha + L/B. Phased algorithms add the
+//! phases their dependencies serialise (balancing and redistribution over scale-up,
+//! FAST's rounds' alphas); how much of each phase shows is fitted against the simulator
+//! (`tests/auto_diag.rs`, `features`; seed 20260401, checked on seed 7), per candidate.
+use super::backend::Backend;
+use super::loads::Loads;
+use crate::topology::{Cluster, ScaleUp};
+
+/// The plan a candidate would make, in the units the backend charges for.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Shape {
+    /// Transfers of the whole plan (planning cost); 0 for `native`.
+    pub transfers: f64,
+    pub steps: f64,
+    /// Messages the busiest rank sends plus receives.
+    pub messages: f64,
+    /// Bytes the busiest rank gathers, scatters or copies locally.
+    pub staged: f64,
+}
+
+/// Fitted weights of the phases of the balancing candidates, in the order
+/// (balancing, redistribution, alpha_scaleup, alpha_scaleout), added to the server line's time.
+const BALANCED_DIRECT: [f64; 4] = [0.408, 0.535, 0.276, 0.552];
+const SABRE_SKEWED: [f64; 4] = [0.809, 1.272, 0.396, 0.791];
+/// FAST pipelines redistribution behind later rounds: (balancing, alpha_scaleup,
+/// alpha_scaleout, rounds × alpha_scaleout).
+const FAST: [f64; 4] = [0.346, -0.127, -0.255, 1.033];
+/// FAST cuts stages to at most 1/8 of the busiest line (`fast::MIN_PIPELINE_STAGES`) and
+/// no smaller than 4 × alpha_scaleout × NIC bandwidth per NIC (its default `min_stage_bytes`).
+const FAST_PIPELINE: f64 = 8.0;
+const FAST_MIN_STAGE_ALPHAS: f64 = 4.0;
+
+struct Fabric {
+    a_loc: f64,
+    a_up: f64,
+    a_out: f64,
+    nic: f64,
+    nics: f64,
+    copy: f64,
+    /// One scale-up link (a switch port, a mesh or ring link) and a GPU's whole scale-up bandwidth.
+    link: f64,
+    gpu_up: f64,
+    /// Whether one pair's bytes use one dedicated link (mesh) rather than the GPU's port.
+    per_pair: bool,
+}
+
+impl Fabric {
+    fn new(c: &Cluster) -> Fabric {
+        let (link, per_pair) = match c.scaleup {
+            ScaleUp::Switch { port_bw } => (port_bw, false),
+            ScaleUp::FullMesh { link_bw } | ScaleUp::HybridCubeMesh { link_bw } => (link_bw, true),
+            // A ring spreads a GPU's bytes over both directions: its whole bandwidth.
+            ScaleUp::Ring { .. } => (c.gpu_scaleup_bw(), false),
+        };
+        Fabric {
+            a_loc: c.alpha_local_ns as f64 * 1e-9,
+            a_up: c.alpha_scaleup_ns as f64 * 1e-9,
+            a_out: c.alpha_scaleout_ns as f64 * 1e-9,
+            nic: c.nic_bw as f64,
+            nics: c.nics_per_server as f64,
+            copy: c.local_copy_bw as f64,
+            link: link as f64,
+            gpu_up: c.gpu_scaleup_bw().max(1) as f64,
+            per_pair,
+        }
+    }
+}
+
+fn most(v: &[u64]) -> u64 {
+    v.iter().copied().max().unwrap_or(0)
+}
+
+/// alpha + bytes / bw, or 0 when nothing moves.
+fn phase(alpha: f64, bytes: u64, bw: f64) -> f64 {
+    if bytes == 0 {
+        0.0
+    } else {
+        alpha + bytes as f64 / bw
+    }
+}
+
+/// The NICs with `up` sent and `down` received per NIC.
+fn nic_time(f: &Fabric, up: &[u64], down: &[u64]) -> f64 {
+    let worst = up.iter().chain(down).copied().max().unwrap_or(0);
+    phase(f.a_out, worst, f.nic)
+}
+
+/// torch's all-to-all: fanout's NIC loads, but where a pair's two directions move one
+/// after the other (Gloo, `half_duplex` = 1), a NIC also waits for its sends to higher
+/// ranks before their replies arrive, and for the requests of lower ranks before it
+/// replies: a chain of `first + second` bytes. Counted as if every pair went both ways.
+fn native_nic_time(f: &Fabric, l: &Loads, half_duplex: f64) -> f64 {
+    let mut worst = 0.0f64;
+    for k in 0..l.nic_up.len() {
+        let direct = l.nic_up[k].max(l.nic_down[k]) as f64;
+        let chain = ((l.up_first[k] + l.down_second[k]).max(l.down_first[k] + l.up_second[k])) as f64;
+        let bytes = direct + half_duplex * (chain - direct).max(0.0);
+        if bytes > 0.0 {
+            worst = worst.max(f.a_out + bytes / f.nic);
+        }
+    }
+    worst
+}
+
+/// Every block straight to its destination at once: scale-out on the NICs, scale-up on
+/// the ports (or the pair's mesh link), self blocks on the copy engine.
+fn direct(f: &Fabric, l: &Loads, half_duplex: f64) -> f64 {
+    let out = if half_duplex > 0.0 { native_nic_time(f, l, half_duplex) } else { nic_time(f, &l.nic_up, &l.nic_down) };
+    let up = if f.per_pair {
+        phase(f.a_up, l.su_block_max, f.link / (1.0 + half_duplex))
+    } else {
+        let worst = l.su_out.iter().zip(&l.su_in).map(|(&o, &i)| o.max(i) as f64 + half_duplex * o.min(i) as f64).fold(0.0, f64::max);
+        if worst > 0.0 {
+            f.a_up + worst / f.link
+        } else {
+            0.0
+        }
+    };
+    out.max(up).max(phase(f.a_loc, most(&l.diag), f.copy))
+}
+
+/// FAST's scale-out rounds: the Birkhoff stages (about servers − 1 for a dense server
+/// matrix) cut to pipeline pieces.
+fn fast_rounds(f: &Fabric, l: &Loads) -> f64 {
+    let line = l.server_line() as f64;
+    let cap = (line / FAST_PIPELINE).max(FAST_MIN_STAGE_ALPHAS * f.a_out * f.nic * f.nics).max(1.0);
+    (line / cap).ceil() + l.servers.saturating_sub(2) as f64
+}
+
+/// Predicted transfer time (seconds) of `candidate` on the simulator's cluster model.
+pub fn transfer_s(candidate: &str, l: &Loads, c: &Cluster, half_duplex: f64) -> f64 {
+    Terms::new(l, c).transfer_s(candidate, l, half_duplex)
+}
+
+/// What several candidates share, computed once per matrix.
+pub struct Terms {
+    f: Fabric,
+    line: u64,
+    /// fanout's time (every block straight to its destination).
+    direct: f64,
+    /// FAST's bound: the busiest server line over its NICs.
+    srv: f64,
+    /// Balancing and redistribution over a GPU's scale-up bandwidth.
+    bal: f64,
+    red: f64,
+}
+
+impl Terms {
+    pub fn new(l: &Loads, c: &Cluster) -> Terms {
+        let f = Fabric::new(c);
+        let line = l.server_line();
+        let g = l.g as f64;
+        Terms {
+            direct: direct(&f, l, 0.0),
+            srv: f.a_out + line as f64 / (f.nics * f.nic),
+            bal: most(&l.bal_out).max(most(&l.bal_in)) as f64 / f.gpu_up,
+            red: (most(&l.so_in) as f64).max(most(&l.server_in) as f64 / g) * (g - 1.0) / g / f.gpu_up,
+            line,
+            f,
+        }
+    }
+
+    pub fn transfer_s(&self, candidate: &str, l: &Loads, half_duplex: f64) -> f64 {
+        let (f, line) = (&self.f, self.line);
+        // Without scale-out traffic every planner makes fanout's direct exchange.
+        if line == 0 && !matches!(candidate, "native" | "spreadout" | "hierarchical") {
+            return self.direct;
+        }
+        let balanced = |w: &[f64; 4]| self.srv + w[0] * self.bal + w[1] * self.red + w[2] * f.a_up + w[3] * f.a_out;
+        match candidate {
+            "fanout" => self.direct,
+            "native" if half_duplex == 0.0 => self.direct,
+            "native" => direct(f, l, half_duplex),
+            "spreadout" => {
+                // Its rounds run one after the other: fanout's bytes on the same links, plus an
+                // alpha per round (a lower estimate: a round also waits for its largest block,
+                // which the per-step overhead of its P steps outweighs on every backend).
+                let rounds = l.n.saturating_sub(1) as f64;
+                let alpha = if l.servers > 1 { f.a_out } else { f.a_up };
+                if self.direct == 0.0 { 0.0 } else { self.direct + rounds * alpha }
+            }
+            "hierarchical" => {
+                let gather = if f.per_pair { phase(f.a_up, l.gather_max, f.link) } else { phase(f.a_up, most(&l.gather_out).max(most(&l.gather_in)), f.link) };
+                gather + nic_time(f, &l.rail_up, &l.nic_down)
+            }
+            "balanced_direct" => balanced(&BALANCED_DIRECT),
+            "sabre_skewed" => balanced(&SABRE_SKEWED),
+            "fast" => {
+                let w = FAST;
+                self.srv.max(self.srv + w[0] * self.bal + w[1] * f.a_up + w[2] * f.a_out + w[3] * fast_rounds(f, l) * f.a_out)
+            }
+            // Its scale-up exchange is fanout's.
+            "sabre_light" => nic_time(f, &l.rail_up, &l.nic_down).max(self.direct) + 0.5 * f.a_out,
+            _ => f64::NAN,
+        }
+    }
+}
+
+/// The size of the plan `candidate` would make (fitted ratios where it depends on the
+/// producer's choices; exact for fanout, spreadout and native).
+pub fn shape(candidate: &str, l: &Loads, c: &Cluster) -> Shape {
+    let f = Fabric::new(c);
+    let (n, g, s) = (l.n as f64, l.g as f64, l.servers as f64);
+    let (nz, deg, diag) = (l.nonzero as f64, l.degree as f64, most(&l.diag) as f64);
+    // Staged bytes: the self block plus shares of a carrier's scale-out bytes (the server
+    // line over its GPUs), the busiest rank's remote and same-server bytes, fitted to each
+    // producer's multi-segment messages over the seeded cases (least mean |log| error).
+    let carrier = 2.0 * l.server_line() as f64 / g;
+    let staged = |w: [f64; 3]| diag + w[0] * carrier + w[1] * l.so_max as f64 + w[2] * l.su_max as f64;
+    // Hierarchical's messages when dense: gathers inside the server, rail messages per server pair.
+    let hier = n * (g - 1.0) + s * (s - 1.0) * g + n;
+    match candidate {
+        "native" => Shape { transfers: 0.0, steps: 1.0, messages: 2.0 * (n - 1.0), staged: diag },
+        "fanout" => Shape { transfers: nz, steps: 1.0, messages: deg, staged: diag },
+        "spreadout" => Shape { transfers: nz, steps: n, messages: deg, staged: diag },
+        "hierarchical" => Shape { transfers: 0.93 * hier, steps: 2.0, messages: 2.0 * (g - 1.0) + 2.0 * (s - 1.0), staged: staged([0.30, 1.05, 1.0]) },
+        "balanced_direct" => Shape { transfers: 1.4 * nz, steps: 3.0, messages: 1.5 * deg, staged: staged([0.80, 0.05, 0.1]) },
+        "fast" => {
+            let rounds = fast_rounds(&f, l);
+            Shape { transfers: 1.16 * (nz + rounds * n), steps: rounds + 2.0, messages: 1.2 * deg + 2.0 * rounds, staged: staged([0.40, 0.05, 0.2]) }
+        }
+        "sabre_skewed" => Shape { transfers: nz, steps: 3.0, messages: deg, staged: staged([0.55, 0.80, 0.0]) },
+        "sabre_light" => Shape { transfers: nz, steps: 2.0, messages: deg, staged: staged([0.0, 0.90, 0.0]) },
+        _ => Shape::default(),
+    }
+}
+
+/// Host overhead (seconds) of running `candidate` with plan `shape` on `backend`
+/// (`planning_ns`: its planning cost per transfer; unused for native).
+pub fn overhead_s(candidate: &str, shape: &Shape, backend: &Backend, planning_ns: f64) -> f64 {
+    let us = 1e-6;
+    let per_message = shape.messages * backend.message_us * us;
+    let copies = shape.staged / (1u64 << 20) as f64 * backend.copy_us_per_mib * us;
+    if candidate == "native" {
+        return backend.native_call_us * us + per_message + copies;
+    }
+    backend.call_us * us + shape.transfers * planning_ns * 1e-9 + shape.steps * backend.step_us * us + per_message + copies
+}

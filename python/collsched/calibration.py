@@ -1,0 +1,204 @@
+"""Backend constants for ``collsched.choose``: load, store and measure them.
+
+The table (format: ``crates/collsched-core/src/algo/auto/calibration.json``, the built-in
+defaults) holds per backend the host cost of one call, one step, one message and one staged
+MiB, how much torch's own all-to-all serialises a pair's two directions, and per planner its
+cost per planned transfer. ``collsched calibrate`` measures them on the user's cluster and
+stores them in ``$XDG_CACHE_HOME/collsched/calibration.json`` (``~/.cache/...``);
+``COLLSCHED_CALIBRATION`` points at another file. ``load()`` returns what ``choose`` uses.
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+
+from collsched import _core
+
+ENV = "COLLSCHED_CALIBRATION"
+_cached: tuple | None = None  # (path, mtime_ns, Calibration)
+
+
+def default_path() -> Path:
+    """Where ``collsched calibrate`` stores its measurements by default."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "collsched" / "calibration.json"
+
+
+def path_in_use() -> Path | None:
+    """The calibration file ``load()`` reads: ``$COLLSCHED_CALIBRATION``, else the default
+    path when it exists, else None (the built-in defaults)."""
+    env = os.environ.get(ENV)
+    if env:
+        return Path(env)
+    p = default_path()
+    return p if p.is_file() else None
+
+
+_where: dict = {}  # (COLLSCHED_CALIBRATION, XDG_CACHE_HOME, HOME) -> (path, from_env)
+
+
+def _candidate() -> tuple[Path, bool]:
+    """The file to look at, resolved once per environment (Path.home() is slow per call)."""
+    env = os.environ
+    key = (env.get(ENV), env.get("XDG_CACHE_HOME"), env.get("HOME"))
+    got = _where.get(key)
+    if got is None:
+        got = _where[key] = (Path(key[0]), True) if key[0] else (default_path(), False)
+    return got
+
+
+def load() -> _core.Calibration:
+    """The calibration ``choose`` uses (re-read when the file changes).
+
+    Raises:
+        ValueError: ``COLLSCHED_CALIBRATION`` names a missing file, or the file is not a
+            valid calibration (the message names the file and the bad field).
+    """
+    global _cached
+    path, from_env = _candidate()
+    try:
+        mtime = os.stat(path).st_mtime_ns
+    except OSError:
+        if from_env:
+            raise ValueError(f"{ENV}={path}: no such calibration file (run `collsched calibrate` or unset it)") from None
+        if _cached is None or _cached[0] is not None:
+            _cached = (None, 0, _core.Calibration.defaults())
+        return _cached[2]
+    if _cached is not None and _cached[0] == path and _cached[1] == mtime:
+        return _cached[2]
+    try:
+        cal = _core.Calibration.from_json(path.read_text(encoding="utf-8"))
+    except ValueError as e:
+        raise ValueError(f"calibration file {path}: {e}") from None
+    _cached = (path, mtime, cal)
+    return cal
+
+
+def save(table: dict, path: Path | None = None) -> Path:
+    """Check ``table`` (a calibration as a dict) and write it as JSON; returns the path."""
+    text = json.dumps(table, indent=2, sort_keys=True)
+    _core.Calibration.from_json(text)  # raises ValueError naming a bad field
+    p = Path(path) if path is not None else default_path()
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_suffix(".tmp")
+    tmp.write_text(text + "\n", encoding="utf-8")
+    tmp.replace(p)
+    return p
+
+
+def measure_planning(iters: int = 5, spec: str = "h200:8", seed: int = 1) -> dict[str, float]:
+    """Host ns per planned transfer of each planner on a Zipf(0.8) matrix (median of ``iters``)."""
+    from collsched import plan_all_to_all, traffic
+
+    c = _core.Cluster.parse(spec)
+    out = {}
+    for name in _core.auto_candidates():
+        if name == "native":
+            continue
+        per = []
+        for k in range(iters):
+            m = traffic.zipf(c.num_gpus, 0.8, (16 << 20) // c.num_gpus, seed=seed + k)
+            t0 = time.perf_counter()
+            p = plan_all_to_all(m, c, name)
+            per.append((time.perf_counter() - t0) * 1e9 / max(p.num_transfers, 1))
+        out[name] = round(statistics.median(per), 1)
+    return out
+
+
+def _median_us(fn, iters: int) -> float:
+    import torch.distributed as dist
+
+    times = []
+    for _ in range(iters):
+        dist.barrier()
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1e6
+
+
+def measure_rank(iters: int = 20, mib: int = 4) -> dict:
+    """Run on every rank of an initialised process group: this rank's measurements (µs).
+
+    Every loop runs ``iters`` times (bounded); rank 0's numbers are what the table keeps.
+    """
+    import torch
+    import torch.distributed as dist
+
+    from collsched.comm.api import all_to_all_single, last_call_stats
+    from collsched.comm.cache import PlanCache
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    one = torch.zeros(world, dtype=torch.float32)
+    out = torch.empty_like(one)
+    native_tiny = _median_us(lambda: dist.all_to_all_single(out, one), iters)
+
+    # A step with one message each way (send to the next rank, receive from the previous),
+    # and with a message to and from every peer.
+    def step(sends, recvs):
+        ops = [dist.P2POp(dist.isend, one[:1], d) for d in sends]
+        ops += [dist.P2POp(dist.irecv, torch.empty(1), d) for d in recvs]
+        if ops:
+            for w in dist.batch_isend_irecv(ops):
+                w.wait()
+
+    everyone = [d for d in range(world) if d != rank]
+    step_one = _median_us(lambda: step([(rank + 1) % world], [(rank - 1) % world]) if world > 1 else None, iters)
+    step_all = _median_us(lambda: step(everyone, everyone), iters)
+    extra = max(len(everyone) - 1, 1)
+    message_us = max((step_all - step_one) / (2 * extra), 0.0)
+    step_us = max(step_one - 2 * message_us, 0.0)
+
+    # Staging: gather 64 segments into one message (what a multi-segment send costs).
+    src = torch.empty(mib << 18, dtype=torch.float32)
+    segs = list(src.chunk(64))
+    dst = torch.empty_like(src)
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        torch.cat(segs, out=dst)
+    copy_us_per_mib = (time.perf_counter() - t0) / iters * 1e6 / mib
+
+    # collsched's own call around a plan (fresh tiny matrices: plan-hash check, planning,
+    # program compile), less the data movement.
+    cache = PlanCache()
+    fixed = []
+    for k in range(iters):
+        rows = torch.full((world,), k % 3 + 1, dtype=torch.int64)
+        inp = torch.zeros(int(rows.sum()), dtype=torch.float32)
+        outp = torch.empty(int(rows.sum()), dtype=torch.float32)
+        all_to_all_single(outp, inp, rows.tolist(), rows.tolist(), algorithm="fanout", cache=cache)
+        s = last_call_stats()
+        fixed.append(s.total_s - s.exchange_s - s.execute_s)
+    call_us = statistics.median(fixed) * 1e6
+
+    # Duplex: pairs (0,1), (2,3), ... move `mib` MiB one way, then both ways at once through
+    # torch's own all-to-all. Every rank runs the same loops (a rank without a pair idles).
+    peer = rank ^ 1 if (rank ^ 1) < world else None
+    count = mib << 18
+    big = torch.zeros(count, dtype=torch.float32)
+    got = torch.empty_like(big)
+    splits = [count if d == peer else 0 for d in range(world)]
+
+    def one_way():
+        if peer is not None:
+            (dist.send(big, peer) if rank < peer else dist.recv(got, peer))
+
+    def both_ways():
+        dist.all_to_all_single(got[:sum(splits)], big[:sum(splits)], splits, splits)
+
+    reps = max(iters // 4, 3)
+    t_one = _median_us(one_way, reps)
+    t_both = _median_us(both_ways, reps)
+    half = min(max((t_both - t_one) / max(t_one, 1e-9), 0.0), 1.0) if peer is not None else 0.0
+    return {
+        "native_call_us": max(native_tiny - 2 * (world - 1) * message_us, 0.0),
+        "step_us": step_us,
+        "message_us": message_us,
+        "copy_us_per_mib": copy_us_per_mib,
+        "call_us": call_us,
+        "half_duplex": half,
+        "world": world,
+    }

@@ -1,0 +1,140 @@
+"""`collsched.choose` and its calibration table: properties of the decision, bad input,
+where the constants come from, and `collsched calibrate`."""
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import collsched
+from collsched import _core, traffic
+from collsched.calibration import ENV, default_path, load, path_in_use, save
+from collsched.choose import Choice, choose
+
+DEFAULTS = _core.Calibration.defaults()
+
+
+@st.composite
+def problems(draw):
+    preset = draw(st.sampled_from(["h200", "mi300x", "perlmutter", "mi250"]))
+    servers = draw(st.integers(1, 4))
+    gpus = draw(st.sampled_from([1, 2, 4, 8]))
+    nics = max(gpus // draw(st.sampled_from([1, 2])), 1)
+    c = collsched.Cluster.parse(f"{preset}:{servers},gpus={gpus},nics={nics}")
+    n = c.num_gpus
+    seed = draw(st.integers(0, 10_000))
+    rng = np.random.default_rng(seed)
+    scale = draw(st.sampled_from([0, 1, 1 << 10, 1 << 20, 64 << 20]))
+    m = (rng.random((n, n)) * scale).astype(np.uint64)
+    m[rng.random((n, n)) < draw(st.floats(0, 0.9))] = 0
+    return c, m, draw(st.sampled_from(["gloo", "nccl"]))
+
+
+@settings(max_examples=60, deadline=None)
+@given(problems())
+def test_choice_is_the_first_minimum_and_deterministic(p):
+    c, m, backend = p
+    a = choose(m, c, backend, calibration=DEFAULTS)
+    assert a == choose(m.copy(), c.spec(), backend, calibration=DEFAULTS)
+    assert list(a.candidates) == _core.auto_candidates() and "native" in a.candidates
+    best = min(a.candidates.values())
+    assert a.predicted_s == best
+    assert a.algorithm == next(k for k, v in a.candidates.items() if v == best)
+    for k, v in a.candidates.items():
+        assert np.isfinite(v) and a.transfer_s[k] >= 0 and a.overhead_s[k] >= 0
+        assert v == pytest.approx(a.transfer_s[k] + a.overhead_s[k], rel=1e-12)
+    # Any integer dtype gives the same decision.
+    assert choose(m.astype(np.int64), c, backend, calibration=DEFAULTS) == a
+
+
+def test_backend_and_size_move_the_choice():
+    c = collsched.Cluster.parse("h200:4")
+    tiny = traffic.uniform(32, 64, seed=1)
+    assert choose(tiny, c, "nccl", calibration=DEFAULTS).algorithm == "native"
+    big = traffic.zipf(32, 1.2, 8 << 20, seed=2)
+    assert choose(big, c, "nccl", calibration=DEFAULTS).algorithm in ("balanced_direct", "fast", "sabre_skewed")
+    # Gloo's half duplex makes torch's own call slower than fanout's data movement.
+    bal = traffic.balanced(32, 4 << 20)
+    g = choose(bal, c, "gloo", calibration=DEFAULTS)
+    assert g.transfer_s["native"] > g.transfer_s["fanout"]
+    n = choose(bal, c, "nccl", calibration=DEFAULTS)
+    assert n.transfer_s["native"] == n.transfer_s["fanout"]
+    sub = choose(big, c, "nccl", candidates=["fanout", "native"], calibration=DEFAULTS)
+    assert set(sub.candidates) == {"native", "fanout"}
+
+
+def test_bad_input_names_the_problem():
+    m = traffic.uniform(8, 100, seed=1)
+    with pytest.raises(ValueError, match=r"unknown backend 'mpi' \(expected one of: gloo, nccl\)"):
+        choose(m, "h200:1", "mpi")
+    with pytest.raises(ValueError, match="backend must be a string"):
+        choose(m, "h200:1", None)
+    with pytest.raises(ValueError, match="square"):
+        choose(m[:4], "h200:1")
+    with pytest.raises(ValueError, match="8×8 but cluster"):
+        choose(m, "h200:2")
+    with pytest.raises(ValueError, match="non-negative integer"):
+        choose(-np.ones((8, 8), dtype=np.int64), "h200:1")
+    with pytest.raises(ValueError, match="non-negative integer"):
+        choose(np.ones((8, 8)), "h200:1")
+    with pytest.raises(ValueError, match="unknown candidate 'nccl'"):
+        choose(m, "h200:1", candidates=["nccl"])
+    huge = np.zeros((8, 8), dtype=np.uint64)
+    huge[0, 1], huge[0, 2] = np.iinfo(np.uint64).max, 1
+    with pytest.raises(ValueError, match="row 0 sums past 2\\^64"):
+        choose(huge, "h200:1")
+
+
+def test_calibration_file_env_and_errors(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv(ENV, raising=False)
+    assert path_in_use() is None and load().digest == DEFAULTS.digest
+    table = json.loads(DEFAULTS.to_json())
+    table["backends"]["gloo"]["step_us"] = 60000.0
+    written = save(table)
+    assert written == default_path() and path_in_use() == written
+    assert load().digest != DEFAULTS.digest
+    big = traffic.zipf(32, 1.2, 8 << 20, seed=2)
+    # With 60 ms per step only torch's one call makes sense on Gloo.
+    assert choose(big, "h200:4", "gloo").algorithm == "native"
+    other = tmp_path / "other.json"
+    other.write_text(DEFAULTS.to_json())
+    monkeypatch.setenv(ENV, str(other))
+    assert load().digest == DEFAULTS.digest
+    monkeypatch.setenv(ENV, str(tmp_path / "missing.json"))
+    with pytest.raises(ValueError, match="COLLSCHED_CALIBRATION=.*missing.json: no such calibration file"):
+        choose(big, "h200:4", "gloo")
+    bad = tmp_path / "bad.json"
+    bad.write_text(DEFAULTS.to_json().replace('"half_duplex": 1.0', '"half_duplex": 2.0'))
+    monkeypatch.setenv(ENV, str(bad))
+    with pytest.raises(ValueError, match="bad.json: calibration: backends.gloo.half_duplex must be in"):
+        load()
+    with pytest.raises(ValueError, match="planning_ns_per_transfer has no entry for 'fast'"):
+        t = json.loads(DEFAULTS.to_json())
+        del t["planning_ns_per_transfer"]["fast"]
+        save(t, tmp_path / "x.json")
+
+
+def test_cli_calibrate_show_and_measure(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from collsched.cli import _register_all, app
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv(ENV, raising=False)
+    _register_all()
+    runner = CliRunner()
+    r = runner.invoke(app, ["calibrate", "--show"])
+    assert r.exit_code == 0 and "built-in defaults" in r.output and '"gloo"' in r.output
+    r = runner.invoke(app, ["calibrate", "--iters", "0"])
+    assert r.exit_code == 2 and "--iters must be between 1 and 1000" in r.output
+    out = tmp_path / "cal.json"
+    r = runner.invoke(app, ["calibrate", "--nprocs", "2", "--iters", "3", "--mib", "1", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    assert f"wrote {out}" in r.output
+    got = _core.Calibration.from_json(out.read_text())
+    t = json.loads(got.to_json())
+    assert t["backends"]["nccl"] == json.loads(DEFAULTS.to_json())["backends"]["nccl"]
+    assert "measured by `collsched calibrate`" in t["source"] and "2 local Gloo ranks" in t["source"]
+    assert all(v >= 0 for v in t["backends"]["gloo"].values())
