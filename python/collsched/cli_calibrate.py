@@ -42,7 +42,7 @@ def register(app: typer.Typer) -> None:
         nprocs: int = typer.Option(8, "--nprocs", help="local Gloo ranks to spawn when not under torchrun"),
         iters: int = typer.Option(20, "--iters", help="timed repetitions of each measurement (bounded)"),
         mib: int = typer.Option(4, "--mib", help="MiB per message for the copy and duplex measurements"),
-        output: Optional[str] = typer.Option(None, "--output", "-o",
+        output: Optional[str] = typer.Option(None, "--out", "-o",
                                              help="file to write (default: the user cache dir; "
                                                   "COLLSCHED_CALIBRATION points choose at another)"),
         show: bool = typer.Option(False, "--show", help="print the table choose uses now and where it comes from; "
