@@ -178,10 +178,16 @@ class RankRows:
 
 
 def rank_rows(plan, rank: int, count_pairs: bool = True) -> RankRows:
-    """`RankRows` from the Rust core's rank view: only this rank's transfers are decoded.
-    Without `count_pairs` the view skips the other transfers' segments and `moving_pairs`
-    is empty."""
-    v = plan._rank_view(rank, count_pairs)
+    """`RankRows` from the Rust core's rank view of a whole Plan, or from a `RankPlan`
+    (`collsched.plan_for_rank`, which always carries the moving pairs): only this rank's
+    transfers are decoded. Without `count_pairs` a Plan's view skips the other transfers'
+    segments and `moving_pairs` is empty."""
+    if hasattr(plan, "_rows"):  # a RankPlan
+        if plan.rank != rank:
+            raise ValueError(f"this RankPlan is rank {plan.rank}'s, not rank {rank}'s")
+        v = plan._rows()
+    else:
+        v = plan._rank_view(rank, count_pairs)
     ids = np.frombuffer(v["ids"], dtype="<u4").tolist()
     rows = np.frombuffer(v["transfers"], dtype=TRANSFER_DTYPE).tolist()
     segs = np.frombuffer(v["segments"], dtype=SEGMENT_DTYPE).tolist()

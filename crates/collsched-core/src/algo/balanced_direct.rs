@@ -26,6 +26,7 @@ pub fn plan(traffic: &Traffic, cluster: &Cluster, opts: &Options) -> Result<Plan
         let rounds = if pairs.is_empty() { vec![] } else { vec![pipeline::Round { pairs }] };
         let (mut b, loads) = pipeline::assemble("balanced_direct", traffic, cluster, bal, &rounds, false);
         b.set_meta("predicted_time_ns", predict_ns(cluster, &loads));
+        b.set_decisions(crate::algo::fast::decisions_of(bal, &rounds));
         b.finish()
     }))
 }

@@ -6,6 +6,7 @@
 pub mod floor;
 pub mod content_hash;
 pub mod hash;
+pub mod rank_plan;
 pub mod rank_view;
 pub mod serialize;
 pub mod verify;
@@ -184,6 +185,11 @@ pub struct Plan {
     pub input_hash: u64,
     /// Producer facts for people and selectors: stage count, choice and reason, predicted time.
     pub meta: BTreeMap<String, String>,
+    /// Digest of the producer's decisions with the inputs mixed in (`RankPlan::digest`, see
+    /// `algo::plan_for_rank`); 0 when the plan has none. Not part of the plan's content:
+    /// its hash, JSON and binary forms leave it out, so a plan read back has none.
+    #[serde(skip)]
+    pub decisions_digest: u64,
 }
 
 impl Plan {
@@ -244,6 +250,7 @@ impl PlanBuilder {
                 deps: Vec::new(),
                 input_hash: 0,
                 meta: BTreeMap::new(),
+                decisions_digest: 0,
             },
             id_base: 0,
         }
@@ -258,7 +265,7 @@ impl PlanBuilder {
         deps.clear();
         let collective = Collective::AllGather { ranks: 0, shard_bytes: 0 };
         PlanBuilder {
-            plan: Plan { algorithm: String::new(), collective, gpus_per_server: 0, scratch_bytes: Vec::new(), transfers, segments, deps, input_hash: 0, meta: BTreeMap::new() },
+            plan: Plan { algorithm: String::new(), collective, gpus_per_server: 0, scratch_bytes: Vec::new(), transfers, segments, deps, input_hash: 0, meta: BTreeMap::new(), decisions_digest: 0 },
             id_base,
         }
     }
@@ -344,6 +351,10 @@ impl PlanBuilder {
     }
     pub fn set_input_hash(&mut self, h: u64) {
         self.plan.input_hash = h;
+    }
+    /// Record the digest of the producer's decisions (`plan_all_to_all` mixes the inputs in).
+    pub fn set_decisions(&mut self, digest: u64) {
+        self.plan.decisions_digest = digest;
     }
     pub fn finish(self) -> Plan {
         self.plan

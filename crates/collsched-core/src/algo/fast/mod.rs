@@ -454,6 +454,22 @@ fn schedule(traffic: &Traffic, server: &[u64], n: usize, cluster: &Cluster, o: &
     Schedule { rounds, birkhoff_stages, decomposed, exact_stages }
 }
 
+/// Digest of FAST's decisions: the balanced tile totals, what each rank receives while
+/// balancing, and every round's server pairs with their bytes.
+pub(crate) fn decisions_of(bal: &balance::Balanced, rounds: &[Round]) -> u64 {
+    let mut h = crate::plan::hash::Fnv64::new();
+    h.write_u64s(&bal.server);
+    h.write_u64s(&bal.balance_in);
+    h.write_u64(bal.num_moves() as u64);
+    let mut words = Vec::new();
+    for r in rounds {
+        words.clear();
+        words.extend(r.pairs.iter().flat_map(|&(s, d, x)| [u64::from(s) << 32 | u64::from(d), x]));
+        h.write_u64s(&words);
+    }
+    h.finish()
+}
+
 fn finish_plan(collective: Collective, cluster: &Cluster, o: &FastOptions, bal: &balance::Balanced, sched: &Schedule, threads: bool, cuts_ready: bool) -> Plan {
     let n = cluster.servers as usize;
     let rounds = &sched.rounds;
@@ -466,6 +482,7 @@ fn finish_plan(collective: Collective, cluster: &Cluster, o: &FastOptions, bal: 
     b.set_meta("min_stage_bytes", o.min_stage_bytes);
     b.set_meta("order", if o.ascending { "asc" } else { "desc" });
     b.set_meta("server_max_line_bytes", max_line_sum(&bal.server, n));
+    b.set_decisions(decisions_of(bal, rounds));
     let p = b.finish();
     crate::timeline::mark("main: plan finished");
     p
