@@ -253,8 +253,8 @@ fn _core_plan_ns(py: Python<'_>, n: usize, data: &[u8], cluster: &PyCluster, alg
     })
 }
 
-/// Median nanoseconds to fill `nbytes` of mapped memory over this thread and the planner's
-/// helper (`plan::floor`): what writing a plan that size costs at least. For benchmarks.
+/// Median nanoseconds to fill `nbytes` of mapped memory on this thread
+/// (`plan::floor`): what writing a plan that size costs at least. For benchmarks.
 #[pyfunction]
 fn _write_floor_ns(py: Python<'_>, nbytes: usize, reps: usize) -> PyResult<u64> {
     // Plans this large are not recycled either (`plan::RECYCLE_LIMIT_BYTES` is 128 MiB), and

@@ -231,9 +231,6 @@ impl Plan {
 /// Builds a Plan transfer by transfer. Producers call `transfer()` and get the id to depend on.
 pub struct PlanBuilder {
     plan: Plan,
-    /// Added to every id handed out: 0, except in a detached builder whose transfers are
-    /// appended to a plan later (see `detached`).
-    id_base: u32,
 }
 
 impl PlanBuilder {
@@ -252,31 +249,7 @@ impl PlanBuilder {
                 meta: BTreeMap::new(),
                 decisions_digest: 0,
             },
-            id_base: 0,
         }
-    }
-    /// A builder for a part of a plan written apart (e.g. on another thread) into the given
-    /// arrays (cleared) and appended later by its producer: ids count from `id_base`, so the
-    /// producer can tell them from ids of the plan it will join. It has no collective and
-    /// no scratch sizes.
-    pub fn detached(id_base: u32, mut transfers: Vec<Transfer>, mut segments: Vec<Segment>, mut deps: Vec<u32>) -> PlanBuilder {
-        transfers.clear();
-        segments.clear();
-        deps.clear();
-        let collective = Collective::AllGather { ranks: 0, shard_bytes: 0 };
-        PlanBuilder {
-            plan: Plan { algorithm: String::new(), collective, gpus_per_server: 0, scratch_bytes: Vec::new(), transfers, segments, deps, input_hash: 0, meta: BTreeMap::new(), decisions_digest: 0 },
-            id_base,
-        }
-    }
-    /// The arrays, taken apart (a detached builder's, to be kept for reuse).
-    pub fn into_arrays(self) -> (Vec<Transfer>, Vec<Segment>, Vec<u32>) {
-        (self.plan.transfers, self.plan.segments, self.plan.deps)
-    }
-    /// The three arrays, for a producer that appends transfers with their lists in bulk
-    /// (each transfer's ranges must index what it appended).
-    pub fn arrays_mut(&mut self) -> (&mut Vec<Transfer>, &mut Vec<Segment>, &mut Vec<u32>) {
-        (&mut self.plan.transfers, &mut self.plan.segments, &mut self.plan.deps)
     }
     pub fn collective(&self) -> &Collective {
         &self.plan.collective
@@ -309,7 +282,7 @@ impl PlanBuilder {
     #[inline]
     pub fn transfer(&mut self, src: u32, dst: u32, op: Op, tier: Tier, step: u32, segs: &[Segment], deps: &[u32]) -> u32 {
         let p = &mut self.plan;
-        let id = p.transfers.len() as u32 + self.id_base;
+        let id = p.transfers.len() as u32;
         let seg_begin = p.segments.len() as u32;
         // Element loops, not extend/extend_from_slice: lists are a few entries long, where a
         // memcpy call or a filter adapter costs more than the copy.
@@ -338,7 +311,7 @@ impl PlanBuilder {
     pub fn close_transfer(&mut self, src: u32, dst: u32, op: Op, tier: Tier, step: u32, seg_begin: usize, dep_begin: usize) -> u32 {
         let p = &mut self.plan;
         debug_assert!(p.segments[seg_begin..].iter().all(|s| s.len > 0));
-        let id = p.transfers.len() as u32 + self.id_base;
+        let id = p.transfers.len() as u32;
         let (seg_end, dep_end) = (p.segments.len() as u32, p.deps.len() as u32);
         p.transfers.push(Transfer { src, dst, op, tier, step, seg_begin: seg_begin as u32, seg_end, dep_begin: dep_begin as u32, dep_end });
         id

@@ -15,7 +15,16 @@
 //! (switch) or the directed GPU-to-GPU links of its route (mesh, ring, cube-mesh);
 //! a local copy uses its GPU's copy engine.
 use super::fluid;
-use crate::reuse::{empty, filled, give, pooled};
+// Plain allocations where the per-thread pools of `reuse` (removed, issue 33) were.
+fn empty<T>(cap: usize) -> Vec<T> {
+    Vec::with_capacity(cap)
+}
+fn filled<T: Clone>(len: usize, fill: T) -> Vec<T> {
+    vec![fill; len]
+}
+fn give<T>(v: Vec<T>) {
+    drop(v)
+}
 use crate::plan::Plan;
 use crate::topology::{Cluster, ScaleUp, Tier};
 pub use super::bounds::{critical_path_lower_bound_ns, fast_preview_bounds_ns, matrix_nic_lower_bound_ns, nic_lower_bound_ns, plan_nic_loads, sabre_skewed_lower_bound_ns, Route};
@@ -531,7 +540,6 @@ pub(super) struct SlotTerms {
     /// Its (link, level) group; `NO_GROUP` for a slot without bytes.
     group: u32,
 }
-pooled!(SlotTerms, POOL_TERMS);
 
 const NO_GROUP: u32 = u32::MAX;
 

@@ -143,9 +143,6 @@ pub fn plan(traffic: &Traffic, cluster: &Cluster, opts: &Options) -> Result<Plan
             return Ok(finish(plan, &d));
         }
     }
-    if threads > 1 {
-        crate::beside::wake();
-    }
     let chosen: Vec<usize> = (0..CANDIDATES.len()).filter(|&i| mask[i]).collect();
     // First only what decides the closed-form winner: every candidate that could beat the
     // best prediction so far (margin 0). The close calls are completed below only if a
@@ -447,7 +444,7 @@ fn evaluate_pruned(chosen: &[usize], traffic: &Traffic, cluster: &Cluster, threa
                     }
                     (!taken.swap(true, Ordering::Relaxed)).then(|| (k, evaluate(k, None, None, traffic, cluster, &limit_k)))
                 };
-                let ((rj, kj), (ri, ki)) = crate::beside::join(
+                let ((rj, kj), (ri, ki)) = join_seq(
                     || {
                         // Started after i's prediction is below j's bound (the calling thread
                         // took this job back, or i was quick): the replay prunes j by that
@@ -568,11 +565,16 @@ fn evaluate(i: usize, plan: Option<Plan>, chain: Option<u64>, traffic: &Traffic,
 /// 32 to 256 GPUs (every plan is alive at once); else one (below 32 GPUs a candidate costs
 /// less than starting a thread and warming its working memory).
 fn default_threads(ranks: usize) -> usize {
-    let cores = crate::beside::cores();
-    if !(MIN_RANKS_FOR_THREADS..=256).contains(&ranks) {
-        return 1;
-    }
-    cores.min(CANDIDATES.len())
+    // Sequential by default since the hand-made helper thread (`beside`) was removed
+    // (issue 33); `threads=N` still evaluates on scoped threads.
+    let _ = (ranks, MIN_RANKS_FOR_THREADS);
+    1
+}
+
+/// What `beside::join` did, one job after the other (the second first, as the caller ran it).
+fn join_seq<A, B>(a: impl FnOnce() -> A, b: impl FnOnce() -> B) -> (A, B) {
+    let rb = b();
+    (a(), rb)
 }
 
 /// Smallest cluster on which `auto` uses threads by default (see `default_threads`).
@@ -597,7 +599,7 @@ fn fluid_all(runs: &[&Plan], cluster: &Cluster, units: u64, threads: usize) -> V
     }
     if threads == 2 && runs.len() == 2 {
         // The calling thread's warm helper (`crate::beside`) instead of two fresh threads.
-        let (a, b) = crate::beside::join(|| cost::fluid_predict_ns(runs[1], cluster, units), || cost::fluid_predict_ns(runs[0], cluster, units));
+        let (a, b) = join_seq(|| cost::fluid_predict_ns(runs[1], cluster, units), || cost::fluid_predict_ns(runs[0], cluster, units));
         return vec![b, a];
     }
     let mut out = vec![None; runs.len()];
@@ -674,7 +676,7 @@ fn plan_all<R: Send>(chosen: &[usize], traffic: &Traffic, cluster: &Cluster, thr
         // starts 30–60 µs later on the 2-vCPU container.
         let beside = std::sync::Mutex::new(Some(beside));
         let take = || beside.lock().map_or(None, |mut f| f.take()).map(|f| f());
-        let ((even, a), (odd, b)) = crate::beside::join(|| (share(0), take()), || (share(1), take()));
+        let ((even, a), (odd, b)) = join_seq(|| (share(0), take()), || (share(1), take()));
         for (k, r) in even.into_iter().chain(odd) {
             slots[k] = Some(r);
         }
