@@ -74,7 +74,7 @@ fn check_all_ranks(cluster: &Cluster, t: &Traffic, algo: &str) -> Result<(), Tes
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(40))]
+    #![proptest_config(ProptestConfig::with_cases(96))]
     /// Every producer, random clusters (shared NICs, one server, one GPU per server) and
     /// matrices (skewed, uniform, empty, one hot pair, sparse).
     #[test]
@@ -84,6 +84,18 @@ proptest! {
         let t = matrix(cluster.num_gpus() as usize, kind, seed);
         for (algo, _) in ALL_TO_ALL_ALGORITHMS {
             check_all_ranks(&cluster, &t, algo)?;
+        }
+    }
+}
+
+/// The producers that expand one rank alone, on larger clusters (48 and 60 ranks).
+#[test]
+fn per_rank_producers_on_larger_clusters() {
+    for (spec, kind) in [("h200:6", 0), ("h200:5,gpus=12,nics=4", 4), ("h200:6", 3)] {
+        let c = Cluster::parse(spec).unwrap();
+        let t = matrix(c.num_gpus() as usize, kind, 17);
+        for algo in ["fanout", "spreadout", "hierarchical"] {
+            check_all_ranks(&c, &t, algo).unwrap();
         }
     }
 }

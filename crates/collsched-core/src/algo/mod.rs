@@ -47,7 +47,7 @@ fn check_inputs(traffic: &Traffic, cluster: &Cluster) -> Result<()> {
 
 /// Producers whose plan the matrix alone fixes (no decisions) and that expand one rank on
 /// their own (`plan_for_rank`); the others' rank plans are cut from their whole plan.
-const PER_RANK: &[&str] = &["fanout", "spreadout"];
+const PER_RANK: &[&str] = &["fanout", "spreadout", "hierarchical"];
 
 /// Plan an all-to-all(v) of `traffic` on `cluster` with the named algorithm.
 pub fn plan_all_to_all(traffic: &Traffic, cluster: &Cluster, algorithm: &str, opts: &Options) -> Result<Plan> {
@@ -133,7 +133,8 @@ pub fn plan_for_rank_timed(traffic: &Traffic, cluster: &Cluster, rank: u32, algo
     let r = rank as usize;
     let rp = match algorithm {
         "fanout" => fanout::plan_rank(traffic, cluster, r, digest),
-        _ => spreadout::plan_rank(traffic, cluster, r, digest),
+        "spreadout" => spreadout::plan_rank(traffic, cluster, r, digest),
+        _ => hierarchical::plan_rank(traffic, cluster, r, digest),
     };
     Ok((rp, RankTimes { decide_ns, expand_ns: ns(t1) }))
 }
