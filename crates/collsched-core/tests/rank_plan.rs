@@ -88,13 +88,13 @@ proptest! {
     }
 }
 
-/// The producers that expand one rank alone, on larger clusters (48 and 60 ranks).
+/// The producers that expand one rank without the whole plan, on larger clusters (48 and 60 ranks).
 #[test]
 fn per_rank_producers_on_larger_clusters() {
     for (spec, kind) in [("h200:6", 0), ("h200:5,gpus=12,nics=4", 4), ("h200:6", 3)] {
         let c = Cluster::parse(spec).unwrap();
         let t = matrix(c.num_gpus() as usize, kind, 17);
-        for algo in ["fanout", "spreadout", "hierarchical"] {
+        for algo in ["fanout", "spreadout", "hierarchical", "fast", "balanced_direct"] {
             check_all_ranks(&c, &t, algo).unwrap();
         }
     }

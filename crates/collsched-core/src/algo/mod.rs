@@ -49,6 +49,11 @@ fn check_inputs(traffic: &Traffic, cluster: &Cluster) -> Result<()> {
 /// their own (`plan_for_rank`); the others' rank plans are cut from their whole plan.
 const PER_RANK: &[&str] = &["fanout", "spreadout", "hierarchical"];
 
+/// Producers split into decisions and an assembly that a builder can restrict to one rank
+/// (`PlanBuilder::for_rank`): the rank's expansion skips writing the others' transfers,
+/// though it still walks them (its cost grows with the plan, not with the rank's part).
+const DECIDE_THEN_EXPAND: &[&str] = &["fast", "balanced_direct"];
+
 /// Plan an all-to-all(v) of `traffic` on `cluster` with the named algorithm.
 pub fn plan_all_to_all(traffic: &Traffic, cluster: &Cluster, algorithm: &str, opts: &Options) -> Result<Plan> {
     check_inputs(traffic, cluster)?;
@@ -101,7 +106,9 @@ pub struct RankTimes {
 
 /// `rank`'s part of the all-to-all plan: equal to `plan_all_to_all(..).rank_plan(rank)`.
 /// fanout, spreadout and hierarchical expand the rank alone (from per-row counts of the
-/// matrix); the other producers plan the whole plan and cut the rank's part from it.
+/// matrix); fast and balanced_direct decide, then run their assembly keeping only the
+/// rank's transfers; the SABRE variants and auto plan the whole plan and cut the rank's
+/// part from it.
 pub fn plan_for_rank(traffic: &Traffic, cluster: &Cluster, rank: u32, algorithm: &str, opts: &Options) -> Result<RankPlan> {
     plan_for_rank_timed(traffic, cluster, rank, algorithm, opts).map(|(rp, _)| rp)
 }
@@ -115,6 +122,17 @@ pub fn plan_for_rank_timed(traffic: &Traffic, cluster: &Cluster, rank: u32, algo
     }
     let t0 = std::time::Instant::now();
     let ns = |t: std::time::Instant| t.elapsed().as_nanos() as u64;
+    if DECIDE_THEN_EXPAND.contains(&algorithm) {
+        // The producer's own decisions and assembly, into a builder that keeps only this
+        // rank's transfers (the whole plan is every rank's expansion by the same code).
+        let (mut rp, decided, decide_ns) = match algorithm {
+            "fast" => fast::plan_rank(traffic, cluster, opts, rank)?,
+            _ => balanced_direct::plan_rank(traffic, cluster, opts, rank)?,
+        };
+        rp.digest = decisions_digest(input_hash(traffic, cluster, algorithm, opts), decided);
+        let total = ns(t0);
+        return Ok((rp, RankTimes { decide_ns, expand_ns: total.saturating_sub(decide_ns) }));
+    }
     if !PER_RANK.contains(&algorithm) {
         if !ALL_TO_ALL_ALGORITHMS.iter().any(|a| a.0 == algorithm) {
             return unknown(algorithm);

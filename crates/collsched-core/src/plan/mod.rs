@@ -229,8 +229,20 @@ impl Plan {
 }
 
 /// Builds a Plan transfer by transfer. Producers call `transfer()` and get the id to depend on.
+/// Built `for_rank`, it keeps only one rank's transfers (`finish_rank`): the same producer
+/// code then expands one rank's part of the plan without writing the others'.
 pub struct PlanBuilder {
     plan: Plan,
+    one: Option<Box<OneRank>>,
+}
+
+/// What a builder `for_rank` keeps: the rank's part, which ids it takes part in (to restrict
+/// deps), the next id, and the moving pairs of every step.
+struct OneRank {
+    out: rank_plan::RankPlan,
+    next_id: u32,
+    mine: Vec<u64>,
+    pairs: rank_plan::PairCounter,
 }
 
 impl PlanBuilder {
@@ -249,7 +261,50 @@ impl PlanBuilder {
                 meta: BTreeMap::new(),
                 decisions_digest: 0,
             },
+            one: None,
         }
+    }
+    /// A builder that keeps only `rank`'s transfers (see `finish_rank`) of a plan for
+    /// `num_ranks` ranks; the rank's buffer sizes are given (its collective is not kept).
+    pub fn for_rank(algorithm: &str, num_ranks: u32, gpus_per_server: u32, rank: u32, input_bytes: u64, output_bytes: u64) -> PlanBuilder {
+        let mut b = PlanBuilder::new(algorithm, Collective::AllGather { ranks: num_ranks, shard_bytes: 0 }, gpus_per_server);
+        let mut out = rank_plan::RankPlan::empty(algorithm, rank, num_ranks, gpus_per_server, 0);
+        out.input_bytes = input_bytes;
+        out.output_bytes = output_bytes;
+        b.one = Some(Box::new(OneRank { out, next_id: 0, mine: Vec::new(), pairs: rank_plan::PairCounter::new(num_ranks) }));
+        b
+    }
+    /// The rank's part of the plan of a builder made `for_rank` (its digest left 0), with
+    /// the plan's meta; None for a whole-plan builder.
+    pub fn finish_rank(self) -> Option<(rank_plan::RankPlan, BTreeMap<String, String>)> {
+        let mut one = self.one?;
+        one.out.scratch_bytes = self.plan.scratch_bytes[one.out.rank as usize];
+        one.out.moving_pairs = one.pairs.finish();
+        Some((one.out, self.plan.meta))
+    }
+    /// One-rank mode: record transfer `id` over the staged lists from `seg_begin` and
+    /// `dep_begin`, keep it if the rank takes part, then drop the staged lists.
+    fn keep_one(&mut self, t: Transfer) -> u32 {
+        let (one, p) = (self.one.as_mut().expect("one-rank mode"), &mut self.plan);
+        let id = one.next_id;
+        one.next_id += 1;
+        let (segs, deps) = (&p.segments[t.seg_range()], &p.deps[t.dep_range()]);
+        if t.src != t.dst && segs.iter().any(|s| s.len > 0) {
+            one.pairs.add(t.step, t.src, t.dst);
+        }
+        let r = one.out.rank;
+        if t.src == r || t.dst == r {
+            if one.mine.len() <= id as usize / 64 {
+                one.mine.resize(id as usize / 64 + 1, 0);
+            }
+            one.mine[id as usize / 64] |= 1 << (id % 64);
+            let mine = &one.mine;
+            let kept: Vec<u32> = deps.iter().copied().filter(|&d| mine.get(d as usize / 64).is_some_and(|w| w >> (d % 64) & 1 == 1)).collect();
+            one.out.push(id, &t, segs, &kept);
+        }
+        p.segments.truncate(t.seg_begin as usize);
+        p.deps.truncate(t.dep_begin as usize);
+        id
     }
     pub fn collective(&self) -> &Collective {
         &self.plan.collective
@@ -257,6 +312,9 @@ impl PlanBuilder {
     /// Reserve room for `transfers` and `segments` more entries, in the arrays of a
     /// recycled plan when one of a fitting size is pooled (see `recycle`).
     pub fn reserve(&mut self, transfers: usize, segments: usize) {
+        if self.one.is_some() {
+            return;
+        }
         if let Ok(mut pool) = RECYCLED.lock() {
             reuse(&mut self.plan.transfers, &mut pool.transfers, transfers);
             reuse(&mut self.plan.segments, &mut pool.segments, segments);
@@ -266,6 +324,9 @@ impl PlanBuilder {
     }
     /// Reserve room for `deps` more dependency ids (growth copies the whole array).
     pub fn reserve_deps(&mut self, deps: usize) {
+        if self.one.is_some() {
+            return;
+        }
         if let Ok(mut pool) = RECYCLED.lock() {
             reuse(&mut self.plan.deps, &mut pool.deps, deps);
         }
@@ -296,7 +357,11 @@ impl PlanBuilder {
             p.deps.push(d);
         }
         let (seg_end, dep_end) = (p.segments.len() as u32, p.deps.len() as u32);
-        p.transfers.push(Transfer { src, dst, op, tier, step, seg_begin, seg_end, dep_begin, dep_end });
+        let t = Transfer { src, dst, op, tier, step, seg_begin, seg_end, dep_begin, dep_end };
+        if self.one.is_some() {
+            return self.keep_one(t);
+        }
+        p.transfers.push(t);
         id
     }
     /// The segment and dependency arrays, for producers that write a transfer's lists in
@@ -313,11 +378,16 @@ impl PlanBuilder {
         debug_assert!(p.segments[seg_begin..].iter().all(|s| s.len > 0));
         let id = p.transfers.len() as u32;
         let (seg_end, dep_end) = (p.segments.len() as u32, p.deps.len() as u32);
-        p.transfers.push(Transfer { src, dst, op, tier, step, seg_begin: seg_begin as u32, seg_end, dep_begin: dep_begin as u32, dep_end });
+        let t = Transfer { src, dst, op, tier, step, seg_begin: seg_begin as u32, seg_end, dep_begin: dep_begin as u32, dep_end };
+        if self.one.is_some() {
+            return self.keep_one(t);
+        }
+        p.transfers.push(t);
         id
     }
+    /// Transfers (ids) so far.
     pub fn num_transfers(&self) -> usize {
-        self.plan.transfers.len()
+        self.one.as_ref().map_or(self.plan.transfers.len(), |o| o.next_id as usize)
     }
     pub fn set_meta(&mut self, key: &str, value: impl ToString) {
         self.plan.meta.insert(key.to_string(), value.to_string());

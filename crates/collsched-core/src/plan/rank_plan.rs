@@ -117,3 +117,43 @@ impl Plan {
         Ok(rp)
     }
 }
+
+/// Distinct ordered rank pairs moving bytes per step, counted as a producer emits transfers
+/// (`PlanBuilder::for_rank`). Each pair remembers the last two steps it was counted in:
+/// exact for producers whose steps never go back by more than one (FAST writes round k's
+/// scale-out, step k + 1, beside its redistribution, step k + 2); property-tested against
+/// `Plan::rank_plan`.
+pub struct PairCounter {
+    n: u64,
+    /// Per pair, the last two steps it was counted in, plus one (0: none).
+    seen: Vec<[u32; 2]>,
+    per_step: Vec<u32>,
+}
+
+impl PairCounter {
+    pub fn new(num_ranks: u32) -> PairCounter {
+        let n = u64::from(num_ranks);
+        PairCounter { n, seen: vec![[0; 2]; (n * n) as usize], per_step: Vec::new() }
+    }
+    #[inline]
+    pub fn add(&mut self, step: u32, src: u32, dst: u32) {
+        let slot = &mut self.seen[(u64::from(src) * self.n + u64::from(dst)) as usize];
+        let mark = step + 1;
+        if slot[0] == mark || slot[1] == mark {
+            return;
+        }
+        // Replace the older of the two.
+        if slot[0] <= slot[1] {
+            slot[0] = mark;
+        } else {
+            slot[1] = mark;
+        }
+        if self.per_step.len() <= step as usize {
+            self.per_step.resize(step as usize + 1, 0);
+        }
+        self.per_step[step as usize] += 1;
+    }
+    pub fn finish(self) -> Vec<(u32, u32)> {
+        self.per_step.iter().enumerate().filter(|&(_, &k)| k > 0).map(|(s, &k)| (s as u32, k)).collect()
+    }
+}

@@ -26,7 +26,8 @@ pub use bound::worst_case_ratio;
 
 use crate::error::Result;
 use crate::invalid;
-use crate::plan::{option_u64, Collective, Options, Plan};
+use crate::plan::rank_plan::RankPlan;
+use crate::plan::{option_u64, Collective, Options, Plan, PlanBuilder};
 use crate::topology::Cluster;
 use crate::traffic::Traffic;
 use birkhoff::{decompose, Stage};
@@ -410,7 +411,7 @@ fn schedule(traffic: &Traffic, server: &[u64], n: usize, cluster: &Cluster, o: &
 
 /// Digest of FAST's decisions: the balanced tile totals, what each rank receives while
 /// balancing, and every round's server pairs with their bytes.
-pub(crate) fn decisions_of(bal: &balance::Balanced, rounds: &[Round]) -> u64 {
+pub fn decisions_of(bal: &balance::Balanced, rounds: &[Round]) -> u64 {
     let mut h = crate::plan::hash::Fnv64::new();
     h.write_u64s(&bal.server);
     h.write_u64s(&bal.balance_in);
@@ -425,9 +426,31 @@ pub(crate) fn decisions_of(bal: &balance::Balanced, rounds: &[Round]) -> u64 {
 }
 
 fn finish_plan(collective: Collective, cluster: &Cluster, o: &FastOptions, bal: &balance::Balanced, sched: &Schedule) -> Plan {
+    finish_into(PlanBuilder::new("fast", collective, cluster.gpus_per_server), cluster, o, bal, sched).finish()
+}
+
+/// `rank`'s part of FAST's plan: the same decisions and the same assembly as `plan`, into a
+/// builder that keeps only the rank's transfers (`PlanBuilder::for_rank`). Returns it with
+/// the digest of the decisions (before the inputs are mixed in) and the nanoseconds spent
+/// deciding (balancing and the schedule).
+pub fn plan_rank(traffic: &Traffic, cluster: &Cluster, opts: &Options, rank: u32) -> Result<(RankPlan, u64, u64)> {
+    let t0 = std::time::Instant::now();
+    let o = FastOptions::parse(opts, cluster, "fast", &[])?;
+    let n = cluster.servers as usize;
+    Ok(balance::with_balanced(traffic, cluster, |bal| {
+        let sched = schedule(traffic, &bal.server, n, cluster, &o);
+        let decide_ns = t0.elapsed().as_nanos() as u64;
+        let r = rank as usize;
+        let b = PlanBuilder::for_rank("fast", traffic.n() as u32, cluster.gpus_per_server, rank, traffic.row_sum(r), traffic.col_sum(r));
+        let (rp, _) = finish_into(b, cluster, &o, bal, &sched).finish_rank().expect("a one-rank builder");
+        (rp, decisions_of(bal, &sched.rounds), decide_ns)
+    }))
+}
+
+fn finish_into(b: PlanBuilder, cluster: &Cluster, o: &FastOptions, bal: &balance::Balanced, sched: &Schedule) -> PlanBuilder {
     let n = cluster.servers as usize;
     let rounds = &sched.rounds;
-    let (mut b, loads) = pipeline::assemble_collective("fast", collective, cluster, bal, rounds, true);
+    let (mut b, loads) = pipeline::assemble_with(&mut pipeline::AssembleScratch::default(), b, cluster, bal, rounds, true);
     b.set_meta("stages", sched.birkhoff_stages);
     b.set_meta("scaleout_rounds", rounds.len());
     b.set_meta("decomposition_stages", sched.decomposed);
@@ -437,7 +460,7 @@ fn finish_plan(collective: Collective, cluster: &Cluster, o: &FastOptions, bal: 
     b.set_meta("order", if o.ascending { "asc" } else { "desc" });
     b.set_meta("server_max_line_bytes", max_line_sum(&bal.server, n));
     b.set_decisions(decisions_of(bal, rounds));
-    b.finish()
+    b
 }
 
 #[cfg(test)]

@@ -205,11 +205,13 @@ pub fn assemble(name: &str, traffic: &Traffic, cluster: &Cluster, bal: &Balanced
 /// `assemble` with the plan's collective (`AllToAll` of the balanced matrix) built by the
 /// caller: copying a large matrix can then happen elsewhere, e.g. on another thread.
 pub fn assemble_collective(name: &str, collective: Collective, cluster: &Cluster, bal: &Balanced, rounds: &[Round], chain_nics: bool) -> (PlanBuilder, Loads) {
-    assemble_with(&mut AssembleScratch::default(), name, collective, cluster, bal, rounds, chain_nics)
+    let b = PlanBuilder::new(name, collective, cluster.gpus_per_server);
+    assemble_with(&mut AssembleScratch::default(), b, cluster, bal, rounds, chain_nics)
 }
 
-/// `assemble_collective` with the caller's working arrays.
-pub fn assemble_with(scratch: &mut AssembleScratch, name: &str, collective: Collective, cluster: &Cluster, bal: &Balanced, rounds: &[Round], chain_nics: bool) -> (PlanBuilder, Loads) {
+/// `assemble_collective` into the builder `b` (a whole plan's, or one rank's: see
+/// `PlanBuilder::for_rank`), with the caller's working arrays.
+pub fn assemble_with(scratch: &mut AssembleScratch, mut b: PlanBuilder, cluster: &Cluster, bal: &Balanced, rounds: &[Round], chain_nics: bool) -> (PlanBuilder, Loads) {
     let AssembleScratch {
         tile_class,
         class_moves,
@@ -227,8 +229,6 @@ pub fn assemble_with(scratch: &mut AssembleScratch, name: &str, collective: Coll
     let g = bal.gpus;
     let p = n * g;
     let nics = cluster.nics_per_server as usize;
-    debug_assert!(matches!(&collective, Collective::AllToAll { traffic } if traffic.n() == p));
-    let mut b = PlanBuilder::new(name, collective, cluster.gpus_per_server);
     // Upper bounds, so no array of the plan is ever regrown (and copied). Untouched
     // capacity costs only address space.
     let pair_visits: usize = rounds.iter().map(|r| r.pairs.len()).sum::<usize>() * g;
