@@ -150,6 +150,13 @@ fn bad_ranks_algorithms_and_options_are_errors() {
     for algo in ["spreadout", "fast"] {
         assert_eq!(plan_for_rank(&t, &c, 0, algo, &bad).unwrap_err().to_string(), plan_all_to_all(&t, &c, algo, &bad).unwrap_err().to_string());
     }
+    // Bad SABRE options: the same error as the whole plan's, whichever variant is chosen.
+    for (k, v) in [("alpha_permille", "5"), ("mtm_threshold_milli", "99999999999"), ("bogus", "1")] {
+        let o: Options = [(k.to_string(), v.to_string())].into();
+        for algo in ["sabre", "sabre_skewed", "sabre_light"] {
+            assert_eq!(plan_for_rank(&t, &c, 1, algo, &o).unwrap_err().to_string(), plan_all_to_all(&t, &c, algo, &o).unwrap_err().to_string(), "{algo} {k}");
+        }
+    }
     let small = generators::uniform(3, 1 << 10, 0).unwrap();
     assert!(plan_for_rank(&small, &c, 0, "fanout", &o).unwrap_err().to_string().contains("3×3"));
     let plan = plan_all_to_all(&t, &c, "fanout", &o).unwrap();

@@ -52,7 +52,7 @@ const PER_RANK: &[&str] = &["fanout", "spreadout", "hierarchical"];
 /// Producers split into decisions and an assembly that a builder can restrict to one rank
 /// (`PlanBuilder::for_rank`): the rank's expansion skips writing the others' transfers,
 /// though it still walks them (its cost grows with the plan, not with the rank's part).
-const DECIDE_THEN_EXPAND: &[&str] = &["fast", "balanced_direct"];
+const DECIDE_THEN_EXPAND: &[&str] = &["fast", "balanced_direct", "sabre", "sabre_skewed", "sabre_light"];
 
 /// Plan an all-to-all(v) of `traffic` on `cluster` with the named algorithm.
 pub fn plan_all_to_all(traffic: &Traffic, cluster: &Cluster, algorithm: &str, opts: &Options) -> Result<Plan> {
@@ -71,8 +71,8 @@ pub fn plan_all_to_all(traffic: &Traffic, cluster: &Cluster, algorithm: &str, op
     }?;
     plan.input_hash = input_hash(traffic, cluster, algorithm, opts);
     // The decisions: none beyond the inputs for the per-rank producers; what the producer
-    // recorded (FAST and balanced_direct: balancing amounts and rounds); otherwise the
-    // whole plan, which holds them (SABRE, auto).
+    // recorded (FAST and balanced_direct: balancing amounts and rounds; SABRE: Algorithm 1's
+    // assignment); otherwise the whole plan, which holds them (auto).
     let decided = if PER_RANK.contains(&algorithm) {
         0
     } else if plan.decisions_digest != 0 {
@@ -127,7 +127,8 @@ pub fn plan_for_rank_timed(traffic: &Traffic, cluster: &Cluster, rank: u32, algo
         // rank's transfers (the whole plan is every rank's expansion by the same code).
         let (mut rp, decided, decide_ns) = match algorithm {
             "fast" => fast::plan_rank(traffic, cluster, opts, rank)?,
-            _ => balanced_direct::plan_rank(traffic, cluster, opts, rank)?,
+            "balanced_direct" => balanced_direct::plan_rank(traffic, cluster, opts, rank)?,
+            _ => sabre::plan_rank(traffic, cluster, opts, rank, algorithm)?,
         };
         rp.digest = decisions_digest(input_hash(traffic, cluster, algorithm, opts), decided);
         let total = ns(t0);

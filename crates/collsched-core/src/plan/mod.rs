@@ -399,6 +399,10 @@ impl PlanBuilder {
     pub fn set_decisions(&mut self, digest: u64) {
         self.plan.decisions_digest = digest;
     }
+    /// The digest recorded by `set_decisions` (0 if none).
+    pub fn decisions(&self) -> u64 {
+        self.plan.decisions_digest
+    }
     pub fn finish(self) -> Plan {
         self.plan
     }
