@@ -109,3 +109,32 @@ def test_the_cache_plans_one_rank_and_keys_by_it():
     whole, hit = cache.get(m, cl, "fast", {})
     assert not hit and whole.plan_hash == collsched.plan_all_to_all(m, cl, "fast").hash
     assert e.program(5) == whole.program(5) and e.compile_s > 0
+
+
+def test_a_per_rank_prefetch_is_found_by_that_ranks_get():
+    from collsched.comm import PlanCache
+
+    m = traffic.zipf(16, 0.8, 1 << 20, seed=9)
+    cl = collsched.Cluster.parse("h200:2")
+    cache = PlanCache()
+    with pytest.raises(ValueError, match="needs the rank"):
+        cache.prefetch(m, cl, "fast", {}, per_rank=True)
+    assert cache.prefetch(m, cl, "fast", {}, rank=3, collective_steps=False, per_rank=True)
+    e, hit = cache.get(m, cl, "fast", {}, rank=3)  # waits for the prefetch rather than planning again
+    assert hit and e.prefetched and e.plan == collsched.plan_for_rank(m, cl, 3, "fast")
+    assert (3, False) in e.programs
+    assert not cache.get(m, cl, "fast", {}, rank=4)[1]
+
+
+def test_rank_plan_api():
+    m = traffic.zipf(8, 0.8, 1 << 16, seed=1)
+    rp = collsched.plan_for_rank(m, "h200:1", 2, "fast")
+    assert isinstance(rp, collsched.RankPlan) and rp.collective == "all_to_all" and rp.algorithm == "fast"
+    assert rp.num_transfers == len(rp.ids) > 0 and rp.nbytes > 0 and len(rp.digest) == 16
+    assert "fast rank 2 of 8" in repr(rp)
+    rows = rp._rows()
+    assert len(rows["ids"]) == 4 * rp.num_transfers and rows["sizes"] == (rp.input_bytes, rp.output_bytes,
+                                                                            rp.scratch_bytes)
+    assert rp != collsched.plan_for_rank(m, "h200:1", 3, "fast")
+    auto = collsched.plan_for_rank(m, "h200:1", 2, "auto")
+    assert auto.algorithm == collsched.plan_all_to_all(m, "h200:1", "auto").meta["choice"]
