@@ -157,3 +157,19 @@ impl PairCounter {
         self.per_step.iter().enumerate().filter(|&(_, &k)| k > 0).map(|(s, &k)| (s as u32, k)).collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::PairCounter;
+
+    /// A pair counts once per step, also when two steps alternate (FAST's scale-out of round
+    /// k beside the redistribution of round k − 1); steps without pairs are left out.
+    #[test]
+    fn pairs_count_once_per_step_across_two_alternating_steps() {
+        let mut c = PairCounter::new(4);
+        for (step, src, dst) in [(0, 0, 1), (0, 0, 1), (0, 1, 0), (2, 0, 1), (3, 0, 1), (2, 0, 1), (3, 0, 1), (3, 2, 3), (2, 2, 3), (3, 2, 3)] {
+            c.add(step, src, dst);
+        }
+        assert_eq!(c.finish(), vec![(0, 2), (2, 2), (3, 2)]);
+    }
+}
