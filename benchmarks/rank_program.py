@@ -4,9 +4,10 @@
 
 Per algorithm and h200 cluster (8 GPUs per server), medians over `reps` Zipf(0.8) matrices
 (50 MB mean pair), each planned for a different rank, on this thread:
-- per rank (`collsched.plan_for_rank`, what the runtime does): decide (what every rank
-  computes alike), expand (this rank's transfers), compile (`compile_rank_program` from the
-  RankPlan, p2p transport, as on NCCL), and their total with the Python call around them;
+- per rank (`collsched.plan_for_rank`, what the runtime does, in a planning workspace kept
+  across matrices as the runtime's plan cache keeps one): decide (what every rank computes
+  alike), expand (this rank's transfers), compile (`compile_rank_program` from the RankPlan,
+  p2p transport, as on NCCL), and their total with the Python call around them;
 - whole plan (the path before): `plan_all_to_all`, its content hash (what ranks compared),
   compile from the whole plan; total;
 - cpu rank / cpu whole: the same totals in this process's CPU time (less sensitive to other
@@ -23,7 +24,7 @@ import statistics
 import time
 
 import collsched
-from collsched import traffic
+from collsched import _core, traffic
 from collsched.comm.program import compile_rank_program
 from collsched.planning import _plan_for_rank_timed
 
@@ -52,12 +53,13 @@ def main():
         p = servers * 8
         mats = [traffic.zipf(p, 0.8, 50 << 20, seed=s) for s in range(args.reps)]
         for algo in ALGOS:
-            collsched.plan_for_rank(mats[0], cluster, 0, algo)  # warm-up, untimed
+            ws = _core.Workspace()
+            _plan_for_rank_timed(mats[0], cluster, 0, algo, {}, ws)  # warm-up, untimed
             t = {c: [] for c in COLUMNS}
             for i, m in enumerate(mats):
                 rank = (i * 37) % p
                 c0, t0 = time.process_time(), time.perf_counter()
-                rp, decide, expand = _plan_for_rank_timed(m, cluster, rank, algo, {})
+                rp, decide, expand = _plan_for_rank_timed(m, cluster, rank, algo, {}, ws)
                 prog, dt = timed(lambda: compile_rank_program(rp, rank, collective_steps=False))
                 t["per rank"].append(time.perf_counter() - t0)
                 t["cpu rank"].append(time.process_time() - c0)

@@ -138,3 +138,16 @@ def test_rank_plan_api():
     assert rp != collsched.plan_for_rank(m, "h200:1", 3, "fast")
     auto = collsched.plan_for_rank(m, "h200:1", 2, "auto")
     assert auto.algorithm == collsched.plan_all_to_all(m, "h200:1", "auto").meta["choice"]
+
+
+def test_a_reused_workspace_gives_the_same_rank_plans():
+    from collsched import _core
+    from collsched.planning import _plan_for_rank_timed
+
+    ws = _core.Workspace()
+    for spec, seed in [("h200:3,nics=2", 1), ("h200:5", 2), ("h200:2,gpus=4", 3), ("h200:3,nics=2", 1)]:
+        p = collsched.Cluster.parse(spec).num_gpus
+        m = traffic.zipf(p, 0.99, 1 << 20, seed=seed)
+        for algo in ("fast", "balanced_direct", "fanout"):
+            rank = seed % p
+            assert _plan_for_rank_timed(m, spec, rank, algo, {}, ws)[0] == collsched.plan_for_rank(m, spec, rank, algo)

@@ -50,14 +50,15 @@ def plan_for_rank(traffic, cluster, rank: int, algorithm: str = "fanout", **opti
     return _plan_for_rank_timed(traffic, cluster, rank, algorithm, options)[0]
 
 
-def _plan_for_rank_timed(traffic, cluster, rank: int, algorithm: str, options: dict):
-    """``(RankPlan, decide seconds, expand seconds)``, the times measured in the core."""
+def _plan_for_rank_timed(traffic, cluster, rank: int, algorithm: str, options: dict, workspace=None):
+    """``(RankPlan, decide seconds, expand seconds)``, the times measured in the core; planned in
+    ``workspace`` (a ``_core.Workspace`` the caller keeps across calls) when given."""
     m = wire_matrix(traffic)
     c = _cluster(cluster)
     if not isinstance(rank, int) or isinstance(rank, bool) or rank < 0:
         raise ValueError(f"rank must be a non-negative int, got {rank!r}")
     opts = {str(k): str(v) for k, v in options.items()}
-    rp, decide_ns, expand_ns = _core.plan_for_rank(m.shape[0], m.tobytes(), c, rank, algorithm, opts)
+    rp, decide_ns, expand_ns = _core.plan_for_rank(m.shape[0], m.tobytes(), c, rank, algorithm, opts, workspace)
     return rp, decide_ns * 1e-9, expand_ns * 1e-9
 
 

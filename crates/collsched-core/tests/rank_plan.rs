@@ -1,6 +1,6 @@
 //! Per-rank planning: for every all-to-all producer, `plan_for_rank` equals the whole plan's
 //! `rank_plan` for every rank, and a rank plan is the whole plan restricted to the rank.
-use collsched_core::algo::{plan_all_to_all, plan_for_rank, ALL_TO_ALL_ALGORITHMS};
+use collsched_core::algo::{plan_all_to_all, plan_all_to_all_in, plan_for_rank, plan_for_rank_in, Workspace, ALL_TO_ALL_ALGORITHMS};
 use collsched_core::plan::rank_plan::RankPlan;
 use collsched_core::plan::verify::verify;
 use collsched_core::plan::{Options, Plan};
@@ -96,6 +96,25 @@ fn per_rank_producers_on_larger_clusters() {
         let t = matrix(c.num_gpus() as usize, kind, 17);
         for algo in ["fanout", "spreadout", "hierarchical", "fast", "balanced_direct"] {
             check_all_ranks(&c, &t, algo).unwrap();
+        }
+    }
+}
+
+/// A workspace reused across plans of other sizes and matrices changes no plan and no rank plan.
+#[test]
+fn a_reused_workspace_changes_nothing() {
+    let mut ws = Workspace::default();
+    let o = Options::new();
+    for (k, (spec, kind)) in [("h200:3,nics=2", 0), ("h200:6", 1), ("h200:2,gpus=3", 3), ("h200:3,nics=2", 0), ("h200:5,gpus=4", 4)].into_iter().enumerate() {
+        let c = Cluster::parse(spec).unwrap();
+        let t = matrix(c.num_gpus() as usize, kind, 40 + k as u64 % 3);
+        for algo in ["fast", "balanced_direct"] {
+            let fresh = plan_all_to_all(&t, &c, algo, &o).unwrap();
+            let reused = plan_all_to_all_in(&mut ws, &t, &c, algo, &o).unwrap();
+            assert!(reused == fresh, "{algo} on {spec}: the plan changed in a reused workspace");
+            for rank in [0, c.num_gpus() - 1] {
+                assert!(plan_for_rank_in(&mut ws, &t, &c, rank, algo, &o).unwrap().0 == plan_for_rank(&t, &c, rank, algo, &o).unwrap(), "{algo} on {spec} rank {rank}");
+            }
         }
     }
 }

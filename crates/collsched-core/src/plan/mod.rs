@@ -271,7 +271,7 @@ impl PlanBuilder {
         let mut out = rank_plan::RankPlan::empty(algorithm, rank, num_ranks, gpus_per_server, 0);
         out.input_bytes = input_bytes;
         out.output_bytes = output_bytes;
-        b.one = Some(Box::new(OneRank { out, next_id: 0, mine: Vec::new(), pairs: rank_plan::PairCounter::new(num_ranks) }));
+        b.one = Some(Box::new(OneRank { out, next_id: 0, mine: Vec::new(), pairs: rank_plan::PairCounter::new(num_ranks, gpus_per_server) }));
         b
     }
     /// The rank's part of the plan of a builder made `for_rank` (its digest left 0), with

@@ -125,19 +125,29 @@ impl Plan {
 /// `Plan::rank_plan`.
 pub struct PairCounter {
     n: u64,
+    /// GPUs per server and servers, when they divide the ranks (see `add`).
+    g: u64,
+    servers: u64,
     /// Per pair, the last two steps it was counted in, plus one (0: none).
     seen: Vec<[u32; 2]>,
     per_step: Vec<u32>,
 }
 
 impl PairCounter {
-    pub fn new(num_ranks: u32) -> PairCounter {
+    pub fn new(num_ranks: u32, gpus_per_server: u32) -> PairCounter {
         let n = u64::from(num_ranks);
-        PairCounter { n, seen: vec![[0; 2]; (n * n) as usize], per_step: Vec::new() }
+        let g = u64::from(gpus_per_server);
+        let (g, servers) = if g > 0 && n % g == 0 { (g, n / g) } else { (1, n) };
+        PairCounter { n, g, servers, seen: vec![[0; 2]; (n * n) as usize], per_step: Vec::new() }
     }
     #[inline]
     pub fn add(&mut self, step: u32, src: u32, dst: u32) {
-        let slot = &mut self.seen[(u64::from(src) * self.n + u64::from(dst)) as usize];
+        // A sender's receivers of one local index side by side: the pairs a rail-aligned
+        // producer uses ((s, c) → (d, c) for every d) then share cache lines instead of
+        // taking one each (the table is P² entries).
+        let dst = u64::from(dst);
+        let col = dst % self.g * self.servers + dst / self.g;
+        let slot = &mut self.seen[(u64::from(src) * self.n + col) as usize];
         let mark = step + 1;
         if slot[0] == mark || slot[1] == mark {
             return;
@@ -166,7 +176,7 @@ mod tests {
     /// k beside the redistribution of round k − 1); steps without pairs are left out.
     #[test]
     fn pairs_count_once_per_step_across_two_alternating_steps() {
-        let mut c = PairCounter::new(4);
+        let mut c = PairCounter::new(4, 2);
         for (step, src, dst) in [(0, 0, 1), (0, 0, 1), (0, 1, 0), (2, 0, 1), (3, 0, 1), (2, 0, 1), (3, 0, 1), (3, 2, 3), (2, 2, 3), (3, 2, 3)] {
             c.add(step, src, dst);
         }

@@ -344,10 +344,11 @@ pub fn assemble_with(scratch: &mut AssembleScratch, mut b: PlanBuilder, cluster:
             }
         }
         loads.intra_max = intra_load.iter().copied().max().unwrap_or(0);
-        crate::timeline::mark("main: balancing and intra-server transfers written");
+        crate::timeline::mark("balancing and intra-server transfers written");
     };
     write_balancing_and_intra();
     cuts.make(bal, rounds);
+    crate::timeline::mark("cut pass");
     let cuts: &Cuts = cuts;
     // A NIC's transfers in one round: two per carrier on it, per pair its server is in.
     let pairs_per_server = if chain_nics { max_pairs_per_server(rounds, n) } else { 0 };
@@ -355,6 +356,7 @@ pub fn assemble_with(scratch: &mut AssembleScratch, mut b: PlanBuilder, cluster:
     let cx = RoundCtx { bal, rounds, cuts: &cuts.cuts, bal_id, tile_class, classes, nics, chain_nics };
     rounds_state.reset(Some(&bal.balance_in), p, g, n * nics, nic_cap);
     write_rounds(&cx, rounds_state, &mut b, 0..rounds.len());
+    crate::timeline::mark("scale-out rounds written");
     loads.round_nic_max = std::mem::take(&mut rounds_state.round_nic_max);
     loads.last_redistribution_max = rounds_state.last_redistribution_max;
     for (r, &bytes) in rounds_state.recv_cursor.iter().enumerate() {
