@@ -100,6 +100,31 @@ fn per_rank_producers_on_larger_clusters() {
     }
 }
 
+/// Producers' options reach the per-rank expansion as they reach the whole plan.
+#[test]
+fn options_are_planned_alike() {
+    let c = Cluster::parse("h200:4,gpus=4,nics=2").unwrap();
+    let t = matrix(16, 0, 8);
+    let o = |kv: &[(&str, &str)]| -> Options { kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect() };
+    for (algo, opts) in [
+        ("fast", o(&[("order", "asc")])),
+        ("fast", o(&[("exact", "1")])),
+        ("fast", o(&[("min_stage_bytes", "64KiB"), ("order", "desc")])),
+        ("sabre", o(&[("alpha_permille", "1200"), ("mtm_threshold_milli", "1000")])),
+        ("sabre_skewed", o(&[("alpha_permille", "1000")])),
+        ("auto", o(&[("candidates", "fanout,fast")])),
+    ] {
+        let plan = match plan_all_to_all(&t, &c, algo, &opts) {
+            Ok(p) => p,
+            Err(e) => panic!("{algo} {opts:?}: {e}"),
+        };
+        verify(&plan).unwrap();
+        for rank in 0..16 {
+            assert!(plan_for_rank(&t, &c, rank, algo, &opts).unwrap() == plan.rank_plan(rank).unwrap(), "{algo} {opts:?} rank {rank}");
+        }
+    }
+}
+
 /// A workspace reused across plans of other sizes and matrices changes no plan and no rank plan.
 #[test]
 fn a_reused_workspace_changes_nothing() {
