@@ -6,8 +6,8 @@ Planning time: median over `reps` Zipf(0.8) matrices (50 MB mean pair size) on h
 clusters of 8, 40 and 128 servers × 8 GPUs, for fast, balanced_direct and fanout on the
 same matrices (fanout does no scheduling: it is the cost of emitting one segment per
 block), each from Python (matrix in, Plan out) and core-only (timed inside Rust).
-Floor: the time to fill as many bytes as FAST's plan arrays take (`Plan.nbytes`), split
-over this thread and the planner's helper, measured in the same run: what writing that
+Floor: the time to fill as many bytes as FAST's plan arrays take (`Plan.nbytes`) on this
+thread (planning is sequential), measured in the same run: what writing that
 plan costs at least on this machine, before any planning.
 At fanout's rate: FAST's plan bytes times fanout's time per plan byte, from Python, in the
 same run. fanout does no scheduling (one transfer and one segment per block), so this is
@@ -15,7 +15,7 @@ what writing FAST's plan costs at the rate this library's simplest producer writ
 Stage counts: uniform and Zipf 0.5/0.8/0.99 for N = 4..128 servers, against 8·N.
 
 Steady state, as when a job plans every step: one untimed warm-up plan per algorithm and
-size first (it maps the planner's per-thread working memory), and each timed plan is
+size first (it maps the memory the plan arrays are recycled into), and each timed plan is
 dropped before the next, so the next one reuses its arrays (`plan::recycle`). Keeping each
 plan alive instead made the next one fault in fresh pages: about +1% at 320 GPUs here.
 """
@@ -61,7 +61,7 @@ def main():
     args = ap.parse_args()
     rows = []
     print(f"## Planning time (median, µs), Zipf(0.8), 50 MB mean pair; load average {os.getloadavg()[0]:.1f}")
-    print("   floor: filling FAST's plan arrays (plan MB) over two threads, the least writing that plan costs here")
+    print("   floor: filling FAST's plan arrays (plan MB) on this thread, the least writing that plan costs here")
     print("   at fanout rate: FAST's plan bytes at fanout's µs per plan byte (fanout schedules nothing)")
     print(f"{'GPUs':>6} {'servers':>7} {'reps':>4} " + " ".join(f"{a + ' py':>12} {a + ' core':>13}" for a in ALGOS)
           + f" {'target':>8} {'fast/target':>11} {'fast/fanout':>11} {'plan MB':>8} {'floor':>7} {'fast/floor':>10}"

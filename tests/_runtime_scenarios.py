@@ -134,7 +134,10 @@ def correctness(algorithms: list[str]) -> dict:
         collsched.all_to_all_single(out, x, algorithm="fanout", cluster="h200:2,gpus=4")
         s2 = comm.last_call_stats()
         return h.wait() and h.is_completed() and not s1.cache_hit and s2.cache_hit and s2.plan_hash == s1.plan_hash \
-            and s1.execute_s > 0 and s1.total_s >= s1.execute_s and s1.planned_by == "fanout"
+            and s1.execute_s > 0 and s1.total_s >= s1.execute_s and s1.planned_by == "fanout" \
+            and s1.decide_s > 0 and s1.expand_s > 0 and s1.compile_s > 0 and s1.plan_s >= s1.decide_s + s1.expand_s \
+            and (s2.decide_s, s2.expand_s, s2.compile_s) == (0, 0, 0) \
+            and s1.plan_hash == collsched.plan_for_rank(np.full((n, n), 32, dtype=np.uint64), "h200:2,gpus=4", rank, "fanout").digest
 
     _case(res, "api/async_and_stats", async_and_stats)
 

@@ -4,9 +4,9 @@ The spine: an algorithm turns a demand (traffic matrix or collective) on a
 topology into a :class:`Plan`; the same Plan is verified, simulated, executed,
 exported and drawn.
 """
-from collsched._core import Cluster, Plan, VerificationError
+from collsched._core import Cluster, Plan, RankPlan, VerificationError
 from collsched import traffic
-from collsched.planning import plan_all_to_all, all_to_all_algorithms
+from collsched.planning import plan_all_to_all, plan_for_rank, all_to_all_algorithms
 from collsched.units import parse_bytes, parse_bandwidth, format_bytes
 from collsched.sim import simulate, lower_bound
 from collsched.collectives import all_gather_into_tensor, reduce_scatter_tensor, all_reduce, plan_collective
@@ -15,9 +15,11 @@ from collsched.choose import Choice, choose
 __all__ = [
     "Cluster",
     "Plan",
+    "RankPlan",
     "VerificationError",
     "traffic",
     "plan_all_to_all",
+    "plan_for_rank",
     "all_to_all_algorithms",
     "parse_bytes",
     "parse_bandwidth",

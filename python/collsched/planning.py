@@ -40,6 +40,45 @@ def _merged_options(options, knobs: dict) -> dict[str, str]:
     return out
 
 
+def plan_for_rank(traffic, cluster, rank: int, algorithm: str = "auto", options: dict | None = None,
+                  **knobs) -> _core.RankPlan:
+    """Plan only ``rank``'s part of an all-to-all(v) of ``traffic`` on ``cluster``.
+
+    Equal (``==``) to ``plan_all_to_all(traffic, cluster, algorithm, **options).rank_plan(rank)``:
+    the rank's transfers with their global ids, segments and dependencies on transfers it
+    also takes part in, its buffer sizes, and the ``digest`` of the decisions that ranks
+    compare before moving data. fanout, spreadout and hierarchical expand the rank alone;
+    fast, balanced_direct and the SABRE variants decide, then run their assembly keeping only
+    the rank's transfers; auto plans its winner whole and cuts the rank's part from it.
+
+    Args:
+        traffic: P×P bytes, row = sender (numpy array or nested lists of non-negative integers).
+        cluster: a :class:`collsched.Cluster` or a spec string such as ``"h200:4"``.
+        rank (int): the rank to plan for, ``0 <= rank < P``.
+        algorithm (str): one of :func:`all_to_all_algorithms`.
+        options (dict), **knobs: algorithm knobs, passed as strings (as for :func:`plan_all_to_all`).
+
+    Returns:
+        RankPlan: the rank's part of the plan.
+
+    Raises:
+        ValueError: a bad matrix, cluster, rank, algorithm or option (the message names it).
+    """
+    return _plan_for_rank_timed(traffic, cluster, rank, algorithm, _merged_options(options, knobs))[0]
+
+
+def _plan_for_rank_timed(traffic, cluster, rank: int, algorithm: str, options: dict, workspace=None):
+    """``(RankPlan, decide seconds, expand seconds)``, the times measured in the core; planned in
+    ``workspace`` (a ``_core.Workspace`` the caller keeps across calls) when given."""
+    m = wire_matrix(traffic)
+    c = _cluster(cluster)
+    if not isinstance(rank, int) or isinstance(rank, bool) or rank < 0:
+        raise ValueError(f"rank must be a non-negative int, got {rank!r}")
+    opts = {str(k): str(v) for k, v in options.items()}
+    rp, decide_ns, expand_ns = _core.plan_for_rank(m.shape[0], m.tobytes(), c, rank, algorithm, opts, workspace)
+    return rp, decide_ns * 1e-9, expand_ns * 1e-9
+
+
 def all_to_all_algorithms() -> list[tuple[str, str]]:
     """``[(name, description)]`` of every all-to-all algorithm."""
     return _core.all_to_all_algorithms()

@@ -1,5 +1,5 @@
-//! When each phase of a FAST plan ends, on this thread ("main") and its helper: medians over
-//! plans of 20 Zipf(0.8) matrices, to see where a thread waits for the other.
+//! When each phase of a FAST plan ends (planning runs on the calling thread): medians over
+//! plans of 20 Zipf(0.8) matrices, to see where the time goes.
 //! `cargo run --release --example fast_timeline -- 40 200`
 use collsched_core::algo::plan_all_to_all;
 use collsched_core::plan::Options;

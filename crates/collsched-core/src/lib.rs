@@ -13,8 +13,6 @@ pub mod bound;
 pub mod sim;
 pub mod algo;
 pub mod flow;
-pub mod reuse;
-pub mod beside;
 pub mod forest;
 pub mod timeline;
 

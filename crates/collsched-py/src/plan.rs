@@ -7,6 +7,9 @@ use pyo3::types::{PyBytes, PyDict};
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
+#[path = "rank_plan.rs"]
+mod rank_plan;
+
 /// A communication plan: transfers of segments between rank buffers.
 #[pyclass(module = "collsched._core", name = "Plan", frozen)]
 pub struct PyPlan {
@@ -164,6 +167,17 @@ impl PyPlan {
         d.set_item("sizes", (c.input_size(rank), c.output_size(rank), self.inner.scratch_bytes.get(rank as usize).copied().unwrap_or(0)))?;
         Ok(d)
     }
+    /// `rank`'s part of this plan, the `RankPlan` that `plan_for_rank` expands on its own.
+    fn rank_plan(&self, py: Python<'_>, rank: u32) -> PyResult<rank_plan::PyRankPlan> {
+        let inner = py.allow_threads(|| guarded(|| self.inner.rank_plan(rank)))?;
+        Ok(rank_plan::PyRankPlan { inner })
+    }
+    /// Digest of the producer's decisions and the inputs, as 16 hex digits (what the
+    /// `RankPlan`s cut from this plan carry).
+    #[getter]
+    fn digest(&self) -> String {
+        format!("{:016x}", self.inner.digest())
+    }
     fn __repr__(&self, py: Python<'_>) -> String {
         format!(
             "Plan({} {} on {} ranks: {} transfers, {} segments, {} steps, hash {:016x})",
@@ -239,8 +253,8 @@ fn _core_plan_ns(py: Python<'_>, n: usize, data: &[u8], cluster: &PyCluster, alg
     })
 }
 
-/// Median nanoseconds to fill `nbytes` of mapped memory over this thread and the planner's
-/// helper (`plan::floor`): what writing a plan that size costs at least. For benchmarks.
+/// Median nanoseconds to fill `nbytes` of mapped memory on this thread
+/// (`plan::floor`): what writing a plan that size costs at least. For benchmarks.
 #[pyfunction]
 fn _write_floor_ns(py: Python<'_>, nbytes: usize, reps: usize) -> PyResult<u64> {
     // Plans this large are not recycled either (`plan::RECYCLE_LIMIT_BYTES` is 128 MiB), and
@@ -263,5 +277,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(all_to_all_algorithms, m)?)?;
     m.add_function(wrap_pyfunction!(_core_plan_ns, m)?)?;
     m.add_function(wrap_pyfunction!(_write_floor_ns, m)?)?;
+    rank_plan::register(m)?;
     Ok(())
 }

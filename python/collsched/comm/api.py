@@ -8,7 +8,8 @@ One call:
    caller passed `traffic=`, input and output split sizes;
 3. every rank checks the gathered descriptors the same way and raises the same
    error, or builds the byte matrix and plans (cached);
-4. ranks compare plan hashes (fused into step 2 when `traffic=` was given);
+4. ranks compare the digest of the planning decisions (each rank plans only its own part,
+   `collsched.plan_for_rank`; fused into step 2 when `traffic=` was given);
 5. the executor moves the data.
 """
 from __future__ import annotations
@@ -108,6 +109,9 @@ class CallStats:
     note: str = ""
     exchange_s: float = 0.0  # descriptor all_gather
     plan_s: float = 0.0  # cache lookup + planning on a miss
+    decide_s: float = 0.0  # of plan_s on a miss: the decisions every rank computes alike
+    expand_s: float = 0.0  # of plan_s on a miss: expanding this rank's transfers
+    compile_s: float = 0.0  # compiling this rank's program (0 when cached)
     check_s: float = 0.0  # plan-hash all_gather (0 when fused)
     execute_s: float = 0.0
     total_s: float = 0.0
@@ -299,7 +303,7 @@ def all_to_all_single(output: torch.Tensor, input: torch.Tensor, output_split_si
             run_matrix = (rows * (row_elems * elem_size)).astype(np.uint64)
             run, run_opts = _decide(algorithm, options, run_matrix, clus, group, device, stats)
             if run != "native":
-                entry, stats.cache_hit = cache.get(run_matrix, clus, run, run_opts, wait_s=timeout_s)
+                entry, stats.cache_hit = cache.get(run_matrix, clus, run, run_opts, wait_s=timeout_s, rank=rank)
                 plan_hash = _i64(entry.plan_hash)
         except ValueError as e:
             problem = _Local(18, text=str(e))
@@ -341,7 +345,7 @@ def all_to_all_single(output: torch.Tensor, input: torch.Tensor, output_split_si
     elif entry is None:
         t0 = time.perf_counter()
         try:
-            entry, stats.cache_hit = cache.get(matrix, clus, run, run_opts, wait_s=timeout_s)
+            entry, stats.cache_hit = cache.get(matrix, clus, run, run_opts, wait_s=timeout_s, rank=rank)
             err = ""
         except ValueError as e:
             err = str(e)
@@ -372,7 +376,7 @@ def all_to_all_single(output: torch.Tensor, input: torch.Tensor, output_split_si
     transport = choose_transport(transport, group, input.device)
     if prefetch_transpose:
         _prefetch_transpose(cache, matrix, clus, run, run_opts, rank, transport)
-    prog = entry.program(rank, needs_collective_steps(transport))
+    prog = _program(entry, rank, transport, stats)
     t0 = time.perf_counter()
     ex = run_program(prog, byte_view(input, "input"), byte_view(output, "output"), group, input.dtype, timeout_s,
                      DEFAULT_POOL, transport)
@@ -428,11 +432,22 @@ def _check_descriptors(g: np.ndarray, world: int, rank: int, problem: _Local | N
                                    f"input_split_sizes; {len(bad)} such pairs)")
 
 
+def _program(entry, rank: int, transport: str, stats: CallStats):
+    """This rank's program from the cache entry, with the planning phases' times in `stats`."""
+    if not stats.cache_hit:
+        stats.decide_s, stats.expand_s = entry.decide_s, entry.expand_s
+    compiled = len(entry.programs)
+    prog = entry.program(rank, needs_collective_steps(transport))
+    stats.compile_s = entry.compile_s if len(entry.programs) > compiled else 0.0
+    return prog
+
+
 def _prefetch_transpose(cache: PlanCache, matrix: np.ndarray, clus, algorithm: str, options: dict, rank: int,
                         transport: str) -> None:
     """Queue the transposed demand on the cache's background planner (which transposes it, and
     plans nothing for a symmetric matrix)."""
-    cache.prefetch(matrix, clus, algorithm, options, rank, needs_collective_steps(transport), transpose=True)
+    cache.prefetch(matrix, clus, algorithm, options, rank, needs_collective_steps(transport), transpose=True,
+                   per_rank=True)
 
 
 def _unchecked(output, input, output_split_sizes, input_split_sizes, group, async_op, algorithm, cluster, traffic,
@@ -473,7 +488,7 @@ def _unchecked(output, input, output_split_sizes, input_split_sizes, group, asyn
     if run == "native":
         return _native(output, input, out_splits, in_splits, row_elems * input.element_size(), group, async_op,
                        stats, t_start)
-    entry, stats.cache_hit = cache.get(matrix, clus, run, run_opts, wait_s=timeout_s)
+    entry, stats.cache_hit = cache.get(matrix, clus, run, run_opts, wait_s=timeout_s, rank=rank)
     stats.plan_s = time.perf_counter() - t0
     stats.planned_by, stats.plan_hash, stats.note = entry.algorithm, entry.plan_hash, entry.note
     stats.prefetched = stats.cache_hit and entry.prefetched
@@ -481,7 +496,7 @@ def _unchecked(output, input, output_split_sizes, input_split_sizes, group, asyn
     transport = choose_transport(transport, group, input.device)
     if prefetch_transpose:
         _prefetch_transpose(cache, matrix, clus, run, run_opts, rank, transport)
-    ex = run_program(entry.program(rank, needs_collective_steps(transport)), byte_view(input, "input"),
+    ex = run_program(_program(entry, rank, transport, stats), byte_view(input, "input"),
                      byte_view(output, "output"), group, input.dtype, timeout_s, DEFAULT_POOL, transport)
     stats.execute_s = time.perf_counter() - t0
     stats.steps, stats.bytes_sent, stats.bytes_received = ex.steps, ex.bytes_sent, ex.bytes_received

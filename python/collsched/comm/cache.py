@@ -1,4 +1,8 @@
-"""Bounded LRU of plans keyed by (matrix hash, cluster spec, algorithm, options).
+"""Bounded LRU of plans keyed by (matrix hash, cluster spec, algorithm, options, rank).
+
+With a rank (what the runtime asks for), an entry holds only that rank's `RankPlan`
+(`collsched.plan_for_rank`) and its `plan_hash` is the decisions' digest the ranks compare;
+without, it holds the whole Plan and its content hash.
 
 MoE routing repeats: the same matrix shows up again whenever the router is
 stable, and balanced/equal-split calls repeat exactly. A hit skips planning and
@@ -23,25 +27,31 @@ import numpy as np
 import collsched
 from collsched import _core
 from collsched.comm.program import RankProgram, compile_rank_program
+from collsched.planning import _plan_for_rank_timed
 
 @dataclass
 class CacheEntry:
-    plan: object
-    plan_hash: str
+    plan: object  # a whole Plan, or one rank's RankPlan
+    plan_hash: str  # the Plan's content hash, or the RankPlan's decisions digest
     matrix: np.ndarray
     algorithm: str  # the producer that made the plan
     plan_seconds: float
     note: str = ""
     programs: dict = field(default_factory=dict)
     prefetched: bool = False  # planned in the background by `PlanCache.prefetch`
+    decide_s: float = 0.0  # of `plan_seconds`: deciding (a whole plan: all of it)
+    expand_s: float = 0.0  # of `plan_seconds`: expanding the rank's transfers
+    compile_s: float = 0.0  # the last program compiled
 
     def program(self, rank: int, collective_steps: bool = True) -> RankProgram:
         """This rank's program; one compiled with `collective_steps` also serves a request
         without (see `compile_rank_program`)."""
         prog = self.programs.get((rank, True)) or (None if collective_steps else self.programs.get((rank, False)))
         if prog is None:
+            t0 = time.perf_counter()
             prog = self.programs[(rank, collective_steps)] = compile_rank_program(
                 self.plan, rank, collective_steps=collective_steps)
+            self.compile_s = time.perf_counter() - t0
         return prog
 
 
@@ -81,6 +91,14 @@ class PlanCache:
         self._generation = 0  # bumped by `clear`: a prefetch queued before it does not land
         self._start_prefetching()
 
+    @property
+    def _workspace(self):
+        """Planning's working memory, reused by this cache's per-rank planning (a call that
+        finds it in use, e.g. by the prefetch thread, plans in fresh memory). Per process."""
+        if getattr(self, "_ws_pid", None) != os.getpid():
+            self._ws, self._ws_pid = _core.Workspace(), os.getpid()
+        return self._ws
+
     def _start_prefetching(self) -> None:
         self._inflight: dict = {}  # key -> Event set when its prefetch is over (planned or failed)
         self._queue: queue.Queue = queue.Queue(maxsize=PREFETCH_QUEUE)
@@ -96,17 +114,18 @@ class PlanCache:
             self._start_prefetching()
 
     @staticmethod
-    def key(matrix: np.ndarray, cluster, algorithm: str, options: dict) -> tuple:
+    def key(matrix: np.ndarray, cluster, algorithm: str, options: dict, rank: int | None = None) -> tuple:
         return (fast_matrix_hash(matrix), matrix.shape[0], cluster.spec(), algorithm,
-                tuple(sorted((str(k), str(v)) for k, v in options.items())))
+                tuple(sorted((str(k), str(v)) for k, v in options.items())), rank)
 
     def get(self, matrix: np.ndarray, cluster, algorithm: str, options: dict,
-            wait_s: float = 60.0) -> tuple[CacheEntry, bool]:
-        """The entry for this demand, planning it on a miss. Returns (entry, hit). A demand
+            wait_s: float = 60.0, rank: int | None = None) -> tuple[CacheEntry, bool]:
+        """The entry for this demand, planning it on a miss: only `rank`'s part when given
+        (`collsched.plan_for_rank`), the whole plan otherwise. Returns (entry, hit). A demand
         being prefetched is waited for, at most `wait_s`, then planned here."""
         self._after_fork()
         matrix = np.ascontiguousarray(matrix, dtype="<u8")
-        key = self.key(matrix, cluster, algorithm, options)
+        key = self.key(matrix, cluster, algorithm, options, rank)
         for waited in (False, True):
             with self._lock:
                 e = self._d.get(key)
@@ -118,16 +137,17 @@ class PlanCache:
             if waited or pending is None:
                 break
             pending.wait(timeout=wait_s)
-        e = self._plan(matrix, cluster, algorithm, options)
+        e = self._plan(matrix, cluster, algorithm, options, rank, self._workspace)
         with self._lock:
             self.misses += 1
             self._insert(key, e)
         return e, False
 
     def prefetch(self, matrix: np.ndarray, cluster, algorithm: str, options: dict, rank: int | None = None,
-                 collective_steps: bool = True, transpose: bool = False) -> bool:
+                 collective_steps: bool = True, transpose: bool = False, per_rank: bool = False) -> bool:
         """Plan this demand on the background thread, and compile `rank`'s program (see
-        `compile_rank_program`) when given. With `transpose`, the demand is the transposed
+        `compile_rank_program`) when given; with `per_rank`, plan only `rank`'s part (what
+        `get(..., rank=rank)` finds). With `transpose`, the demand is the transposed
         matrix, transposed on that thread (a 1024-rank matrix takes milliseconds), and nothing
         is planned for a symmetric one; a `get` for it waits for it only once that thread has
         taken it up (before, it plans it itself). False when the queue is full or, without
@@ -136,7 +156,10 @@ class PlanCache:
         self._after_fork()
         matrix = np.ascontiguousarray(matrix, dtype="<u8")
         # Hashed before taking the lock (a millisecond at 1024 ranks; `get`s wait on the lock).
-        key = None if transpose else self.key(matrix, cluster, algorithm, options)
+        if per_rank and rank is None:
+            raise ValueError("prefetch(per_rank=True) needs the rank")
+        part = rank if per_rank else None
+        key = None if transpose else self.key(matrix, cluster, algorithm, options, part)
         done = None  # with `transpose`, both are known once transposed
         with self._lock:
             if key is not None:
@@ -145,7 +168,7 @@ class PlanCache:
                 done = self._inflight[key] = threading.Event()
             try:
                 self._queue.put_nowait((key, matrix, cluster, algorithm, dict(options), rank, collective_steps, done,
-                                        self._generation))
+                                        self._generation, part))
             except queue.Full:
                 if key is not None:
                     del self._inflight[key]
@@ -161,7 +184,7 @@ class PlanCache:
             self._prefetch_one(*q.get())
 
     def _prefetch_one(self, key, matrix, cluster, algorithm, options, rank, collective_steps, done,
-                      generation) -> None:
+                      generation, part=None) -> None:
         if generation != self._generation:  # cleared since it was queued: its plan would be dropped
             if done is not None:
                 done.set()
@@ -170,13 +193,13 @@ class PlanCache:
             t = np.ascontiguousarray(matrix.T)
             if np.array_equal(t, matrix):
                 return
-            matrix, key = t, self.key(t, cluster, algorithm, options)
+            matrix, key = t, self.key(t, cluster, algorithm, options, part)
             with self._lock:
                 if key in self._d or key in self._inflight:
                     return
                 done = self._inflight[key] = threading.Event()
         try:
-            e = self._plan(matrix, cluster, algorithm, options)
+            e = self._plan(matrix, cluster, algorithm, options, part, self._workspace)
             e.prefetched = True
             if rank is not None:
                 e.program(rank, collective_steps)
@@ -193,12 +216,19 @@ class PlanCache:
             done.set()
 
     @staticmethod
-    def _plan(matrix: np.ndarray, cluster, algorithm: str, options: dict) -> CacheEntry:
+    def _plan(matrix: np.ndarray, cluster, algorithm: str, options: dict, rank: int | None = None,
+              workspace=None) -> CacheEntry:
         t0 = time.perf_counter()
+        if rank is not None:
+            rp, decide_s, expand_s = _plan_for_rank_timed(matrix, cluster, rank, algorithm, options, workspace)
+            note = f"auto chose {rp.algorithm}" if algorithm == "auto" else ""
+            return CacheEntry(plan=rp, plan_hash=rp.digest, matrix=matrix.copy(), algorithm=rp.algorithm,
+                              plan_seconds=time.perf_counter() - t0, note=note, decide_s=decide_s, expand_s=expand_s)
         plan = collsched.plan_all_to_all(matrix, cluster, algorithm, **options)
         note = f"auto chose {plan.meta['choice']}" if algorithm == "auto" and "choice" in plan.meta else ""
+        dt = time.perf_counter() - t0
         return CacheEntry(plan=plan, plan_hash=plan.hash, matrix=matrix.copy(), algorithm=plan.algorithm,
-                          plan_seconds=time.perf_counter() - t0, note=note)
+                          plan_seconds=dt, note=note, decide_s=dt)
 
     def _insert(self, key: tuple, e: CacheEntry) -> None:
         """Under the lock: store `e` as the newest entry, dropping the oldest past the bounds."""

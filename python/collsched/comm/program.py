@@ -182,10 +182,16 @@ class RankRows:
 
 
 def rank_rows(plan, rank: int, count_pairs: bool = True) -> RankRows:
-    """`RankRows` from the Rust core's rank view: only this rank's transfers are decoded.
-    Without `count_pairs` the view skips the other transfers' segments and `moving_pairs`
-    is empty."""
-    v = plan._rank_view(rank, count_pairs)
+    """`RankRows` from the Rust core's rank view of a whole Plan, or from a `RankPlan`
+    (`collsched.plan_for_rank`, which always carries the moving pairs): only this rank's
+    transfers are decoded. Without `count_pairs` a Plan's view skips the other transfers'
+    segments and `moving_pairs` is empty."""
+    if hasattr(plan, "_rows"):  # a RankPlan
+        if plan.rank != rank:
+            raise ValueError(f"this RankPlan is rank {plan.rank}'s, not rank {rank}'s")
+        v = plan._rows()
+    else:
+        v = plan._rank_view(rank, count_pairs)
     ids = np.frombuffer(v["ids"], dtype="<u4").tolist()
     rows = np.frombuffer(v["transfers"], dtype=TRANSFER_DTYPE).tolist()
     segs = np.frombuffer(v["segments"], dtype=SEGMENT_DTYPE).tolist()
@@ -423,47 +429,55 @@ class OverlapProgram:
 def rank_deps(plan, rank: int, arrays: PlanArrays | None = None) -> dict:
     """The plan's deps between the transfers `rank` takes part in: transfer id -> ascending ids.
 
-    The one source of plan dependencies for the runtime (the per-rank plan will carry them):
-    each transfer of `rank` that moves bytes, with its deps cut to the transfers of `rank`
-    that move bytes. A dep on another rank's transfer is that rank's to keep. Orderings
-    that the plan's deps imply only through other ranks' transfers are not here; the ones
-    that matter for the bytes (conflicting accesses to this rank's buffers) are restored
-    from the accesses themselves by `overlap_program`.
+    The one source of plan dependencies for the runtime: each transfer of `rank` that moves
+    bytes, with its deps cut to the transfers of `rank` that move bytes. A dep on another
+    rank's transfer is that rank's to keep. Orderings that the plan's deps imply only through
+    other ranks' transfers are not here; the ones that matter for the bytes (conflicting
+    accesses to this rank's buffers) are restored from the accesses themselves by
+    `overlap_program`.
 
     Args:
-        plan: the Plan (its ``_raw_arrays()`` are read without copies).
+        plan: a whole Plan (its ``_raw_arrays()`` are read without copies) or this rank's
+            ``RankPlan`` (``plan_for_rank``; its deps are already cut to the rank).
         rank: the rank, in ``range(plan.num_ranks)``.
-        arrays: the plan's decoded arrays, when at hand (`plan_arrays`).
+        arrays: the whole plan's decoded arrays, when at hand (`plan_arrays`).
 
     Returns:
         dict: transfer id -> tuple of transfer ids (only transfers with such deps appear).
     """
-    if arrays is None:
-        if not plan.num_deps:
+    if arrays is not None:
+        t, seg_len, deps = arrays.transfers, arrays.segments["len"], arrays.deps
+        ids = None
+    else:
+        rows = hasattr(plan, "_rows")  # a RankPlan: its rows and their global ids
+        if not rows and not plan.num_deps:
             return {}
-        raw = plan._raw_arrays()
+        raw = plan._rows() if rows else plan._raw_arrays()
         t = np.frombuffer(raw["transfers"], dtype=TRANSFER_DTYPE)
         seg_len = np.frombuffer(raw["segments"], dtype=SEGMENT_DTYPE)["len"]
         deps = np.frombuffer(raw["deps"], dtype="<u4")
-    else:
-        t, seg_len, deps = arrays.transfers, arrays.segments["len"], arrays.deps
+        ids = np.frombuffer(raw["ids"], dtype="<u4").astype(np.int64) if rows else None
     if not len(deps):
         return {}
-    on = (t["src"] == rank) | (t["dst"] == rank)
+    on = np.ones(len(t), dtype=bool) if ids is not None else (t["src"] == rank) | (t["dst"] == rank)
     db, de = t["dep_begin"].astype(np.int64), t["dep_end"].astype(np.int64)
+    cum = np.concatenate([np.zeros(1, np.uint64), np.cumsum(seg_len, dtype=np.uint64)])
+    on &= cum[t["seg_end"].astype(np.int64)] > cum[t["seg_begin"].astype(np.int64)]  # moves bytes
     mine = np.nonzero(on & (de > db))[0]
     if not len(mine):
         return {}
-    cum = np.concatenate([np.zeros(1, np.uint64), np.cumsum(seg_len, dtype=np.uint64)])
-    on &= cum[t["seg_end"].astype(np.int64)] > cum[t["seg_begin"].astype(np.int64)]  # moves bytes
-    mine = mine[on[mine]]
     counts = de[mine] - db[mine]
     starts = np.repeat(db[mine] - np.concatenate([[0], np.cumsum(counts)[:-1]]), counts)
-    ids = deps[starts + np.arange(int(counts.sum()))]
+    dep_ids = deps[starts + np.arange(int(counts.sum()))].astype(np.int64)
     owner = np.repeat(mine, counts)
-    keep = on[ids]
+    if ids is None:
+        keep = on[dep_ids]
+    else:  # rows are local: find each dep (a global id) among the rank's ids
+        pos = np.minimum(np.searchsorted(ids, dep_ids), len(ids) - 1)
+        keep = (ids[pos] == dep_ids) & on[pos]
+        owner = ids[owner]
     out: dict = {}
-    for o, d in zip(owner[keep].tolist(), ids[keep].tolist()):
+    for o, d in zip(owner[keep].tolist(), dep_ids[keep].tolist()):
         out.setdefault(o, []).append(d)
     return {o: tuple(sorted(ds)) for o, ds in out.items()}
 

@@ -2,17 +2,50 @@
 //! then every merged peer transfer (s,c)→(d,c) for all d at once, then
 //! redistribution. No stages: servers fan out to all peers together, so it is
 //! incast-prone across servers but needs only three steps.
-use crate::algo::fast::{balance, pipeline, predict_ns};
+use crate::algo::fast::{balance, decisions_of, pipeline, predict_ns, Workspace};
 use crate::error::Result;
-use crate::plan::{Options, Plan};
+use crate::plan::rank_plan::RankPlan;
+use crate::plan::{Collective, Options, Plan, PlanBuilder};
 use crate::topology::Cluster;
 use crate::traffic::Traffic;
 
-pub fn plan(traffic: &Traffic, cluster: &Cluster, opts: &Options) -> Result<Plan> {
+fn reject_options(opts: &Options) -> Result<()> {
     if let Some(k) = opts.keys().next() {
         return crate::invalid!("unknown option '{k}' for balanced_direct (it takes none)");
     }
-    Ok(balance::with_balanced(traffic, cluster, |bal| {
+    Ok(())
+}
+
+pub fn plan(traffic: &Traffic, cluster: &Cluster, opts: &Options) -> Result<Plan> {
+    plan_in(&mut Workspace::default(), traffic, cluster, opts)
+}
+
+/// `plan` in the caller's workspace.
+pub fn plan_in(ws: &mut Workspace, traffic: &Traffic, cluster: &Cluster, opts: &Options) -> Result<Plan> {
+    reject_options(opts)?;
+    let b = PlanBuilder::new("balanced_direct", Collective::AllToAll { traffic: traffic.clone() }, cluster.gpus_per_server);
+    Ok(build(ws, traffic, cluster, b).0.finish())
+}
+
+/// `rank`'s part of the plan (see `fast::plan_rank`): the rank plan, the digest of the
+/// decisions, and the nanoseconds spent deciding (balancing).
+pub fn plan_rank(ws: &mut Workspace, traffic: &Traffic, cluster: &Cluster, opts: &Options, rank: u32) -> Result<(RankPlan, u64, u64)> {
+    reject_options(opts)?;
+    let r = rank as usize;
+    let b = PlanBuilder::for_rank("balanced_direct", traffic.n() as u32, cluster.gpus_per_server, rank, traffic.row_sum(r), traffic.col_sum(r));
+    let (b, decided, decide_ns) = build(ws, traffic, cluster, b);
+    Ok((b.finish_rank().expect("a one-rank builder").0, decided, decide_ns))
+}
+
+/// Balance, then assemble the one round into `b`: the builder, the decisions' digest and the
+/// nanoseconds spent balancing.
+fn build(ws: &mut Workspace, traffic: &Traffic, cluster: &Cluster, b: PlanBuilder) -> (PlanBuilder, u64, u64) {
+    let t0 = std::time::Instant::now();
+    let Workspace { bal, assemble } = ws;
+    balance::balance_into(traffic, cluster, bal);
+    let bal = &*bal;
+    {
+        let decide_ns = t0.elapsed().as_nanos() as u64;
         let n = cluster.servers as usize;
         let mut pairs = Vec::new();
         for s in 0..n {
@@ -24,8 +57,10 @@ pub fn plan(traffic: &Traffic, cluster: &Cluster, opts: &Options) -> Result<Plan
             }
         }
         let rounds = if pairs.is_empty() { vec![] } else { vec![pipeline::Round { pairs }] };
-        let (mut b, loads) = pipeline::assemble("balanced_direct", traffic, cluster, bal, &rounds, false);
+        let (mut b, loads) = pipeline::assemble_with(assemble, b, cluster, bal, &rounds, false);
         b.set_meta("predicted_time_ns", predict_ns(cluster, &loads));
-        b.finish()
-    }))
+        let decided = decisions_of(bal, &rounds);
+        b.set_decisions(decided);
+        (b, decided, decide_ns)
+    }
 }

@@ -11,7 +11,8 @@
 //! scale-up message as the gathered pieces; self blocks are local copies.
 use super::spreadout::reject_options;
 use crate::error::Result;
-use crate::plan::{Buf, Collective, Op, Options, Plan, PlanBuilder, Segment};
+use crate::plan::rank_plan::RankPlan;
+use crate::plan::{Buf, Collective, Op, Options, Plan, PlanBuilder, Segment, Transfer};
 use crate::topology::{Cluster, Tier};
 use crate::traffic::Traffic;
 
@@ -113,3 +114,149 @@ pub fn plan(traffic: &Traffic, cluster: &Cluster, opts: &Options) -> Result<Plan
     Ok(b.finish())
 }
 
+
+/// `rank`'s part of `plan`, expanded alone. Ids come from one counting pass over the matrix:
+/// step 0 holds the non-empty (source, aggregator index) messages in source order, step 1
+/// the non-empty (server, other server, index) messages in that order. The rank gathers for
+/// its own index and sends those rail messages; it receives the rail messages of its index
+/// from every other server, which depend only on gathers it takes no part in.
+pub fn plan_rank(traffic: &Traffic, cluster: &Cluster, rank: usize, digest: u64) -> RankPlan {
+    let n = traffic.n();
+    let m = traffic.data();
+    let servers = cluster.servers as usize;
+    let g = cluster.gpus_per_server as usize;
+    let (s, l) = (rank / g, rank % g);
+    let at = |i: usize, j: usize| m[i * n + j];
+    // Counting pass. gather[src * g + lp]: message src → (server of src, lp) is non-empty;
+    // rail[(t * servers + sp) * g + lp]: message (t, lp) → (sp, lp) is non-empty.
+    let mut gather = vec![false; n * g];
+    let mut rail = vec![false; servers * servers * g];
+    for src in 0..n {
+        let (t, ls) = (src / g, src % g);
+        for (j, &v) in m[src * n..(src + 1) * n].iter().enumerate() {
+            if v == 0 {
+                continue;
+            }
+            let (sp, lp) = (j / g, j % g);
+            if sp == t {
+                gather[src * g + lp] = true;
+            } else {
+                if lp != ls {
+                    gather[src * g + lp] = true;
+                }
+                rail[(t * servers + sp) * g + lp] = true;
+            }
+        }
+    }
+    let moving0 = (0..n * g).filter(|&k| gather[k] && k / g % g != k % g).count() as u32;
+    // Ids: prefix counts of the non-empty messages.
+    let prefix = |flags: &[bool], base: u32| -> Vec<u32> {
+        let mut out = Vec::with_capacity(flags.len() + 1);
+        let mut k = base;
+        out.push(k);
+        for &f in flags {
+            k += u32::from(f);
+            out.push(k);
+        }
+        out
+    };
+    let gather_ids = prefix(&gather, 0);
+    let step0_total = gather_ids[n * g];
+    let rail_ids = prefix(&rail, step0_total);
+    let step1_total = rail_ids[servers * servers * g] - step0_total;
+    let gather_id = |src: usize, lp: usize| -> u32 { gather_ids[src * g + lp] };
+    let rail_id = |t: usize, sp: usize, lp: usize| -> u32 { rail_ids[(t * servers + sp) * g + lp] };
+    // Offsets: input offset of block (i, j) is row i's prefix; output offset its column's.
+    let send_off = |i: usize, j: usize| -> u64 { m[i * n..i * n + j].iter().sum() };
+    let recv_off = |i: usize, j: usize| -> u64 { (0..i).map(|k| at(k, j)).sum() };
+    // Where aggregator (t, lp)'s scratch holds block (t, ls) → (sp, lp), and its scratch size.
+    let scratch_of = |t: usize, lp: usize| -> (Vec<u64>, u64) {
+        let mut off = vec![0u64; servers * g];
+        let mut pos = 0u64;
+        for sp in (0..servers).filter(|&x| x != t) {
+            for ls in (0..g).filter(|&x| x != lp) {
+                off[sp * g + ls] = pos;
+                pos += at(t * g + ls, sp * g + lp);
+            }
+        }
+        (off, pos)
+    };
+    let mut rp = RankPlan::empty("hierarchical", rank as u32, n as u32, cluster.gpus_per_server, digest);
+    rp.input_bytes = traffic.row_sum(rank);
+    rp.output_bytes = traffic.col_sum(rank);
+    rp.moving_pairs = [(0, moving0), (1, step1_total)].into_iter().filter(|&(_, k)| k > 0).collect();
+    let aggs: Vec<(Vec<u64>, u64)> = (0..g).map(|lp| scratch_of(s, lp)).collect();
+    rp.scratch_bytes = aggs[l].1;
+    let transfer = |src: usize, dst: usize, tier: Tier, step: u32| Transfer { src: src as u32, dst: dst as u32, op: Op::Copy, tier, step, seg_begin: 0, seg_end: 0, dep_begin: 0, dep_end: 0 };
+    // Step 0: gathers into this rank (as aggregator l) and its own gathers, by source.
+    let mut segs = Vec::new();
+    let mut my_gathers = vec![None; g];
+    for ls in 0..g {
+        let src = s * g + ls;
+        for lp in 0..g {
+            if !(ls == l || lp == l) || !gather[src * g + lp] {
+                continue;
+            }
+            let agg = s * g + lp;
+            segs.clear();
+            segs.push(Segment { src_buf: Buf::Input, src_off: send_off(src, agg), dst_buf: Buf::Output, dst_off: recv_off(src, agg), len: at(src, agg) });
+            if ls != lp {
+                for sp in (0..servers).filter(|&x| x != s) {
+                    let dst = sp * g + lp;
+                    segs.push(Segment { src_buf: Buf::Input, src_off: send_off(src, dst), dst_buf: Buf::Scratch, dst_off: aggs[lp].0[sp * g + ls], len: at(src, dst) });
+                }
+            }
+            let id = gather_id(src, lp);
+            if lp == l {
+                my_gathers[ls] = Some(id);
+            }
+            let tier = if ls == lp { Tier::Local } else { Tier::ScaleUp };
+            rp.push(id, &transfer(src, agg, tier, 0), &segs, &[]);
+        }
+    }
+    // Step 1, by sending server: this rank's rail messages when it sends, else the one it
+    // receives from that server's aggregator of index l.
+    let mut deps = Vec::new();
+    for t in 0..servers {
+        if t == s {
+            for sp in (0..servers).filter(|&x| x != s) {
+                if !rail[(s * servers + sp) * g + l] {
+                    continue;
+                }
+                let dst = sp * g + l;
+                segs.clear();
+                deps.clear();
+                for ls in 0..g {
+                    let src = s * g + ls;
+                    let len = at(src, dst);
+                    if len == 0 {
+                        continue;
+                    }
+                    let (src_buf, src_off) = if ls == l {
+                        (Buf::Input, send_off(src, dst))
+                    } else {
+                        deps.push(my_gathers[ls].expect("a non-empty piece was gathered"));
+                        (Buf::Scratch, aggs[l].0[sp * g + ls])
+                    };
+                    segs.push(Segment { src_buf, src_off, dst_buf: Buf::Output, dst_off: recv_off(src, dst), len });
+                }
+                rp.push(rail_id(s, sp, l), &transfer(rank, dst, Tier::ScaleOut, 1), &segs, &deps);
+            }
+        } else if rail[(t * servers + s) * g + l] {
+            let agg = t * g + l;
+            let (theirs, _) = scratch_of(t, l);
+            segs.clear();
+            for ls in 0..g {
+                let src = t * g + ls;
+                let len = at(src, rank);
+                if len == 0 {
+                    continue;
+                }
+                let (src_buf, src_off) = if ls == l { (Buf::Input, send_off(src, rank)) } else { (Buf::Scratch, theirs[s * g + ls]) };
+                segs.push(Segment { src_buf, src_off, dst_buf: Buf::Output, dst_off: recv_off(src, rank), len });
+            }
+            rp.push(rail_id(t, s, l), &transfer(agg, rank, Tier::ScaleOut, 1), &segs, &[]);
+        }
+    }
+    rp
+}

@@ -2,6 +2,7 @@
 //! `pub fn plan(traffic, cluster, opts) -> Result<Plan>`; `plan_all_to_all` dispatches by name.
 use crate::error::Result;
 use crate::invalid;
+use crate::plan::rank_plan::RankPlan;
 use crate::plan::{Options, Plan};
 use crate::topology::Cluster;
 use crate::traffic::Traffic;
@@ -28,8 +29,8 @@ pub const ALL_TO_ALL_ALGORITHMS: &[(&str, &str)] = &[
     ("auto", "collsched's selector: choose from the matrix (closed form, backend-aware; native = torch's own call), then plan the winner"),
 ];
 
-/// Plan an all-to-all(v) of `traffic` on `cluster` with the named algorithm.
-pub fn plan_all_to_all(traffic: &Traffic, cluster: &Cluster, algorithm: &str, opts: &Options) -> Result<Plan> {
+/// The matrix must be P×P for the cluster's P GPUs.
+fn check_inputs(traffic: &Traffic, cluster: &Cluster) -> Result<()> {
     cluster.validate()?;
     if traffic.n() != cluster.num_gpus() as usize {
         return invalid!(
@@ -41,23 +42,134 @@ pub fn plan_all_to_all(traffic: &Traffic, cluster: &Cluster, algorithm: &str, op
             cluster.gpus_per_server
         );
     }
+    Ok(())
+}
+
+/// Producers whose plan the matrix alone fixes (no decisions) and that expand one rank on
+/// their own (`plan_for_rank`); the others' rank plans are cut from their whole plan.
+const PER_RANK: &[&str] = &["fanout", "spreadout", "hierarchical"];
+
+/// Producers split into decisions and an assembly that a builder can restrict to one rank
+/// (`PlanBuilder::for_rank`): the rank's expansion skips writing the others' transfers,
+/// though it still walks them (its cost grows with the plan, not with the rank's part).
+const DECIDE_THEN_EXPAND: &[&str] = &["fast", "balanced_direct", "sabre", "sabre_skewed", "sabre_light"];
+
+/// Working memory a caller that plans repeatedly keeps across calls (`plan_all_to_all_in`,
+/// `plan_for_rank_in`): FAST's and balanced_direct's balancing and assembly arrays.
+pub use fast::Workspace;
+
+/// Plan an all-to-all(v) of `traffic` on `cluster` with the named algorithm.
+pub fn plan_all_to_all(traffic: &Traffic, cluster: &Cluster, algorithm: &str, opts: &Options) -> Result<Plan> {
+    plan_all_to_all_in(&mut Workspace::default(), traffic, cluster, algorithm, opts)
+}
+
+/// `plan_all_to_all` in the caller's workspace (the same plan).
+pub fn plan_all_to_all_in(ws: &mut Workspace, traffic: &Traffic, cluster: &Cluster, algorithm: &str, opts: &Options) -> Result<Plan> {
+    check_inputs(traffic, cluster)?;
     let mut plan = match algorithm {
         "fanout" => fanout::plan(traffic, cluster, opts),
         "spreadout" => spreadout::plan(traffic, cluster, opts),
         "hierarchical" => hierarchical::plan(traffic, cluster, opts),
-        "balanced_direct" => balanced_direct::plan(traffic, cluster, opts),
-        "fast" => fast::plan(traffic, cluster, opts),
+        "balanced_direct" => balanced_direct::plan_in(ws, traffic, cluster, opts),
+        "fast" => fast::plan_in(ws, traffic, cluster, opts),
         "sabre" => sabre::plan(traffic, cluster, opts),
         "sabre_skewed" => sabre::plan_skewed(traffic, cluster, opts),
         "sabre_light" => sabre::plan_light(traffic, cluster, opts),
         "auto" => auto::plan(traffic, cluster, opts),
-        _ => {
-            let names: Vec<&str> = ALL_TO_ALL_ALGORITHMS.iter().map(|a| a.0).collect();
-            return invalid!("unknown all-to-all algorithm '{algorithm}' (known: {})", names.join(", "));
-        }
+        _ => return unknown(algorithm),
     }?;
     plan.input_hash = input_hash(traffic, cluster, algorithm, opts);
+    // The decisions: none beyond the inputs for the per-rank producers; what the producer
+    // recorded (FAST and balanced_direct: balancing amounts and rounds; SABRE: Algorithm 1's
+    // assignment); otherwise the whole plan, which holds them (auto).
+    let decided = if PER_RANK.contains(&algorithm) {
+        0
+    } else if plan.decisions_digest != 0 {
+        plan.decisions_digest
+    } else {
+        plan.hash()
+    };
+    plan.decisions_digest = decisions_digest(plan.input_hash, decided);
     Ok(plan)
+}
+
+fn unknown<T>(algorithm: &str) -> Result<T> {
+    let names: Vec<&str> = ALL_TO_ALL_ALGORITHMS.iter().map(|a| a.0).collect();
+    invalid!("unknown all-to-all algorithm '{algorithm}' (known: {})", names.join(", "))
+}
+
+/// The digest ranks compare: the inputs' hash and the producer's decisions, never 0.
+pub fn decisions_digest(input_hash: u64, decided: u64) -> u64 {
+    let mut h = crate::plan::hash::Fnv64::new();
+    h.write_u64s(&[input_hash, decided]);
+    h.finish().max(1)
+}
+
+/// Time `plan_for_rank_timed` spent deciding (everything every rank computes alike) and
+/// expanding this rank's transfers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RankTimes {
+    pub decide_ns: u64,
+    pub expand_ns: u64,
+}
+
+/// `rank`'s part of the all-to-all plan: equal to `plan_all_to_all(..).rank_plan(rank)`.
+/// fanout, spreadout and hierarchical expand the rank alone (from per-row counts of the
+/// matrix); fast and balanced_direct decide, then run their assembly keeping only the
+/// rank's transfers; the SABRE variants and auto plan the whole plan and cut the rank's
+/// part from it.
+pub fn plan_for_rank(traffic: &Traffic, cluster: &Cluster, rank: u32, algorithm: &str, opts: &Options) -> Result<RankPlan> {
+    plan_for_rank_timed(traffic, cluster, rank, algorithm, opts).map(|(rp, _)| rp)
+}
+
+/// `plan_for_rank`, with the time spent deciding and expanding.
+pub fn plan_for_rank_timed(traffic: &Traffic, cluster: &Cluster, rank: u32, algorithm: &str, opts: &Options) -> Result<(RankPlan, RankTimes)> {
+    plan_for_rank_in(&mut Workspace::default(), traffic, cluster, rank, algorithm, opts)
+}
+
+/// `plan_for_rank_timed` in the caller's workspace (the same rank plan).
+pub fn plan_for_rank_in(ws: &mut Workspace, traffic: &Traffic, cluster: &Cluster, rank: u32, algorithm: &str, opts: &Options) -> Result<(RankPlan, RankTimes)> {
+    check_inputs(traffic, cluster)?;
+    let n = traffic.n();
+    if rank as usize >= n {
+        return invalid!("rank {rank} is outside the {n} ranks of the traffic matrix");
+    }
+    let t0 = std::time::Instant::now();
+    let ns = |t: std::time::Instant| t.elapsed().as_nanos() as u64;
+    if DECIDE_THEN_EXPAND.contains(&algorithm) {
+        // The producer's own decisions and assembly, into a builder that keeps only this
+        // rank's transfers (the whole plan is every rank's expansion by the same code).
+        let (mut rp, decided, decide_ns) = match algorithm {
+            "fast" => fast::plan_rank(ws, traffic, cluster, opts, rank)?,
+            "balanced_direct" => balanced_direct::plan_rank(ws, traffic, cluster, opts, rank)?,
+            _ => sabre::plan_rank(traffic, cluster, opts, rank, algorithm)?,
+        };
+        rp.digest = decisions_digest(input_hash(traffic, cluster, algorithm, opts), decided);
+        let total = ns(t0);
+        return Ok((rp, RankTimes { decide_ns, expand_ns: total.saturating_sub(decide_ns) }));
+    }
+    if !PER_RANK.contains(&algorithm) {
+        if !ALL_TO_ALL_ALGORITHMS.iter().any(|a| a.0 == algorithm) {
+            return unknown(algorithm);
+        }
+        let plan = plan_all_to_all_in(ws, traffic, cluster, algorithm, opts)?;
+        let decide_ns = ns(t0);
+        let t1 = std::time::Instant::now();
+        let rp = plan.rank_plan(rank)?;
+        crate::plan::recycle(plan);
+        return Ok((rp, RankTimes { decide_ns, expand_ns: ns(t1) }));
+    }
+    spreadout::reject_options(algorithm, opts).or_else(|e| if algorithm == "fanout" { Ok(()) } else { Err(e) })?;
+    let digest = decisions_digest(input_hash(traffic, cluster, algorithm, opts), 0);
+    let decide_ns = ns(t0);
+    let t1 = std::time::Instant::now();
+    let r = rank as usize;
+    let rp = match algorithm {
+        "fanout" => fanout::plan_rank(traffic, cluster, r, digest),
+        "spreadout" => spreadout::plan_rank(traffic, cluster, r, digest),
+        _ => hierarchical::plan_rank(traffic, cluster, r, digest),
+    };
+    Ok((rp, RankTimes { decide_ns, expand_ns: ns(t1) }))
 }
 
 /// Hash of everything a plan is computed from; equal inputs give equal plans.

@@ -1,23 +1,15 @@
 //! `Plan::hash`: the value ranks compare before moving data. It is defined over the plan's
 //! field values (packed into words, so it is the same on every platform), not over its
 //! binary form: encoding every record byte by byte first cost more than the hashing. In two
-//! independent halves, so a large plan hashes on two threads; the value is the same however
-//! it was computed.
+//! independent halves (once hashed on two threads; the value stays as it was defined).
 use super::hash::Fnv64;
 use super::{Collective, Plan};
-
-/// From this many array bytes on, the second half goes to the helper thread.
-const TWO_THREADS_FROM_BYTES: usize = 4 << 20;
 
 impl Plan {
     /// Content hash: equal on every rank that planned the same thing, and (up to 64-bit
     /// collisions) different when any field differs.
     pub fn hash(&self) -> u64 {
-        let (tail, head) = if self.array_bytes() >= TWO_THREADS_FROM_BYTES && crate::beside::worth_forking() {
-            crate::beside::join(|| self.hash_tail(), || self.hash_head())
-        } else {
-            (self.hash_tail(), self.hash_head())
-        };
+        let (tail, head) = (self.hash_tail(), self.hash_head());
         let mut h = Fnv64::new();
         h.write_u64(head);
         h.write_u64(tail);
@@ -142,18 +134,5 @@ mod tests {
                 assert_ne!(q.hash(), h, "{}: edit {k} left the hash unchanged", p.algorithm);
             }
         }
-    }
-
-    #[test]
-    fn one_thread_or_two_give_the_same_hash() {
-        // Large enough for the helper: the joined halves against the halves in sequence.
-        let c = Cluster::parse("h200:32").unwrap();
-        let t = generators::zipf(256, 0.8, 50 << 20, 1).unwrap();
-        let p = plan_all_to_all(&t, &c, "fast", &Options::new()).unwrap();
-        assert!(p.array_bytes() >= super::TWO_THREADS_FROM_BYTES);
-        let mut h = crate::plan::hash::Fnv64::new();
-        h.write_u64(p.hash_head());
-        h.write_u64(p.hash_tail());
-        assert_eq!(p.hash(), h.finish());
     }
 }

@@ -1,11 +1,10 @@
 //! The least any planner spends writing a plan of a given size: filling that many bytes of
-//! already-mapped memory, split over this thread and the helper as the planners split
-//! their writing. `benchmarks/fast_planning.py` prints it beside the planners' times, so a
+//! already-mapped memory on this thread. `benchmarks/fast_planning.py` prints it beside the planners' times, so a
 //! planning-time target can be read against what the plan's size alone costs here.
 use std::time::{Duration, Instant};
 
-/// Median over `reps` (at least one) of the time to fill `bytes` of memory, half on this
-/// thread and half on the helper (`beside::join`), after one untimed fill that maps the
+/// Median over `reps` (at least one) of the time to fill `bytes` of memory on this thread,
+/// after one untimed fill that maps the
 /// pages (a planner in a loop writes into recycled, mapped arrays: `plan::recycle`).
 pub fn write_floor(bytes: usize, reps: usize) -> Duration {
     let mut buf = vec![0u64; bytes.div_ceil(8)];
@@ -23,10 +22,9 @@ pub fn write_floor(bytes: usize, reps: usize) -> Duration {
     times[times.len() / 2]
 }
 
-/// Set every word of `buf` to `value`: the first half on the helper, the second here.
+/// Set every word of `buf` to `value`.
 fn fill_split(buf: &mut [u64], value: u64) {
-    let (a, b) = buf.split_at_mut(buf.len() / 2);
-    crate::beside::join(|| a.fill(value), || b.fill(value));
+    buf.fill(value);
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@
 pub mod floor;
 pub mod content_hash;
 pub mod hash;
+pub mod rank_plan;
 pub mod rank_view;
 pub mod serialize;
 pub mod verify;
@@ -184,6 +185,11 @@ pub struct Plan {
     pub input_hash: u64,
     /// Producer facts for people and selectors: stage count, choice and reason, predicted time.
     pub meta: BTreeMap<String, String>,
+    /// Digest of the producer's decisions with the inputs mixed in (`RankPlan::digest`, see
+    /// `algo::plan_for_rank`); 0 when the plan has none. Not part of the plan's content:
+    /// its hash, JSON and binary forms leave it out, so a plan read back has none.
+    #[serde(skip)]
+    pub decisions_digest: u64,
 }
 
 impl Plan {
@@ -223,11 +229,20 @@ impl Plan {
 }
 
 /// Builds a Plan transfer by transfer. Producers call `transfer()` and get the id to depend on.
+/// Built `for_rank`, it keeps only one rank's transfers (`finish_rank`): the same producer
+/// code then expands one rank's part of the plan without writing the others'.
 pub struct PlanBuilder {
     plan: Plan,
-    /// Added to every id handed out: 0, except in a detached builder whose transfers are
-    /// appended to a plan later (see `detached`).
-    id_base: u32,
+    one: Option<Box<OneRank>>,
+}
+
+/// What a builder `for_rank` keeps: the rank's part, which ids it takes part in (to restrict
+/// deps), the next id, and the moving pairs of every step.
+struct OneRank {
+    out: rank_plan::RankPlan,
+    next_id: u32,
+    mine: Vec<u64>,
+    pairs: rank_plan::PairCounter,
 }
 
 impl PlanBuilder {
@@ -244,32 +259,52 @@ impl PlanBuilder {
                 deps: Vec::new(),
                 input_hash: 0,
                 meta: BTreeMap::new(),
+                decisions_digest: 0,
             },
-            id_base: 0,
+            one: None,
         }
     }
-    /// A builder for a part of a plan written apart (e.g. on another thread) into the given
-    /// arrays (cleared) and appended later by its producer: ids count from `id_base`, so the
-    /// producer can tell them from ids of the plan it will join. It has no collective and
-    /// no scratch sizes.
-    pub fn detached(id_base: u32, mut transfers: Vec<Transfer>, mut segments: Vec<Segment>, mut deps: Vec<u32>) -> PlanBuilder {
-        transfers.clear();
-        segments.clear();
-        deps.clear();
-        let collective = Collective::AllGather { ranks: 0, shard_bytes: 0 };
-        PlanBuilder {
-            plan: Plan { algorithm: String::new(), collective, gpus_per_server: 0, scratch_bytes: Vec::new(), transfers, segments, deps, input_hash: 0, meta: BTreeMap::new() },
-            id_base,
+    /// A builder that keeps only `rank`'s transfers (see `finish_rank`) of a plan for
+    /// `num_ranks` ranks; the rank's buffer sizes are given (its collective is not kept).
+    pub fn for_rank(algorithm: &str, num_ranks: u32, gpus_per_server: u32, rank: u32, input_bytes: u64, output_bytes: u64) -> PlanBuilder {
+        let mut b = PlanBuilder::new(algorithm, Collective::AllGather { ranks: num_ranks, shard_bytes: 0 }, gpus_per_server);
+        let mut out = rank_plan::RankPlan::empty(algorithm, rank, num_ranks, gpus_per_server, 0);
+        out.input_bytes = input_bytes;
+        out.output_bytes = output_bytes;
+        b.one = Some(Box::new(OneRank { out, next_id: 0, mine: Vec::new(), pairs: rank_plan::PairCounter::new(num_ranks, gpus_per_server) }));
+        b
+    }
+    /// The rank's part of the plan of a builder made `for_rank` (its digest left 0), with
+    /// the plan's meta; None for a whole-plan builder.
+    pub fn finish_rank(self) -> Option<(rank_plan::RankPlan, BTreeMap<String, String>)> {
+        let mut one = self.one?;
+        one.out.scratch_bytes = self.plan.scratch_bytes[one.out.rank as usize];
+        one.out.moving_pairs = one.pairs.finish();
+        Some((one.out, self.plan.meta))
+    }
+    /// One-rank mode: record transfer `id` over the staged lists from `seg_begin` and
+    /// `dep_begin`, keep it if the rank takes part, then drop the staged lists.
+    fn keep_one(&mut self, t: Transfer) -> u32 {
+        let (one, p) = (self.one.as_mut().expect("one-rank mode"), &mut self.plan);
+        let id = one.next_id;
+        one.next_id += 1;
+        let (segs, deps) = (&p.segments[t.seg_range()], &p.deps[t.dep_range()]);
+        if t.src != t.dst && segs.iter().any(|s| s.len > 0) {
+            one.pairs.add(t.step, t.src, t.dst);
         }
-    }
-    /// The arrays, taken apart (a detached builder's, to be kept for reuse).
-    pub fn into_arrays(self) -> (Vec<Transfer>, Vec<Segment>, Vec<u32>) {
-        (self.plan.transfers, self.plan.segments, self.plan.deps)
-    }
-    /// The three arrays, for a producer that appends transfers with their lists in bulk
-    /// (each transfer's ranges must index what it appended).
-    pub fn arrays_mut(&mut self) -> (&mut Vec<Transfer>, &mut Vec<Segment>, &mut Vec<u32>) {
-        (&mut self.plan.transfers, &mut self.plan.segments, &mut self.plan.deps)
+        let r = one.out.rank;
+        if t.src == r || t.dst == r {
+            if one.mine.len() <= id as usize / 64 {
+                one.mine.resize(id as usize / 64 + 1, 0);
+            }
+            one.mine[id as usize / 64] |= 1 << (id % 64);
+            let mine = &one.mine;
+            let kept: Vec<u32> = deps.iter().copied().filter(|&d| mine.get(d as usize / 64).is_some_and(|w| w >> (d % 64) & 1 == 1)).collect();
+            one.out.push(id, &t, segs, &kept);
+        }
+        p.segments.truncate(t.seg_begin as usize);
+        p.deps.truncate(t.dep_begin as usize);
+        id
     }
     pub fn collective(&self) -> &Collective {
         &self.plan.collective
@@ -277,6 +312,9 @@ impl PlanBuilder {
     /// Reserve room for `transfers` and `segments` more entries, in the arrays of a
     /// recycled plan when one of a fitting size is pooled (see `recycle`).
     pub fn reserve(&mut self, transfers: usize, segments: usize) {
+        if self.one.is_some() {
+            return;
+        }
         if let Ok(mut pool) = RECYCLED.lock() {
             reuse(&mut self.plan.transfers, &mut pool.transfers, transfers);
             reuse(&mut self.plan.segments, &mut pool.segments, segments);
@@ -286,6 +324,9 @@ impl PlanBuilder {
     }
     /// Reserve room for `deps` more dependency ids (growth copies the whole array).
     pub fn reserve_deps(&mut self, deps: usize) {
+        if self.one.is_some() {
+            return;
+        }
         if let Ok(mut pool) = RECYCLED.lock() {
             reuse(&mut self.plan.deps, &mut pool.deps, deps);
         }
@@ -302,7 +343,7 @@ impl PlanBuilder {
     #[inline]
     pub fn transfer(&mut self, src: u32, dst: u32, op: Op, tier: Tier, step: u32, segs: &[Segment], deps: &[u32]) -> u32 {
         let p = &mut self.plan;
-        let id = p.transfers.len() as u32 + self.id_base;
+        let id = p.transfers.len() as u32;
         let seg_begin = p.segments.len() as u32;
         // Element loops, not extend/extend_from_slice: lists are a few entries long, where a
         // memcpy call or a filter adapter costs more than the copy.
@@ -316,7 +357,11 @@ impl PlanBuilder {
             p.deps.push(d);
         }
         let (seg_end, dep_end) = (p.segments.len() as u32, p.deps.len() as u32);
-        p.transfers.push(Transfer { src, dst, op, tier, step, seg_begin, seg_end, dep_begin, dep_end });
+        let t = Transfer { src, dst, op, tier, step, seg_begin, seg_end, dep_begin, dep_end };
+        if self.one.is_some() {
+            return self.keep_one(t);
+        }
+        p.transfers.push(t);
         id
     }
     /// The segment and dependency arrays, for producers that write a transfer's lists in
@@ -331,19 +376,32 @@ impl PlanBuilder {
     pub fn close_transfer(&mut self, src: u32, dst: u32, op: Op, tier: Tier, step: u32, seg_begin: usize, dep_begin: usize) -> u32 {
         let p = &mut self.plan;
         debug_assert!(p.segments[seg_begin..].iter().all(|s| s.len > 0));
-        let id = p.transfers.len() as u32 + self.id_base;
+        let id = p.transfers.len() as u32;
         let (seg_end, dep_end) = (p.segments.len() as u32, p.deps.len() as u32);
-        p.transfers.push(Transfer { src, dst, op, tier, step, seg_begin: seg_begin as u32, seg_end, dep_begin: dep_begin as u32, dep_end });
+        let t = Transfer { src, dst, op, tier, step, seg_begin: seg_begin as u32, seg_end, dep_begin: dep_begin as u32, dep_end };
+        if self.one.is_some() {
+            return self.keep_one(t);
+        }
+        p.transfers.push(t);
         id
     }
+    /// Transfers (ids) so far.
     pub fn num_transfers(&self) -> usize {
-        self.plan.transfers.len()
+        self.one.as_ref().map_or(self.plan.transfers.len(), |o| o.next_id as usize)
     }
     pub fn set_meta(&mut self, key: &str, value: impl ToString) {
         self.plan.meta.insert(key.to_string(), value.to_string());
     }
     pub fn set_input_hash(&mut self, h: u64) {
         self.plan.input_hash = h;
+    }
+    /// Record the digest of the producer's decisions (`plan_all_to_all` mixes the inputs in).
+    pub fn set_decisions(&mut self, digest: u64) {
+        self.plan.decisions_digest = digest;
+    }
+    /// The digest recorded by `set_decisions` (0 if none).
+    pub fn decisions(&self) -> u64 {
+        self.plan.decisions_digest
     }
     pub fn finish(self) -> Plan {
         self.plan

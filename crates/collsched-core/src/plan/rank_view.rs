@@ -108,7 +108,7 @@ const TABLE_STEPS_MAX: usize = super::MAX_STEPS as usize;
 /// step, given how many of them each step has (`per_step`, None when some step is at least
 /// `TABLE_STEPS_MAX`). Buckets the pairs by step and marks them in a table stamped with the
 /// step (linear time), as every planner's plans allow; sorts (step, pair) otherwise.
-fn distinct_pairs_per_step(plan: &Plan, moving: &[u64], per_step: Option<Vec<u32>>) -> Vec<(u32, u32)> {
+pub(super) fn distinct_pairs_per_step(plan: &Plan, moving: &[u64], per_step: Option<Vec<u32>>) -> Vec<(u32, u32)> {
     let n = u64::from(plan.num_ranks());
     let moving = plan.transfers.iter().enumerate().filter(|&(id, _)| moving[id / 64] >> (id % 64) & 1 == 1).map(|(_, t)| t);
     let mut out = Vec::new();

@@ -6,12 +6,8 @@
 //!
 //! Every carried piece is a contiguous part of one original block i→j, so it is
 //! one Segment wherever it travels.
-use crate::reuse::{vec_bytes, with_reused, Footprint};
 use crate::topology::Cluster;
 use crate::traffic::Traffic;
-use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
 
 /// A contiguous part of block (s,a)→(d,j), carried to server d by one carrier GPU of s.
 /// 32 bytes (two per cache line): whether the carrier holds it in its Scratch is `a != carrier`.
@@ -65,20 +61,13 @@ pub struct Balanced {
     /// Tile totals `S[s][d]` (the server-level matrix; zero on the diagonal).
     pub server: Vec<u64>,
     /// Piece streams: `stream_range[(s*N+d)*G+c]` is a half-open range of piece ids
-    /// (`piece`, `pieces_in`): indices into the `lo` part's pieces, or with `HI_PIECE` set
-    /// into the `hi` part's, whichever balanced server s.
+    /// (`piece`, `pieces_in`).
     pub stream_range: Vec<(u32, u32)>,
     /// Scratch bytes each rank uses to hold balanced-in pieces (the start of its receive region).
     pub balance_in: Vec<u64>,
-    /// What this thread balanced: servers from 0 upwards, in order.
+    /// Every server's pieces, moves and intra blocks, servers in order.
     lo: Part,
-    /// What the helper balanced (`with_balanced_beside`): servers from the top downwards,
-    /// in that order. Empty on one thread.
-    hi: Part,
 }
-
-/// Piece ids with this bit set index the hi part's pieces (no plan holds 2³¹ pieces).
-pub const HI_PIECE: u32 = 1 << 31;
 
 /// What the balancing of some servers appends: their pieces, moves and intra blocks, each
 /// server's after those of the server balanced before it.
@@ -96,16 +85,6 @@ struct Part {
     temps: BalanceTemps,
 }
 
-impl Part {
-    /// Each server's (moves, intra blocks) ranges, in the order balanced.
-    fn blocks(&self) -> impl DoubleEndedIterator<Item = (std::ops::Range<usize>, std::ops::Range<usize>)> + '_ {
-        self.ends.iter().enumerate().map(|(k, &(m_end, i_end))| {
-            let (m_begin, i_begin) = if k == 0 { (0, 0) } else { self.ends[k - 1] };
-            (m_begin..m_end, i_begin..i_end)
-        })
-    }
-}
-
 impl Balanced {
     #[inline]
     pub fn tile(&self, s: usize, d: usize) -> usize {
@@ -118,39 +97,30 @@ impl Balanced {
     /// The piece with id `id` (see `stream_range`).
     #[inline(always)]
     pub fn piece(&self, id: u32) -> &Piece {
-        if id & HI_PIECE == 0 {
-            &self.lo.pieces[id as usize]
-        } else {
-            &self.hi.pieces[(id & !HI_PIECE) as usize]
-        }
+        &self.lo.pieces[id as usize]
     }
     /// Pieces with ids `b..e` (one stream's range, or part of it).
     pub fn pieces_in(&self, b: u32, e: u32) -> &[Piece] {
-        if b & HI_PIECE == 0 {
-            &self.lo.pieces[b as usize..e as usize]
-        } else {
-            &self.hi.pieces[(b & !HI_PIECE) as usize..(e & !HI_PIECE) as usize]
-        }
+        &self.lo.pieces[b as usize..e as usize]
     }
     /// Number of pieces in all streams.
     pub fn num_pieces(&self) -> usize {
-        self.lo.pieces.len() + self.hi.pieces.len()
+        self.lo.pieces.len()
     }
     /// Balancing moves ordered by (s, a, c), then creation order, as slices (each server's
     /// moves within one).
     pub fn moves(&self) -> impl Iterator<Item = &[Move]> {
-        // The helper balanced its servers from the top down: its blocks are read backwards.
-        std::iter::once(&self.lo.moves[..]).chain(self.hi.blocks().rev().map(|(m, _)| &self.hi.moves[m]))
+        std::iter::once(&self.lo.moves[..])
     }
     pub fn num_moves(&self) -> usize {
-        self.lo.moves.len() + self.hi.moves.len()
+        self.lo.moves.len()
     }
     /// Same-server blocks, row-major.
     pub fn intra(&self) -> impl Iterator<Item = &IntraBlock> {
-        self.lo.intra.iter().chain(self.hi.blocks().rev().flat_map(|(_, i)| &self.hi.intra[i]))
+        self.lo.intra.iter()
     }
     pub fn num_intra(&self) -> usize {
-        self.lo.intra.len() + self.hi.intra.len()
+        self.lo.intra.len()
     }
 }
 
@@ -206,77 +176,42 @@ pub fn balance(traffic: &Traffic, cluster: &Cluster) -> Balanced {
     out
 }
 
-impl Footprint for Balanced {
-    fn footprint(&self) -> usize {
-        let part = |x: &Part| {
-            vec_bytes(&x.pieces) + vec_bytes(&x.moves) + vec_bytes(&x.intra) + vec_bytes(&x.col_acc) + vec_bytes(&x.temps.move_tmp)
-                + x.temps.per_carrier.iter().flatten().map(vec_bytes).sum::<usize>()
-        };
-        vec_bytes(&self.targets) + vec_bytes(&self.server) + vec_bytes(&self.stream_range) + vec_bytes(&self.balance_in) + part(&self.lo) + part(&self.hi)
-    }
-}
-
-thread_local! {
-    static REUSED: Cell<Option<Box<Balanced>>> = const { Cell::new(None) };
-}
-
-/// Balance `traffic` into this thread's reused `Balanced` and run `f` on it.
+/// Balance `traffic` and run `f` on the result.
 pub fn with_balanced<R>(traffic: &Traffic, cluster: &Cluster, f: impl FnOnce(&Balanced) -> R) -> R {
-    with_reused(&REUSED, |bal| {
-        balance_into(traffic, cluster, bal);
-        f(bal)
-    })
+    f(&balance(traffic, cluster))
 }
 
-/// Which servers `with_balanced_beside` balances on the helper.
-#[derive(Clone, Copy, Debug)]
-pub enum HelperShare {
-    /// Whatever it can take: this thread balances servers upwards from 0 and the helper,
-    /// once `first` is done, downwards from the top until they meet. A helper that is busy
-    /// or woken late takes few servers or none, so it never holds this thread up.
-    Claimed,
-    /// Exactly the servers from this one on (tests: every split gives the same result).
-    From(usize),
-}
-
-/// `with_balanced` on two threads: the helper (`crate::beside`) runs `first`, then balances
-/// its share of the servers (`share`) while this thread balances the others; then `f` gets
-/// the result and `first`'s. Each server is balanced from the matrix alone (and the column
-/// sums of the servers before it), so the result is the same whoever balances which server.
-pub fn with_balanced_beside<A: Send, R>(traffic: &Traffic, cluster: &Cluster, share: HelperShare, first: impl FnOnce() -> A + Send, f: impl FnOnce(&Balanced, A) -> R) -> R {
-    with_reused(&REUSED, |bal| {
-        let n = cluster.servers as usize;
-        let claims = match share {
-            HelperShare::Claimed => Claims::new(n, n, 0),
-            HelperShare::From(split) => Claims::new(n, split.min(n), split.min(n)),
-        };
-        let (slots, lo, hi) = prepare(bal, cluster);
-        let data = traffic.data();
-        let shape = Shape::of(cluster);
-        let (claims, slots) = (&claims, &slots);
-        let (a, ()) = crate::beside::join(
-            move || {
-                let a = first();
-                balance_claimed(data, shape, claims, slots, hi, HI_PIECE, false);
-                crate::timeline::mark("helper: its servers balanced");
-                a
-            },
-            move || {
-                balance_claimed(data, shape, claims, slots, lo, 0, true);
-                crate::timeline::mark("main: its servers balanced");
-            },
-        );
-        f(bal, a)
-    })
-}
-
-/// `balance`, reusing `out`'s allocations (planning in a loop touches no fresh memory).
+/// `balance`, reusing `out`'s allocations (a caller planning in a loop may keep one).
 pub fn balance_into(traffic: &Traffic, cluster: &Cluster, out: &mut Balanced) {
-    let n = cluster.servers as usize;
-    let claims = Claims::new(n, n, n);
-    let (slots, lo, hi) = prepare(out, cluster);
-    balance_claimed(traffic.data(), Shape::of(cluster), &claims, &slots, hi, HI_PIECE, false); // claims none: empties the hi part
-    balance_claimed(traffic.data(), Shape::of(cluster), &claims, &slots, lo, 0, true);
+    let shape = Shape::of(cluster);
+    let Shape { n, g, .. } = shape;
+    let p = n * g;
+    let data = traffic.data();
+    out.servers = n;
+    out.gpus = g;
+    refill(&mut out.targets, n * n * g, 0);
+    refill(&mut out.server, n * n, 0);
+    refill(&mut out.stream_range, n * n * g, (0, 0));
+    refill(&mut out.balance_in, p, 0);
+    let part = &mut out.lo;
+    part.pieces.clear();
+    part.moves.clear();
+    part.intra.clear();
+    part.ends.clear();
+    // `col_acc[col]` sums the column over the servers already done.
+    refill(&mut part.col_acc, p, 0);
+    if p == 0 {
+        return;
+    }
+    let servers = out.targets.chunks_exact_mut(n * g).zip(out.server.chunks_exact_mut(n)).zip(out.stream_range.chunks_exact_mut(n * g)).zip(out.balance_in.chunks_exact_mut(g));
+    for (s, (((targets, server), stream_range), balance_in)) in servers.enumerate() {
+        balance_server(data, shape, s, ServerOut { targets, server, stream_range, balance_in }, part, 0);
+        for row in data[s * g * p..(s + 1) * g * p].chunks_exact(p) {
+            for (acc, &v) in part.col_acc.iter_mut().zip(row) {
+                *acc += v;
+            }
+        }
+    }
 }
 
 #[derive(Clone, Copy)]
@@ -292,51 +227,6 @@ impl Shape {
     }
 }
 
-/// The servers not yet claimed, `lo..hi` (packed in one word so a claim is one atomic
-/// update): this thread takes `lo` while below `lo_limit`, the helper `hi - 1` while above
-/// `hi_floor`.
-struct Claims {
-    range: AtomicU64,
-    lo_limit: usize,
-    hi_floor: usize,
-}
-
-impl Claims {
-    fn new(n: usize, lo_limit: usize, hi_floor: usize) -> Claims {
-        Claims { range: AtomicU64::new((n as u64) << 32), lo_limit, hi_floor }
-    }
-    fn unpack(v: u64) -> (usize, usize) {
-        ((v & u64::from(u32::MAX)) as usize, (v >> 32) as usize)
-    }
-    /// The lowest unclaimed server, for this thread.
-    fn low(&self) -> Option<usize> {
-        let lo_limit = self.lo_limit;
-        self.range
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
-                let (lo, hi) = Claims::unpack(v);
-                (lo < hi && lo < lo_limit).then(|| v + 1)
-            })
-            .ok()
-            .map(|v| Claims::unpack(v).0)
-    }
-    /// The highest unclaimed server, for the helper.
-    fn high(&self) -> Option<usize> {
-        let floor = self.hi_floor;
-        self.range
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
-                let (lo, hi) = Claims::unpack(v);
-                (lo < hi && hi > floor).then(|| v - (1 << 32))
-            })
-            .ok()
-            .map(|v| Claims::unpack(v).1 - 1)
-    }
-    /// The server `high` would claim next, if any is left (it may be gone by then).
-    fn peek_high(&self) -> Option<usize> {
-        let (lo, hi) = Claims::unpack(self.range.load(Ordering::Acquire));
-        (lo < hi && hi > self.hi_floor).then(|| hi - 1)
-    }
-}
-
 /// One server's entries of the shared per-tile and per-rank arrays.
 struct ServerOut<'a> {
     /// `n·g`: per destination server d and carrier c.
@@ -347,81 +237,6 @@ struct ServerOut<'a> {
     stream_range: &'a mut [(u32, u32)],
     /// `g`: per local rank.
     balance_in: &'a mut [u64],
-}
-
-/// Every server's `ServerOut`, taken by whichever thread claims the server.
-type Slots<'a> = Mutex<Vec<Option<ServerOut<'a>>>>;
-
-/// Size `out` for `cluster` and hand out each server's entries and the two parts.
-fn prepare<'a>(out: &'a mut Balanced, cluster: &Cluster) -> (Slots<'a>, &'a mut Part, &'a mut Part) {
-    let Shape { n, g, .. } = Shape::of(cluster);
-    let p = n * g;
-    out.servers = n;
-    out.gpus = g;
-    refill(&mut out.targets, n * n * g, 0);
-    refill(&mut out.server, n * n, 0);
-    refill(&mut out.stream_range, n * n * g, (0, 0));
-    refill(&mut out.balance_in, p, 0);
-    let slots = if n * g == 0 {
-        Vec::new()
-    } else {
-        out.targets
-            .chunks_exact_mut(n * g)
-            .zip(out.server.chunks_exact_mut(n))
-            .zip(out.stream_range.chunks_exact_mut(n * g))
-            .zip(out.balance_in.chunks_exact_mut(g))
-            .map(|(((targets, server), stream_range), balance_in)| Some(ServerOut { targets, server, stream_range, balance_in }))
-            .collect()
-    };
-    (Mutex::new(slots), &mut out.lo, &mut out.hi)
-}
-
-/// Balance the servers this thread claims, into `part` (its piece ids tagged `id_tag`):
-/// upwards from 0 (`up`), or downwards from the top (the helper).
-fn balance_claimed(data: &[u64], shape: Shape, claims: &Claims, slots: &Slots, part: &mut Part, id_tag: u32, up: bool) {
-    let Shape { n, g, .. } = shape;
-    let p = n * g;
-    part.pieces.clear();
-    part.moves.clear();
-    part.intra.clear();
-    part.ends.clear();
-    let take_slot = |s: usize| slots.lock().unwrap_or_else(|e| e.into_inner())[s].take().expect("each server is claimed once");
-    let row_block = |s: usize| &data[s * g * p..(s + 1) * g * p];
-    if up {
-        // `col_acc[col]` sums the column over the servers already done.
-        refill(&mut part.col_acc, p, 0);
-        while let Some(s) = claims.low() {
-            balance_server(data, shape, s, take_slot(s), part, id_tag);
-            for row in row_block(s).chunks_exact(p) {
-                for (acc, &v) in part.col_acc.iter_mut().zip(row) {
-                    *acc += v;
-                }
-            }
-        }
-    } else {
-        // Sum the columns below the top server before claiming it: a claim is then never
-        // held up by this pass (a helper woken late finds nothing left and only wasted it).
-        let Some(top) = claims.peek_high() else { return };
-        refill(&mut part.col_acc, p, 0);
-        for row in data[..top * g * p].chunks_exact(p) {
-            for (acc, &v) in part.col_acc.iter_mut().zip(row) {
-                *acc += v;
-            }
-        }
-        let mut below = top; // `col_acc` sums the servers before this one
-        while let Some(s) = claims.high() {
-            debug_assert!(s <= below);
-            while below > s {
-                below -= 1;
-                for row in row_block(below).chunks_exact(p) {
-                    for (acc, &v) in part.col_acc.iter_mut().zip(row) {
-                        *acc -= v;
-                    }
-                }
-            }
-            balance_server(data, shape, s, take_slot(s), part, id_tag);
-        }
-    }
 }
 
 /// Balance the tiles of source server `s` into `out` and `part`.
@@ -636,25 +451,6 @@ fn group_moves(moves: &mut [Move], start: usize, g: usize, count: &mut [usize], 
 mod tests {
     use super::*;
 
-    #[test]
-    fn claims_meet_without_overlap() {
-        for (n, lo_limit, hi_floor) in [(1000, 1000, 0), (7, 3, 3), (5, 5, 5), (0, 0, 0)] {
-            let claims = Claims::new(n, lo_limit, hi_floor);
-            let (ups, downs) = std::thread::scope(|scope| {
-                let up = scope.spawn(|| std::iter::from_fn(|| claims.low()).collect::<Vec<_>>());
-                let down = std::iter::from_fn(|| claims.high()).collect::<Vec<_>>();
-                (up.join().unwrap(), down)
-            });
-            // Upwards from 0 and downwards from the top, consecutive, together every server once.
-            assert_eq!(ups, (0..ups.len()).collect::<Vec<_>>());
-            assert_eq!(downs, (ups.len()..n).rev().collect::<Vec<_>>());
-            assert!(ups.len() <= lo_limit && ups.len() >= hi_floor.min(lo_limit));
-            if lo_limit == hi_floor {
-                assert_eq!(ups.len(), lo_limit, "a fixed split is kept");
-            }
-            assert_eq!(claims.peek_high(), None);
-        }
-    }
     #[test]
     fn targets_split_nics_then_gpus() {
         let mut t = vec![0; 4];

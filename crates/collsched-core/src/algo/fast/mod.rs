@@ -26,7 +26,8 @@ pub use bound::worst_case_ratio;
 
 use crate::error::Result;
 use crate::invalid;
-use crate::plan::{option_u64, Collective, Options, Plan};
+use crate::plan::rank_plan::RankPlan;
+use crate::plan::{option_u64, Collective, Options, Plan, PlanBuilder};
 use crate::topology::Cluster;
 use crate::traffic::Traffic;
 use birkhoff::{decompose, Stage};
@@ -267,55 +268,32 @@ pub fn predict_ns(cluster: &Cluster, loads: &Loads) -> u64 {
     total
 }
 
-/// From this many GPUs on, the calling thread's helper (`crate::beside`) computes the
-/// stage schedule while this one balances (the two only share the read-only matrix; see
-/// `plan`), then the cut pass and the later scale-out rounds (`pipeline`). Below it, with
-/// idle time between plans, waking the helper (~50 µs on the 2-vCPU container) costs more
-/// than it saves: 5×8 GPUs 145 → 167 µs, 6×8 224 → 213 µs, 8×8 387 → 313 µs (docs/fast.md).
-pub const OVERLAP_MIN_GPUS: u32 = 48;
-
-/// Whether planning for `gpus` GPUs splits its work with the helper thread.
-pub(crate) fn worth_overlapping(gpus: usize) -> bool {
-    gpus >= OVERLAP_MIN_GPUS as usize && crate::beside::worth_forking()
+/// Working memory of FAST and balanced_direct, owned by a caller that plans repeatedly (a
+/// rank planning every step): reusing it, rather than allocating and faulting in fresh
+/// pages per plan, made balancing 2–4× faster at 320 GPUs (docs/fast.md). Results never
+/// depend on what a workspace held before (tested).
+#[derive(Default)]
+pub struct Workspace {
+    pub(crate) bal: balance::Balanced,
+    pub(crate) assemble: pipeline::AssembleScratch,
 }
 
 pub fn plan(traffic: &Traffic, cluster: &Cluster, opts: &Options) -> Result<Plan> {
-    let overlap = worth_overlapping(cluster.num_gpus() as usize);
-    plan_threads(traffic, cluster, opts, overlap)
+    plan_in(&mut Workspace::default(), traffic, cluster, opts)
 }
 
-/// `plan`, with the schedule and the cut pass on the helper thread (`overlap`) or all on
-/// this one: the same plan either way.
-fn plan_threads(traffic: &Traffic, cluster: &Cluster, opts: &Options, overlap: bool) -> Result<Plan> {
+/// `plan` in the caller's workspace.
+pub fn plan_in(ws: &mut Workspace, traffic: &Traffic, cluster: &Cluster, opts: &Options) -> Result<Plan> {
     let o = FastOptions::parse(opts, cluster, "fast", &[])?;
     let n = cluster.servers as usize;
-    let g = cluster.gpus_per_server as usize;
-    if !overlap {
-        return Ok(balance::with_balanced(traffic, cluster, |bal| {
-            let sched = schedule(traffic, &bal.server, n, cluster, &o);
-            finish_plan(Collective::AllToAll { traffic: traffic.clone() }, cluster, &o, bal, &sched, false, false)
-        }));
-    }
-    // Balancing and the Birkhoff schedule are independent pure functions of the matrix
-    // (the schedule needs only the tile totals, summed here again): running them on two
-    // threads changes no result, only when each is ready. The helper computes the schedule
-    // and the plan's copy of the matrix, then balances the servers this thread has not
-    // reached yet, from the top down.
-    let plan = balance::with_balanced_beside(
-        traffic,
-        cluster,
-        balance::HelperShare::Claimed,
-        || {
-            let server = server_matrix::tile_totals(traffic.data(), n, g);
-            let sched = schedule(traffic, &server, n, cluster, &o);
-            crate::timeline::mark("helper: schedule computed");
-            (server, sched, Collective::AllToAll { traffic: traffic.clone() })
-        },
-        |bal, (server, sched, collective)| {
-            debug_assert_eq!(server, bal.server);
-            finish_plan(collective, cluster, &o, bal, &sched, true, false)
-        },
-    );
+    let Workspace { bal, assemble } = ws;
+    balance::balance_into(traffic, cluster, bal);
+    crate::timeline::mark("servers balanced");
+    let sched = schedule(traffic, &bal.server, n, cluster, &o);
+    crate::timeline::mark("schedule computed");
+    let b = PlanBuilder::new("fast", Collective::AllToAll { traffic: traffic.clone() }, cluster.gpus_per_server);
+    let plan = finish_into(assemble, b, cluster, &o, bal, &sched).finish();
+    crate::timeline::mark("plan finished");
     Ok(plan)
 }
 
@@ -325,8 +303,6 @@ pub struct ScaleoutPreview<'a> {
     cluster: &'a Cluster,
     bal: &'a balance::Balanced,
     rounds: &'a [Round],
-    /// Whether `for_each_transfer` ran: its cuts are then reused by the assembly.
-    cut: std::cell::Cell<bool>,
 }
 
 impl ScaleoutPreview<'_> {
@@ -336,7 +312,6 @@ impl ScaleoutPreview<'_> {
     /// received (`pipeline::for_each_scaleout_transfer`).
     pub fn for_each_transfer(&self, each: impl FnMut(usize, usize, usize, u64)) {
         pipeline::for_each_scaleout_transfer(self.cluster, self.bal, self.rounds, each);
-        self.cut.set(true);
     }
 }
 
@@ -349,11 +324,12 @@ pub fn plan_unless<X>(traffic: &Traffic, cluster: &Cluster, opts: &Options, stop
     let n = cluster.servers as usize;
     Ok(balance::with_balanced(traffic, cluster, |bal| {
         let sched = schedule(traffic, &bal.server, n, cluster, &o);
-        let preview = ScaleoutPreview { cluster, bal, rounds: &sched.rounds, cut: std::cell::Cell::new(false) };
+        let preview = ScaleoutPreview { cluster, bal, rounds: &sched.rounds };
         if let Some(x) = stop(&preview) {
             return Err(x);
         }
-        Ok(finish_plan(Collective::AllToAll { traffic: traffic.clone() }, cluster, &o, bal, &sched, false, preview.cut.get()))
+        let b = PlanBuilder::new("fast", Collective::AllToAll { traffic: traffic.clone() }, cluster.gpus_per_server);
+        Ok(finish_into(&mut pipeline::AssembleScratch::default(), b, cluster, &o, bal, &sched).finish())
     }))
 }
 
@@ -454,10 +430,44 @@ fn schedule(traffic: &Traffic, server: &[u64], n: usize, cluster: &Cluster, o: &
     Schedule { rounds, birkhoff_stages, decomposed, exact_stages }
 }
 
-fn finish_plan(collective: Collective, cluster: &Cluster, o: &FastOptions, bal: &balance::Balanced, sched: &Schedule, threads: bool, cuts_ready: bool) -> Plan {
+/// Digest of FAST's decisions: the balanced tile totals, what each rank receives while
+/// balancing, and every round's server pairs with their bytes.
+pub fn decisions_of(bal: &balance::Balanced, rounds: &[Round]) -> u64 {
+    let mut h = crate::plan::hash::Fnv64::new();
+    h.write_u64s(&bal.server);
+    h.write_u64s(&bal.balance_in);
+    h.write_u64(bal.num_moves() as u64);
+    let mut words = Vec::new();
+    for r in rounds {
+        words.clear();
+        words.extend(r.pairs.iter().flat_map(|&(s, d, x)| [u64::from(s) << 32 | u64::from(d), x]));
+        h.write_u64s(&words);
+    }
+    h.finish()
+}
+
+/// `rank`'s part of FAST's plan: the same decisions and the same assembly as `plan`, into a
+/// builder that keeps only the rank's transfers (`PlanBuilder::for_rank`). Returns it with
+/// the digest of the decisions (before the inputs are mixed in) and the nanoseconds spent
+/// deciding (balancing and the schedule).
+pub fn plan_rank(ws: &mut Workspace, traffic: &Traffic, cluster: &Cluster, opts: &Options, rank: u32) -> Result<(RankPlan, u64, u64)> {
+    let t0 = std::time::Instant::now();
+    let o = FastOptions::parse(opts, cluster, "fast", &[])?;
+    let n = cluster.servers as usize;
+    let Workspace { bal, assemble } = ws;
+    balance::balance_into(traffic, cluster, bal);
+    let sched = schedule(traffic, &bal.server, n, cluster, &o);
+    let decide_ns = t0.elapsed().as_nanos() as u64;
+    let r = rank as usize;
+    let b = PlanBuilder::for_rank("fast", traffic.n() as u32, cluster.gpus_per_server, rank, traffic.row_sum(r), traffic.col_sum(r));
+    let (rp, _) = finish_into(assemble, b, cluster, &o, bal, &sched).finish_rank().expect("a one-rank builder");
+    Ok((rp, decisions_of(bal, &sched.rounds), decide_ns))
+}
+
+fn finish_into(scratch: &mut pipeline::AssembleScratch, b: PlanBuilder, cluster: &Cluster, o: &FastOptions, bal: &balance::Balanced, sched: &Schedule) -> PlanBuilder {
     let n = cluster.servers as usize;
     let rounds = &sched.rounds;
-    let (mut b, loads) = pipeline::assemble_threads("fast", collective, cluster, bal, rounds, true, threads, cuts_ready);
+    let (mut b, loads) = pipeline::assemble_with(scratch, b, cluster, bal, rounds, true);
     b.set_meta("stages", sched.birkhoff_stages);
     b.set_meta("scaleout_rounds", rounds.len());
     b.set_meta("decomposition_stages", sched.decomposed);
@@ -466,9 +476,8 @@ fn finish_plan(collective: Collective, cluster: &Cluster, o: &FastOptions, bal: 
     b.set_meta("min_stage_bytes", o.min_stage_bytes);
     b.set_meta("order", if o.ascending { "asc" } else { "desc" });
     b.set_meta("server_max_line_bytes", max_line_sum(&bal.server, n));
-    let p = b.finish();
-    crate::timeline::mark("main: plan finished");
-    p
+    b.set_decisions(decisions_of(bal, rounds));
+    b
 }
 
 #[cfg(test)]
@@ -477,113 +486,6 @@ mod tests {
     use crate::plan::{recycle, verify::verify, Options};
     use crate::traffic::generators;
     use crate::Cluster;
-
-    /// Computing the schedule and the cut pass on a second thread changes nothing in the plan.
-    #[test]
-    fn overlapped_schedule_gives_the_same_plan() {
-        // The helper balances the servers it claims (any number, from the top down).
-        for (spec, seed) in [("h200:2", 1), ("h200:5,nics=2", 2), ("h200:17", 3), ("h200:33,gpus=2", 4)] {
-            let cluster = Cluster::parse(spec).unwrap();
-            let t = generators::zipf(cluster.num_gpus() as usize, 0.9, 1 << 20, seed).unwrap();
-            let opts = Options::new();
-            let one = super::plan_threads(&t, &cluster, &opts, false).unwrap();
-            let two = super::plan_threads(&t, &cluster, &opts, true).unwrap();
-            verify(&two).unwrap();
-            assert_eq!(one.hash(), two.hash(), "{spec}");
-            assert_eq!(one.meta, two.meta, "{spec}");
-        }
-    }
-
-    /// h200-like servers with `gpus` GPUs and `1 + nics_pick % gpus` NICs.
-    fn small_cluster(servers: u32, gpus: u32, nics_pick: u32) -> Cluster {
-        let nics = 1 + nics_pick % gpus;
-        Cluster::parse(&format!("h200:{servers},gpus={gpus},nics={nics}")).unwrap()
-    }
-
-    /// The first transfer where two plans differ (the first difference, not two whole plans).
-    fn first_difference(one: &crate::plan::Plan, two: &crate::plan::Plan) -> Option<usize> {
-        one.transfers.iter().zip(&two.transfers).position(|(x, y)| x != y || one.segments_of(x) != two.segments_of(y) || one.deps_of(x) != two.deps_of(y))
-    }
-
-    proptest::proptest! {
-        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(24))]
-        /// Writing the later scale-out rounds on the helper and appending them chunk by
-        /// chunk gives, at every split round and for any chunks, the plan (and the
-        /// predictor's loads) of one thread writing them all: ids, receive offsets and the
-        /// NIC order across the split are mended.
-        #[test]
-        fn split_assembly_gives_the_same_plan_at_every_round(servers in 2u32..7, gpus in 1u32..5, nics_pick in 0u32..4, kind in 0usize..3, seed in 0u64..1000) {
-            use super::pipeline::{assemble_split, Split};
-            use crate::plan::Collective;
-            let cluster = small_cluster(servers, gpus, nics_pick);
-            let p = cluster.num_gpus() as usize;
-            let t = match kind {
-                0 => generators::zipf(p, 0.99, 3 << 20, seed).unwrap(),
-                1 => generators::uniform(p, 1 << 20, seed).unwrap(),
-                _ => {
-                    // Sparse: a few hot pairs and zeros elsewhere.
-                    let mut t = crate::Traffic::new(p, vec![0; p * p]).unwrap();
-                    for k in 0..p as u64 {
-                        let (i, j) = (((seed + 7 * k) % p as u64) as usize, ((seed * 3 + 5 * k) % p as u64) as usize);
-                        t.set(i, j, (k + 1) * 1_000_003);
-                    }
-                    t
-                }
-            };
-            let o = super::FastOptions::parse(&Options::new(), &cluster, "fast", &[]).unwrap();
-            super::balance::with_balanced(&t, &cluster, |bal| {
-                let sched = super::schedule(&t, &bal.server, servers as usize, &cluster, &o);
-                let rounds = &sched.rounds;
-                let all_to_all = || Collective::AllToAll { traffic: t.clone() };
-                let (one, one_loads) = assemble_split("fast", all_to_all(), &cluster, bal, rounds, true, Split::No);
-                let one = one.finish();
-                verify(&one).unwrap();
-                // The helper hands the later rounds over one round at a time, two at a
-                // time, or all at once.
-                for (k, per_chunk) in (1..rounds.len()).flat_map(|k| [(k, 1), (k, 2), (k, rounds.len())]) {
-                    let (two, two_loads) = assemble_split("fast", all_to_all(), &cluster, bal, rounds, true, Split::At(k, per_chunk));
-                    let two = two.finish();
-                    let t = first_difference(&one, &two);
-                    proptest::prop_assert!(t.is_none(), "split at round {} of {} (chunks of {}): transfer {:?} differs", k, rounds.len(), per_chunk, t);
-                    proptest::prop_assert!(two == one, "split at round {} of {} (chunks of {}): plans differ (lengths or scratch)", k, rounds.len(), per_chunk);
-                    proptest::prop_assert_eq!(&two_loads, &one_loads);
-                }
-                Ok(())
-            })?;
-        }
-
-        /// Balancing the servers from any `split` on the helper (their pieces in a second
-        /// list, with `HI_PIECE` ids, the servers from the top down), or those it claims,
-        /// gives the plan, loads and scale-out preview of one thread balancing them all.
-        #[test]
-        fn split_balancing_gives_the_same_plan_at_every_server(servers in 1u32..7, gpus in 1u32..5, nics_pick in 0u32..4, skew in 0usize..2, seed in 0u64..1000) {
-            use super::pipeline::{assemble_split, for_each_scaleout_transfer, Split};
-            use crate::plan::Collective;
-            let cluster = small_cluster(servers, gpus, nics_pick);
-            let p = cluster.num_gpus() as usize;
-            let t = if skew == 0 { generators::uniform(p, 1 << 20, seed).unwrap() } else { generators::zipf(p, 0.99, 3 << 20, seed).unwrap() };
-            let o = super::FastOptions::parse(&Options::new(), &cluster, "fast", &[]).unwrap();
-            let n = servers as usize;
-            let run = |bal: &super::balance::Balanced| {
-                let sched = super::schedule(&t, &bal.server, n, &cluster, &o);
-                let mut preview = Vec::new();
-                for_each_scaleout_transfer(&cluster, bal, &sched.rounds, |k, snic, rnic, bytes| preview.push((k, snic, rnic, bytes)));
-                let (b, loads) = assemble_split("fast", Collective::AllToAll { traffic: t.clone() }, &cluster, bal, &sched.rounds, true, Split::No);
-                (b.finish(), loads, preview)
-            };
-            let (one, one_loads, one_preview) = super::balance::with_balanced(&t, &cluster, run);
-            verify(&one).unwrap();
-            use super::balance::HelperShare;
-            for share in (0..n).map(HelperShare::From).chain([HelperShare::Claimed]) {
-                let (two, two_loads, two_preview) = super::balance::with_balanced_beside(&t, &cluster, share, || (), |bal, ()| run(bal));
-                let t = first_difference(&one, &two);
-                proptest::prop_assert!(t.is_none(), "{:?} of {} servers: transfer {:?} differs", share, n, t);
-                proptest::prop_assert!(two == one, "{:?} of {} servers: plans differ", share, n);
-                proptest::prop_assert_eq!(&two_loads, &one_loads);
-                proptest::prop_assert_eq!(&two_preview, &one_preview);
-            }
-        }
-    }
 
     /// The start idle of a first stage: a carrier with none of its own bytes in the tile waits
     /// for all its balanced-in bytes over scale-up; a tile whose GPUs send equally never
@@ -621,7 +523,7 @@ mod tests {
         assert_eq!(kept[0].perm, even.perm, "no idle: the order stays");
     }
 
-    /// Reused working memory and recycled plan arrays must not leak into plans: plan A,
+    /// Recycled plan arrays must not leak into plans: plan A,
     /// then a larger and a smaller plan (recycled in between), then A again.
     #[test]
     fn reused_memory_does_not_change_plans() {

@@ -10,10 +10,8 @@
 //! server wait for rounds in which it has nothing (phantom) to move.
 use super::balance::Balanced;
 use super::balance::refill;
-use super::cuts::{Cut, CutPass, Cuts};
+use super::cuts::{Cut, Cuts};
 use super::redistribute::Redistributor;
-use crate::reuse::{vec_bytes, with_reused, Footprint};
-use std::cell::Cell;
 use crate::plan::{Buf, Collective, Op, PlanBuilder, Segment};
 use crate::topology::{Cluster, Tier};
 use crate::traffic::Traffic;
@@ -34,23 +32,6 @@ pub struct Loads {
     pub last_redistribution_max: u64,
     /// Max bytes any GPU sends or receives in the intra-server part.
     pub intra_max: u64,
-}
-
-/// How many visits ahead the assembler prefetches the pieces they start at.
-const PREFETCH_PAIRS: usize = 4;
-
-/// Hint the CPU to load the cache line at `x`, which need not be valid memory (no effect
-/// on results).
-#[inline(always)]
-fn prefetch<T>(x: *const T) {
-    #[cfg(target_arch = "x86_64")]
-    #[allow(unused_unsafe)]
-    // SAFETY: a prefetch never faults and does not change memory; SSE is baseline on x86_64.
-    unsafe {
-        core::arch::x86_64::_mm_prefetch(x as *const i8, core::arch::x86_64::_MM_HINT_T0);
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = x;
 }
 
 /// Append `seg` to a transfer's segments, extending the last one instead when `seg`
@@ -212,23 +193,7 @@ pub struct AssembleScratch {
     urgent_into: IdLists,
     intra_load: Vec<u64>,
     cuts: Cuts,
-    /// Per stream, its own bytes not yet previewed (`for_each_scaleout_transfer`).
-    own_left: Vec<u64>,
     rounds_state: RoundState,
-    later: Later,
-}
-
-impl Footprint for AssembleScratch {
-    fn footprint(&self) -> usize {
-        vec_bytes(&self.bal_id) + self.cuts.footprint() + vec_bytes(&self.tile_class)
-            + self.rounds_state.footprint() + self.later.state.footprint() + vec_bytes(&self.urgent_from.ids) + vec_bytes(&self.urgent_into.ids)
-            + self.later.chunks.iter().map(|c| vec_bytes(&c.transfers) + vec_bytes(&c.segments) + vec_bytes(&c.deps) + vec_bytes(&c.boundary)).sum::<usize>()
-            + 8 * (self.bal_out.capacity() + self.bal_in.capacity() + self.intra_load.capacity() + self.own_left.capacity())
-    }
-}
-
-thread_local! {
-    static SCRATCH: Cell<Option<Box<AssembleScratch>>> = const { Cell::new(None) };
 }
 
 /// Assemble the plan. `chain_nics` orders successive rounds per NIC (FAST); without it all
@@ -240,41 +205,13 @@ pub fn assemble(name: &str, traffic: &Traffic, cluster: &Cluster, bal: &Balanced
 /// `assemble` with the plan's collective (`AllToAll` of the balanced matrix) built by the
 /// caller: copying a large matrix can then happen elsewhere, e.g. on another thread.
 pub fn assemble_collective(name: &str, collective: Collective, cluster: &Cluster, bal: &Balanced, rounds: &[Round], chain_nics: bool) -> (PlanBuilder, Loads) {
-    let threads = super::worth_overlapping(bal.servers * bal.gpus);
-    assemble_threads(name, collective, cluster, bal, rounds, chain_nics, threads, false)
+    let b = PlanBuilder::new(name, collective, cluster.gpus_per_server);
+    assemble_with(&mut AssembleScratch::default(), b, cluster, bal, rounds, chain_nics)
 }
 
-/// `assemble_collective`, with the cut pass on the helper thread (`threads`) or not: the
-/// same plan either way. `cuts_ready`: this thread's last `for_each_scaleout_transfer`,
-/// of the same `bal` and `rounds`, left the cuts in its working arrays (not redone).
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn assemble_threads(name: &str, collective: Collective, cluster: &Cluster, bal: &Balanced, rounds: &[Round], chain_nics: bool, threads: bool, cuts_ready: bool) -> (PlanBuilder, Loads) {
-    let split = if threads { Split::Balanced } else { Split::No };
-    with_reused(&SCRATCH, |scratch| assemble_with(scratch, name, collective, cluster, bal, rounds, chain_nics, threads && !cuts_ready, cuts_ready, split))
-}
-
-/// Whether the scale-out rounds are split between this thread and its helper.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Split {
-    No,
-    /// At the round that balances the two threads' work (`split_round`).
-    Balanced,
-    /// The helper writes rounds from the first on, handing them over in chunks of the
-    /// second's rounds (tests: any split and any chunks give the same plan).
-    #[cfg(test)]
-    At(usize, usize),
-}
-
-/// `assemble` with the rounds split as `split` says (the cut pass on this thread).
-#[cfg(test)]
-pub(crate) fn assemble_split(name: &str, collective: Collective, cluster: &Cluster, bal: &Balanced, rounds: &[Round], chain_nics: bool, split: Split) -> (PlanBuilder, Loads) {
-    with_reused(&SCRATCH, |scratch| assemble_with(scratch, name, collective, cluster, bal, rounds, chain_nics, false, false, split))
-}
-
-/// `assemble_with`: the cut pass on the helper (`overlap`) or not, the rounds split between
-/// the threads or not; the same plan in every case.
-#[allow(clippy::too_many_arguments)]
-fn assemble_with(scratch: &mut AssembleScratch, name: &str, collective: Collective, cluster: &Cluster, bal: &Balanced, rounds: &[Round], chain_nics: bool, overlap: bool, cuts_ready: bool, split: Split) -> (PlanBuilder, Loads) {
+/// `assemble_collective` into the builder `b` (a whole plan's, or one rank's: see
+/// `PlanBuilder::for_rank`), with the caller's working arrays.
+pub fn assemble_with(scratch: &mut AssembleScratch, mut b: PlanBuilder, cluster: &Cluster, bal: &Balanced, rounds: &[Round], chain_nics: bool) -> (PlanBuilder, Loads) {
     let AssembleScratch {
         tile_class,
         class_moves,
@@ -286,16 +223,12 @@ fn assemble_with(scratch: &mut AssembleScratch, name: &str, collective: Collecti
         urgent_into,
         intra_load,
         cuts,
-        own_left: _,
         rounds_state,
-        later,
     } = scratch;
     let n = bal.servers;
     let g = bal.gpus;
     let p = n * g;
     let nics = cluster.nics_per_server as usize;
-    debug_assert!(matches!(&collective, Collective::AllToAll { traffic } if traffic.n() == p));
-    let mut b = PlanBuilder::new(name, collective, cluster.gpus_per_server);
     // Upper bounds, so no array of the plan is ever regrown (and copied). Untouched
     // capacity costs only address space.
     let pair_visits: usize = rounds.iter().map(|r| r.pairs.len()).sum::<usize>() * g;
@@ -411,110 +344,19 @@ fn assemble_with(scratch: &mut AssembleScratch, name: &str, collective: Collecti
             }
         }
         loads.intra_max = intra_load.iter().copied().max().unwrap_or(0);
-        crate::timeline::mark("main: balancing and intra-server transfers written");
+        crate::timeline::mark("balancing and intra-server transfers written");
     };
-    // The cut pass reads only the balanced streams and the rounds: at scale the helper
-    // starts it while this thread writes the balancing and intra-server transfers, and this
-    // thread joins in when done (both claim tiles; the cuts are the same either way).
-    if cuts_ready {
-        write_balancing_and_intra();
-    } else {
-        let mut pass = CutPass::new(cuts, bal, rounds);
-        if overlap {
-            let pass = &pass;
-            crate::beside::join(
-                || {
-                    pass.share();
-                    crate::timeline::mark("helper: cut pass shared");
-                },
-                || {
-                    write_balancing_and_intra();
-                    pass.share();
-                    crate::timeline::mark("main: cut pass shared");
-                },
-            );
-        } else {
-            write_balancing_and_intra();
-            pass.share();
-        }
-        pass.finish();
-    }
+    write_balancing_and_intra();
+    cuts.make(bal, rounds);
+    crate::timeline::mark("cut pass");
     let cuts: &Cuts = cuts;
     // A NIC's transfers in one round: two per carrier on it, per pair its server is in.
     let pairs_per_server = if chain_nics { max_pairs_per_server(rounds, n) } else { 0 };
     let nic_cap = 2 * g.div_ceil(nics) * pairs_per_server;
     let cx = RoundCtx { bal, rounds, cuts: &cuts.cuts, bal_id, tile_class, classes, nics, chain_nics };
     rounds_state.reset(Some(&bal.balance_in), p, g, n * nics, nic_cap);
-    let split = match split {
-        Split::No => None,
-        Split::Balanced => split_round(rounds, &cuts.work).map(|k| (k, chunk_ends(rounds, &cuts.work, k))),
-        #[cfg(test)]
-        Split::At(k, per_chunk) => (k > 0 && k < rounds.len()).then(|| (k, (k + per_chunk.max(1)..rounds.len()).step_by(per_chunk.max(1)).chain([rounds.len()]).collect())),
-    };
-    match split {
-        None => write_rounds(&cx, rounds_state, &mut b, 0..rounds.len(), 0, None),
-        Some((k, ends)) => {
-            // Rounds k.. on the helper, chunk by chunk, each into a detached builder, while
-            // this thread writes rounds ..k; it then appends each chunk as the helper hands
-            // it over (`append_later`), so most of the copying overlaps the helper's
-            // writing. The same plan as one thread writing every round.
-            let first_visit: usize = rounds[..k].iter().map(|r| r.pairs.len()).sum();
-            let Later { mut state, chunks: mut pool } = std::mem::take(later);
-            let (handed, chunks) = std::sync::mpsc::channel::<LaterChunk>();
-            let started = std::sync::atomic::AtomicBool::new(false);
-            let (cx, started, ends) = (&cx, &started, &ends);
-            let ((state, pool), (id_shift, mut appended)) = crate::beside::join(
-                move || {
-                    started.store(true, std::sync::atomic::Ordering::Release);
-                    state.reset(None, p, g, n * nics, nic_cap);
-                    let (mut begin, mut visit, mut base) = (k, first_visit, 0u32);
-                    for &end in ends {
-                        let LaterChunk { transfers, segments, deps, mut boundary, .. } = pool.pop().unwrap_or_default();
-                        boundary.clear();
-                        let mut lb = PlanBuilder::detached(LATER_ID + base, transfers, segments, deps);
-                        write_rounds(cx, &mut state, &mut lb, begin..end, visit, Some(&mut boundary));
-                        let (transfers, segments, deps) = lb.into_arrays();
-                        let written = transfers.len() as u32;
-                        // Cannot fail: the receiver outlives this job (`join` returns after it).
-                        let _ = handed.send(LaterChunk { base, transfers, segments, deps, boundary });
-                        base += written;
-                        visit += cx.rounds[begin..end].iter().map(|r| r.pairs.len()).sum::<usize>();
-                        begin = end;
-                    }
-                    crate::timeline::mark("helper: later rounds written");
-                    (state, pool)
-                },
-                || {
-                    write_rounds(cx, rounds_state, &mut b, 0..k, 0, None);
-                    crate::timeline::mark("main: early rounds written");
-                    let id_shift = b.num_transfers() as u32;
-                    let mut appended = Vec::new();
-                    // Wait for chunks only from a helper that has started (one that has not
-                    // may be waiting for this thread: `beside::join` then runs it here next).
-                    if started.load(std::sync::atomic::Ordering::Acquire) {
-                        while let Some(chunk) = crate::beside::recv_polling(&chunks) {
-                            append_later(&mut b, &chunk, id_shift, rounds_state, g, nics);
-                            appended.push(chunk);
-                        }
-                    }
-                    (id_shift, appended)
-                },
-            );
-            // Chunks handed over after this thread stopped waiting (or all of them).
-            for chunk in chunks.try_iter() {
-                append_later(&mut b, &chunk, id_shift, rounds_state, g, nics);
-                appended.push(chunk);
-            }
-            crate::timeline::mark("main: later rounds appended");
-            rounds_state.round_nic_max.extend_from_slice(&state.round_nic_max);
-            rounds_state.last_redistribution_max = state.last_redistribution_max;
-            for (cursor, &more) in rounds_state.recv_cursor.iter_mut().zip(&state.recv_cursor) {
-                *cursor += more;
-            }
-            appended.extend(pool);
-            *later = Later { state, chunks: appended };
-        }
-    }
+    write_rounds(&cx, rounds_state, &mut b, 0..rounds.len());
+    crate::timeline::mark("scale-out rounds written");
     loads.round_nic_max = std::mem::take(&mut rounds_state.round_nic_max);
     loads.last_redistribution_max = rounds_state.last_redistribution_max;
     for (r, &bytes) in rounds_state.recv_cursor.iter().enumerate() {
@@ -522,10 +364,6 @@ fn assemble_with(scratch: &mut AssembleScratch, name: &str, collective: Collecti
     }
     (b, loads)
 }
-
-/// Ids from here up are a detached builder's own (`Later`): ids of the plan it joins are
-/// below (no plan holds 2³¹ transfers).
-const LATER_ID: u32 = 1 << 31;
 
 /// Scale-out state carried from round to round.
 #[derive(Default)]
@@ -542,12 +380,6 @@ struct RoundState {
     /// Loads for the predictor (see `Loads`).
     round_nic_max: Vec<u64>,
     last_redistribution_max: u64,
-}
-
-impl Footprint for RoundState {
-    fn footprint(&self) -> usize {
-        vec_bytes(&self.sends.lists.ids) + vec_bytes(&self.recvs.lists.ids) + 8 * (self.recv_cursor.capacity() + self.nic_send_bytes.capacity() + self.nic_recv_bytes.capacity())
-    }
 }
 
 impl RoundState {
@@ -570,29 +402,6 @@ impl RoundState {
     }
 }
 
-/// The later rounds of a split assembly, written on the helper: their state, and the
-/// arrays of their chunks, kept between calls for their allocations.
-#[derive(Default)]
-struct Later {
-    state: RoundState,
-    chunks: Vec<LaterChunk>,
-}
-
-/// A chunk of the later rounds: its transfers, with ids from `LATER_ID + base` (`base`:
-/// the later transfers written before it; a dep on any later transfer is its id from
-/// `LATER_ID`), bytes parked at Scratch offsets counted from 0, and `boundary`: (id, bits)
-/// of each scale-out transfer whose sending (bit 0) or receiving (bit 1) NIC had no
-/// earlier round in the later part, so it also waits for that NIC's last round before the
-/// split.
-#[derive(Default)]
-struct LaterChunk {
-    base: u32,
-    transfers: Vec<crate::plan::Transfer>,
-    segments: Vec<Segment>,
-    deps: Vec<u32>,
-    boundary: Vec<(u32, u8)>,
-}
-
 /// What the scale-out rounds read.
 struct RoundCtx<'a> {
     bal: &'a Balanced,
@@ -606,59 +415,12 @@ struct RoundCtx<'a> {
     chain_nics: bool,
 }
 
-/// The round where the helper's part of a split assembly starts: about `LATER_SHARE_PERCENT`
-/// of the work is after it (this thread also appends that part), counted per visit by the
-/// cut pass (`Cuts::work`). Rounds come largest first, so the early ones hold most pieces.
-/// None with fewer than two rounds.
-fn split_round(rounds: &[Round], work: &[u64]) -> Option<usize> {
-    let total: u64 = work.iter().sum();
-    let target = total - total * LATER_SHARE_PERCENT / 100;
-    let (mut seen, mut visit) = (0, 0);
-    for (k, r) in rounds.iter().enumerate() {
-        if seen >= target {
-            return (k > 0).then_some(k);
-        }
-        seen += work[visit..visit + r.pairs.len()].iter().sum::<u64>();
-        visit += r.pairs.len();
-    }
-    None
-}
-
-/// Percent of the scale-out work a split assembly leaves to the helper. This thread also
-/// appends the helper's chunks, so it takes the smaller share: 55% measured 3–4% faster
-/// than 45% at 320 GPUs (and than 50% at 1024; same-minute A/B), 60–65% no better.
-const LATER_SHARE_PERCENT: u64 = 55;
-
-/// Chunks the helper hands its rounds over in (about equal work each): this thread appends
-/// a chunk while the helper writes the next, and only the last is appended after both
-/// threads are done.
-const LATER_CHUNKS: u64 = 8;
-
-/// Where the chunks of the later rounds `k..` end (`LATER_CHUNKS` of about equal work,
-/// each at least one round); the last end is `rounds.len()`.
-fn chunk_ends(rounds: &[Round], work: &[u64], k: usize) -> Vec<usize> {
-    let first_visit: usize = rounds[..k].iter().map(|r| r.pairs.len()).sum();
-    let total: u64 = work[first_visit..].iter().sum();
-    let (mut seen, mut visit, mut ends) = (0u64, first_visit, Vec::new());
-    for (r, round) in rounds.iter().enumerate().skip(k) {
-        seen += work[visit..visit + round.pairs.len()].iter().sum::<u64>();
-        visit += round.pairs.len();
-        if r + 1 < rounds.len() && seen * LATER_CHUNKS >= total * (ends.len() as u64 + 1) {
-            ends.push(r + 1);
-        }
-    }
-    ends.push(rounds.len());
-    ends
-}
-
-/// Write the scale-out transfers of rounds `range` (the first of which starts at visit
-/// `first_visit`) and their redistribution. `boundary`: this is the later part of a split
-/// assembly (see `Later`).
-fn write_rounds(cx: &RoundCtx, st: &mut RoundState, b: &mut PlanBuilder, range: std::ops::Range<usize>, first_visit: usize, mut boundary: Option<&mut Vec<(u32, u8)>>) {
+/// Write the scale-out transfers of rounds `range` (from the first round) and their redistribution.
+fn write_rounds(cx: &RoundCtx, st: &mut RoundState, b: &mut PlanBuilder, range: std::ops::Range<usize>) {
     let RoundCtx { bal, rounds, cuts, bal_id, tile_class, classes, nics, chain_nics } = *cx;
     let RoundState { recv_cursor, sends, recvs, nic_send_bytes, nic_recv_bytes, redistributor, round_nic_max, last_redistribution_max } = st;
     let (n, g) = (bal.servers, bal.gpus);
-    let mut visit = first_visit;
+    let mut visit = 0;
     for k in range {
         let round = &rounds[k];
         let step = k as u32 + 1;
@@ -666,18 +428,6 @@ fn write_rounds(cx: &RoundCtx, st: &mut RoundState, b: &mut PlanBuilder, range: 
         let last_round = k + 1 == rounds.len();
         redistributor.track_loads(last_round);
         for &(s, d, _) in &round.pairs {
-            // The pieces a later visit starts at (the cuts are read in order, so their
-            // addresses are at hand): fetch them while this visit is assembled.
-            if let Some(ahead) = cuts.get((visit + PREFETCH_PAIRS) * g..(visit + PREFETCH_PAIRS + 1) * g) {
-                for cut in ahead {
-                    if cut.bytes > 0 {
-                        // A stream's pieces are consecutive in memory: fetch the next one too.
-                        let piece: *const super::balance::Piece = bal.piece(cut.at);
-                        prefetch(piece);
-                        prefetch(piece.wrapping_add(1));
-                    }
-                }
-            }
             let (s, d) = (s as usize, d as usize);
             let tile = s * n + d;
             for c in 0..g {
@@ -746,12 +496,6 @@ fn write_rounds(cx: &RoundCtx, st: &mut RoundState, b: &mut PlanBuilder, range: 
                         merge_unique(sends.last(snic), recvs.last(rnic), pdeps);
                     }
                     let id = b.close_transfer(src_rank as u32, dst_rank as u32, Op::Copy, Tier::ScaleOut, step, seg_begin, dep_begin);
-                    if let Some(bd) = boundary.as_deref_mut() {
-                        let bits = u8::from(sends.last(snic).is_empty()) | u8::from(recvs.last(rnic).is_empty()) << 1;
-                        if chain_nics && bits != 0 {
-                            bd.push((id, bits));
-                        }
-                    }
                     // Its redistribution: step k+2, beside the next round's scale-out.
                     redistributor.emit(b, dst_rank as u32, (d * g) as u32, id, step + 1);
                     nic_send_bytes[snic] += bytes;
@@ -787,74 +531,6 @@ fn write_rounds(cx: &RoundCtx, st: &mut RoundState, b: &mut PlanBuilder, range: 
     }
 }
 
-/// Append a chunk of the later part of a split assembly (`LaterChunk`; chunks in order)
-/// to `b`, which holds everything before it (`st`: its state after its last round before
-/// the split; `id_shift`: its transfers then): ids moved to follow the earlier part's,
-/// parked bytes moved behind each rank's receive cursor at the split, and the NIC lists of
-/// the last rounds before the split added where the later part had none. The result is
-/// the plan one thread writing every round would have written. Only the transfers up to
-/// the chunk's last boundary one take the slow path; the rest are bulk copies with fixed
-/// shifts.
-fn append_later(b: &mut PlanBuilder, later: &LaterChunk, id_shift: u32, st: &RoundState, g: usize, nics: usize) {
-    assert!(
-        id_shift < LATER_ID && u64::from(later.base) + later.transfers.len() as u64 <= u64::from(LATER_ID.min(u32::MAX - id_shift)),
-        "plan too large to split"
-    );
-    let first_id = LATER_ID + later.base;
-    let base = &st.recv_cursor;
-    // Ids of b (balancing transfers) stay; the later part's own move to follow b's.
-    let id = move |d: u32| if d >= LATER_ID { d - LATER_ID + id_shift } else { d };
-    let slow = later.boundary.last().map_or(0, |&(t, _)| (t - first_id) as usize + 1);
-    let mut boundary = later.boundary.iter().peekable();
-    let (transfers, segments, deps) = b.arrays_mut();
-    let moved_segments = |t: &crate::plan::Transfer, out: &mut Vec<Segment>| {
-        let segs = &later.segments[t.seg_range()];
-        // Scale-out transfers park bytes in the receiver's Scratch; redistribution reads
-        // them from the holder's. (Balanced-in bytes a carrier sends lie below every
-        // receive cursor and were written at their final offsets.)
-        if t.tier == Tier::ScaleOut {
-            let shift = base[t.dst as usize];
-            out.extend(segs.iter().map(|seg| Segment { dst_off: seg.dst_off + if seg.dst_buf == Buf::Scratch { shift } else { 0 }, ..*seg }));
-        } else {
-            let shift = base[t.src as usize];
-            out.extend(segs.iter().map(|seg| Segment { src_off: seg.src_off + if seg.src_buf == Buf::Scratch { shift } else { 0 }, ..*seg }));
-        }
-    };
-    for (i, t) in later.transfers[..slow].iter().enumerate() {
-        let (seg_begin, dep_begin) = (segments.len() as u32, deps.len() as u32);
-        moved_segments(t, segments);
-        // Sorted: ids of b first, then the later part's own.
-        let ds = &later.deps[t.dep_range()];
-        let own = ds.partition_point(|&d| d < LATER_ID);
-        deps.extend_from_slice(&ds[..own]);
-        if let Some(&(_, bits)) = boundary.next_if(|&&(b, _)| b == first_id + i as u32) {
-            let (src, dst) = (t.src as usize, t.dst as usize);
-            let snic = src / g * nics + src % g % nics;
-            let rnic = dst / g * nics + dst % g % nics;
-            let none: &[u32] = &[];
-            merge_unique(if bits & 1 != 0 { st.sends.last(snic) } else { none }, if bits & 2 != 0 { st.recvs.last(rnic) } else { none }, deps);
-        }
-        deps.extend(ds[own..].iter().map(|&d| id(d)));
-        transfers.push(crate::plan::Transfer { seg_begin, seg_end: segments.len() as u32, dep_begin, dep_end: deps.len() as u32, ..*t });
-    }
-    debug_assert!(boundary.next().is_none());
-    let rest = &later.transfers[slow..];
-    let Some(first) = rest.first() else { return };
-    let seg_shift = segments.len() as u32 - first.seg_begin;
-    let dep_shift = deps.len() as u32 - first.dep_begin;
-    for t in rest {
-        moved_segments(t, segments);
-    }
-    deps.extend(later.deps[first.dep_begin as usize..].iter().map(|&d| id(d)));
-    transfers.extend(rest.iter().map(|t| crate::plan::Transfer {
-        seg_begin: t.seg_begin + seg_shift,
-        seg_end: t.seg_end + seg_shift,
-        dep_begin: t.dep_begin + dep_shift,
-        dep_end: t.dep_end + dep_shift,
-        ..*t
-    }));
-}
-
 /// The scale-out transfers `assemble_with` writes, in plan order, without writing them:
 /// `each(round, sending NIC, receiving NIC, bytes)` (global NIC ids) for every carrier's
 /// share of every pair of every round, split as the assembler splits it — the carrier's
@@ -866,11 +542,11 @@ fn append_later(b: &mut PlanBuilder, later: &LaterChunk, id_shift: u32, st: &Rou
 pub(crate) fn for_each_scaleout_transfer(cluster: &Cluster, bal: &Balanced, rounds: &[Round], mut each: impl FnMut(usize, usize, usize, u64)) {
     let (n, g) = (bal.servers, bal.gpus);
     let nics = cluster.nics_per_server as usize;
-    with_reused(&SCRATCH, |scratch| {
-        scratch.cuts.make(bal, rounds);
+    {
+        let mut cuts = Cuts::default();
+        cuts.make(bal, rounds);
         // Per stream: its own bytes not yet sent (a carrier's own pieces lead its stream).
-        let own_left = &mut scratch.own_left;
-        own_left.clear();
+        let mut own_left: Vec<u64> = Vec::new();
         own_left.extend(bal.stream_range.iter().enumerate().map(|(k, &(b, e))| {
             bal.pieces_in(b, e).iter().take_while(|p| p.a as usize == k % g).map(|p| p.len).sum::<u64>()
         }));
@@ -879,7 +555,7 @@ pub(crate) fn for_each_scaleout_transfer(cluster: &Cluster, bal: &Balanced, roun
             for &(s, d, _) in &round.pairs {
                 let (s, d) = (s as usize, d as usize);
                 for c in 0..g {
-                    let x = scratch.cuts.cuts[visit * g + c].bytes;
+                    let x = cuts.cuts[visit * g + c].bytes;
                     if x == 0 {
                         continue;
                     }
@@ -896,7 +572,7 @@ pub(crate) fn for_each_scaleout_transfer(cluster: &Cluster, bal: &Balanced, roun
                 visit += 1;
             }
         }
-    })
+    }
 }
 
 /// The most pairs any server sends or receives in one round (1 for one-to-one rounds).

@@ -21,7 +21,9 @@ use crate::plan::{Buf, Collective, Op, Plan, PlanBuilder, Segment};
 use crate::topology::{Cluster, Tier};
 use crate::traffic::Traffic;
 
-pub(super) fn plan(traffic: &Traffic, cluster: &Cluster, name: &str) -> Result<Plan> {
+/// The two phases into `b` (a whole plan's or one rank's builder). No decisions beyond the
+/// matrix: the digest records a constant.
+pub(super) fn plan_into(traffic: &Traffic, cluster: &Cluster, mut b: PlanBuilder) -> Result<PlanBuilder> {
     let n = traffic.n();
     let g = cluster.gpus_per_server as usize;
     let nodes = cluster.servers as usize;
@@ -29,7 +31,6 @@ pub(super) fn plan(traffic: &Traffic, cluster: &Cluster, name: &str) -> Result<P
     let send = traffic.send_offsets();
     let recv = traffic.recv_offsets();
     let rank = |node: usize, local: usize| node * g + local;
-    let mut b = PlanBuilder::new(name, Collective::AllToAll { traffic: traffic.clone() }, cluster.gpus_per_server);
     // Upper bounds, so the plan's arrays come from the recycled pool (or are allocated once)
     // instead of growing: a self, direct or intra-node message per block; a forwarding
     // message per (source, proxy) and a batch per (proxy, node), each at most one per
@@ -131,5 +132,11 @@ pub(super) fn plan(traffic: &Traffic, cluster: &Cluster, name: &str) -> Result<P
         b.need_scratch(r as u32, bytes);
     }
     b.set_meta("phases", 2);
-    Ok(b.finish())
+    b.set_decisions(1);
+    Ok(b)
+}
+
+pub(super) fn plan(traffic: &Traffic, cluster: &Cluster, name: &str) -> Result<Plan> {
+    let b = PlanBuilder::new(name, Collective::AllToAll { traffic: traffic.clone() }, cluster.gpus_per_server);
+    Ok(plan_into(traffic, cluster, b)?.finish())
 }

@@ -100,6 +100,38 @@ pub fn plan(traffic: &Traffic, cluster: &Cluster, opts: &Options) -> Result<Plan
     Ok(plan)
 }
 
+/// `rank`'s part of `algorithm`'s plan ("sabre", "sabre_skewed" or "sabre_light"): the same
+/// decisions and phases into a builder that keeps only the rank's transfers. Returns it with
+/// the decisions' digest and the nanoseconds spent deciding (options and the MTM choice;
+/// Algorithm 1's assignment is made inside the phases, so it counts as expansion).
+pub fn plan_rank(traffic: &Traffic, cluster: &Cluster, opts: &Options, rank: u32, algorithm: &str) -> Result<(crate::plan::rank_plan::RankPlan, u64, u64)> {
+    let t0 = std::time::Instant::now();
+    let r = rank as usize;
+    let b = PlanBuilder::for_rank(algorithm, traffic.n() as u32, cluster.gpus_per_server, rank, traffic.row_sum(r), traffic.col_sum(r));
+    // Options checked in the order the whole-plan entry points check them (same errors).
+    let (skewed, alpha) = match algorithm {
+        "sabre_skewed" => {
+            check_keys(opts, &["alpha_permille"], "sabre_skewed")?;
+            (true, alpha_permille(opts)?)
+        }
+        "sabre_light" => {
+            check_keys(opts, &[], "sabre_light")?;
+            (false, 0)
+        }
+        _ => {
+            check_keys(opts, &["alpha_permille", "mtm_threshold_milli"], "sabre")?;
+            let alpha = alpha_permille(opts)?;
+            let threshold = mtm_threshold_milli(opts)?;
+            (stats::mtm(traffic, cluster)?.overall().cmp_milli(threshold) == Ordering::Greater, alpha)
+        }
+    };
+    let decide_ns = t0.elapsed().as_nanos() as u64;
+    let b = if skewed { skewed::plan_into(traffic, cluster, alpha, b)? } else { light::plan_into(traffic, cluster, b)? };
+    let decided = b.decisions();
+    let (rp, _) = b.finish_rank().expect("a one-rank builder");
+    Ok((rp, decided, decide_ns))
+}
+
 /// `2200` → `"2.200"`.
 fn format_milli(v: u128) -> String {
     format!("{}.{:03}", v / 1000, v % 1000)

@@ -161,14 +161,15 @@ pub fn scaleout_messages(traffic: &Traffic, cluster: &Cluster, alpha_permille: u
     messages
 }
 
-pub(super) fn plan(traffic: &Traffic, cluster: &Cluster, alpha_permille: u64, name: &str) -> Result<Plan> {
+/// Algorithm 1's assignment, then the three phases into `b` (a whole plan's or one rank's
+/// builder); the builder's decisions digest is that of the assignment.
+pub(super) fn plan_into(traffic: &Traffic, cluster: &Cluster, alpha_permille: u64, mut b: PlanBuilder) -> Result<PlanBuilder> {
     let n = traffic.n();
     let g = cluster.gpus_per_server as usize;
     let nodes = cluster.servers as usize;
     let send = traffic.send_offsets();
     let recv = traffic.recv_offsets();
     let rank = |node: usize, local: usize| node * g + local;
-    let mut b = PlanBuilder::new(name, Collective::AllToAll { traffic: traffic.clone() }, cluster.gpus_per_server);
 
     // Algorithm 1 for every (source node u, destination node w ≠ u). held[node_begin[u]..node_begin[u+1]]
     // are node u's pieces ordered by (w, proxy, assignment order).
@@ -298,5 +299,15 @@ pub(super) fn plan(traffic: &Traffic, cluster: &Cluster, alpha_permille: u64, na
     }
     b.set_meta("alpha_permille", alpha_permille);
     b.set_meta("phases", 3);
-    Ok(b.finish())
+    // The decisions: which proxy carries which piece of which block, per node pair.
+    let mut h = crate::plan::hash::Fnv64::new();
+    let words: Vec<u64> = held.iter().flat_map(|x| [u64::from(x.w) << 32 | u64::from(x.proxy), u64::from(x.piece.src_local) << 32 | u64::from(x.piece.dst_local), x.piece.offset, x.piece.len]).collect();
+    h.write_u64s(&words);
+    b.set_decisions(h.finish().max(1));
+    Ok(b)
+}
+
+pub(super) fn plan(traffic: &Traffic, cluster: &Cluster, alpha_permille: u64, name: &str) -> Result<Plan> {
+    let b = PlanBuilder::new(name, Collective::AllToAll { traffic: traffic.clone() }, cluster.gpus_per_server);
+    Ok(plan_into(traffic, cluster, alpha_permille, b)?.finish())
 }
