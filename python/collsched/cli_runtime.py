@@ -35,8 +35,8 @@ def register(app: typer.Typer) -> None:
     @reporting_errors
     def demo(tokens: int = typer.Option(2048, help="tokens per rank (each routed to top-2 experts)"),
              iters: int = typer.Option(7, help="timed calls per method (interleaved rounds)")) -> None:
-        """Run a skewed MoE all-to-all on 8 local Gloo ranks through torch and collsched, check outputs,
-        then show the simulated prediction for h200:8."""
+        """Run a skewed MoE all-to-all on 8 Gloo ranks (on the 2 x 4 namespace testbed when root, else
+        over loopback) through torch and collsched, check outputs, then show the simulated prediction for h200:8."""
         from collsched.demo import run_demo
 
         raise typer.Exit(run_demo(tokens, iters))
