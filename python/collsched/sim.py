@@ -14,6 +14,7 @@ docs/simulator.md). It predicts; it does not execute anything.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -92,7 +93,7 @@ def lower_bound(traffic, cluster) -> Bound:
 
 def simulate(plan, cluster, *, barrier_steps: bool = False, tolerance: float = DEFAULT_TOLERANCE,
              incast_threshold: int | None = None, incast_goodput: float = 0.5,
-             warm_connections: bool = False) -> SimResult:
+             warm_connections: bool = False, core_bw: float | None = None) -> SimResult:
     """Simulate ``plan`` on ``cluster`` (a Cluster or a spec string like ``"h200:4"``).
 
     ``barrier_steps``: also hold every step until all earlier steps completed (the
@@ -103,14 +104,20 @@ def simulate(plan, cluster, *, barrier_steps: bool = False, tolerance: float = D
     two ranks (the previous piece of its stream) pays its alpha overlapped with that
     piece, as on a running NCCL connection (the closer model for MSCCL XML imports,
     ``export.msccl.from_xml``; see docs/simulator.md). Off by default.
+    ``core_bw``: bytes/s of one shared core link that every scale-out transfer crosses
+    besides its NICs (an oversubscribed core, or the namespace testbed host's aggregate
+    rate for shaped traffic, docs/testbed.md). None (default): no such link.
     """
     if not isinstance(plan, _core.Plan):
         raise TypeError(f"plan must be a collsched.Plan, got {type(plan).__name__}")
+    if core_bw is not None and not (isinstance(core_bw, (int, float)) and not isinstance(core_bw, bool)
+                                    and math.isfinite(core_bw) and core_bw > 0):
+        raise ValueError(f"core_bw must be a positive number of bytes/s, got {core_bw!r}")
     if incast_threshold is not None and (isinstance(incast_threshold, bool) or int(incast_threshold) < 0):
         raise ValueError(f"incast_threshold must be a non-negative integer, got {incast_threshold!r}")
     d = _core.simulate(plan, _cluster(cluster), bool(barrier_steps), float(tolerance),
                        None if incast_threshold is None else int(incast_threshold), float(incast_goodput),
-                       bool(warm_connections))
+                       bool(warm_connections), core_bw=None if core_bw is None else float(core_bw))
     lb = d["lower_bound"]
     return SimResult(
         time_s=d["time_s"],

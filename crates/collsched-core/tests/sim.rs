@@ -190,6 +190,26 @@ fn incast_model_slows_a_crowded_downlink_only() {
 }
 
 #[test]
+fn core_link_caps_only_scale_out_in_aggregate() {
+    // Two servers of 2 GPUs, NIC 50 GB/s: two disjoint scale-out pairs of 10 MB run at the NIC
+    // rate alone; a 60 GB/s core shares 30 GB/s to each; a scale-up transfer never crosses it.
+    let c = Cluster::parse("h200:2,gpus=2").unwrap();
+    let p = plan_of(&c, &[(0, 2, 10 * MB, 0, &[]), (1, 3, 10 * MB, 0, &[]), (2, 3, 10 * MB, 0, &[])]);
+    let clean = simulate(&p, &c, &exact()).unwrap();
+    let capped = simulate(&p, &c, &SimOptions { core_bw: Some(60e9), ..exact() }).unwrap();
+    assert!(close(clean.transfer_end[0], 6e-6 + 10e6 / 50e9), "{}", clean.transfer_end[0]);
+    assert!(close(capped.transfer_end[0], 6e-6 + 10e6 / 30e9), "{}", capped.transfer_end[0]);
+    assert!(close(capped.transfer_end[2], clean.transfer_end[2]));
+    let wide = simulate(&p, &c, &SimOptions { core_bw: Some(1e12), ..exact() }).unwrap();
+    assert!(close(wide.time_s, clean.time_s));
+    assert_eq!(capped.links.len(), clean.links.len(), "the core link stays out of the per-class report");
+    for bad in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+        let e = simulate(&p, &c, &SimOptions { core_bw: Some(bad), ..exact() }).unwrap_err().to_string();
+        assert!(e.contains("core bandwidth"), "{e}");
+    }
+}
+
+#[test]
 fn report_fields() {
     let c = Cluster::parse("h200:2").unwrap();
     let t = generators::balanced(16, MB).unwrap();
@@ -296,7 +316,7 @@ proptest! {
         let p = plan_all_to_all(&t, &c, "fanout", &Options::new()).unwrap();
         verify(&p).unwrap();
         let b = lower_bound(&t, &c).unwrap();
-        for opts in [SimOptions { barrier_steps: barrier, ..SimOptions::default() }, SimOptions { incast: Some(Incast { threshold: 2, goodput: 0.7 }), ..SimOptions::default() }] {
+        for opts in [SimOptions { barrier_steps: barrier, ..SimOptions::default() }, SimOptions { incast: Some(Incast { threshold: 2, goodput: 0.7 }), ..SimOptions::default() }, SimOptions { core_bw: Some(c.nic_bw as f64), ..SimOptions::default() }] {
             let r = simulate(&p, &c, &opts).unwrap();
             prop_assert!(r.time_s >= b.seconds * (1.0 - 1e-9), "{}: sim {} < bound {} ({})", c.spec(), r.time_s, b.seconds, b.term);
         }

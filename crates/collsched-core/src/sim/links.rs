@@ -11,6 +11,8 @@ pub enum LinkClass {
     ScaleUp = 1,
     NicUp = 2,
     NicDown = 3,
+    /// The optional shared core link (`SimOptions::core_bw`); not in `ALL`, so reports are unchanged.
+    Core = 4,
 }
 
 impl LinkClass {
@@ -21,6 +23,7 @@ impl LinkClass {
             LinkClass::ScaleUp => "scaleup",
             LinkClass::NicUp => "nic_up",
             LinkClass::NicDown => "nic_down",
+            LinkClass::Core => "core",
         }
     }
 }
@@ -41,6 +44,8 @@ pub struct Links {
     scaleup_per_server: u32,
     nic_up_base: u32,
     nic_down_base: u32,
+    /// The shared core link's id, when `with_core` added one (the last link).
+    core: Option<u32>,
     /// Cube-mesh / full-mesh: directed link index of local pair (a, b) within a server, or u32::MAX.
     pair_index: Vec<u32>,
 }
@@ -88,7 +93,17 @@ impl Links {
             capacity[l as usize] = bw as f64;
             class[l as usize] = c;
         }
-        Links { cluster: cluster.clone(), capacity, class, scaleup_base, scaleup_per_server: per_server, nic_up_base, nic_down_base, pair_index }
+        Links { cluster: cluster.clone(), capacity, class, scaleup_base, scaleup_per_server: per_server, nic_up_base, nic_down_base, core: None, pair_index }
+    }
+
+    /// Add one shared core link of `bw` bytes/s crossed by every scale-out route (None: none).
+    pub fn with_core(mut self, bw: Option<f64>) -> Links {
+        if let Some(bw) = bw {
+            self.core = Some(self.capacity.len() as u32);
+            self.capacity.push(bw);
+            self.class.push(LinkClass::Core);
+        }
+        self
     }
 
     pub fn len(&self) -> usize {
@@ -108,7 +123,11 @@ impl Links {
         let one = |links: Vec<u32>| vec![Route { links, share: 1.0 }];
         match tier {
             Tier::Local => one(vec![src]),
-            Tier::ScaleOut => one(vec![self.nic_up_base + c.global_nic_of(src), self.nic_down_base + c.global_nic_of(dst)]),
+            Tier::ScaleOut => {
+                let mut links = vec![self.nic_up_base + c.global_nic_of(src), self.nic_down_base + c.global_nic_of(dst)];
+                links.extend(self.core);
+                one(links)
+            }
             Tier::ScaleUp => {
                 let s = c.server_of(src);
                 let (a, b) = (c.local_index(src), c.local_index(dst));
@@ -167,6 +186,9 @@ impl Links {
                     format!("link GPU {}→{}", r(k / g), r(k % g))
                 }
             };
+        }
+        if Some(l) == self.core {
+            return "shared core link".to_string();
         }
         let nics = c.nics_per_server;
         if l < self.nic_down_base {

@@ -47,6 +47,11 @@ pub struct SimOptions {
     /// latency once, not once per piece. Off by default: every transfer pays alpha after
     /// all its dependencies (a runtime that posts each piece only when the last one is done).
     pub warm_connections: bool,
+    /// Optional shared core link (bytes/s) that every scale-out flow crosses besides its
+    /// NIC uplink and downlink: an oversubscribed core, or the aggregate rate at which an
+    /// emulating host can push shaped traffic (the namespace testbed's CPU, docs/testbed.md).
+    /// It shares max-min fairly like any link and only ever removes capacity. Off by default.
+    pub core_bw: Option<f64>,
 }
 
 /// Default coalescing tolerance: 0.1% (measured cost and error in docs/simulator.md).
@@ -54,7 +59,7 @@ pub const DEFAULT_TOLERANCE: f64 = 1e-3;
 
 impl Default for SimOptions {
     fn default() -> Self {
-        SimOptions { barrier_steps: false, tolerance: DEFAULT_TOLERANCE, incast: None, warm_connections: false }
+        SimOptions { barrier_steps: false, tolerance: DEFAULT_TOLERANCE, incast: None, warm_connections: false, core_bw: None }
     }
 }
 
@@ -73,6 +78,11 @@ fn check(plan: &Plan, cluster: &Cluster, opts: &SimOptions) -> Result<()> {
     if let Some(m) = opts.incast {
         if !(m.goodput > 0.0 && m.goodput <= 1.0) {
             return invalid!("incast goodput must be in (0, 1], got {}", m.goodput);
+        }
+    }
+    if let Some(bw) = opts.core_bw {
+        if !(bw.is_finite() && bw > 0.0) {
+            return invalid!("core bandwidth must be a positive number of bytes/s, got {bw}");
         }
     }
     for (i, t) in plan.transfers.iter().enumerate() {
@@ -95,7 +105,7 @@ fn check(plan: &Plan, cluster: &Cluster, opts: &SimOptions) -> Result<()> {
 /// Simulate `plan` on `cluster`.
 pub fn simulate(plan: &Plan, cluster: &Cluster, opts: &SimOptions) -> Result<SimReport> {
     check(plan, cluster, opts)?;
-    let links = links::Links::new(cluster);
+    let links = links::Links::new(cluster).with_core(opts.core_bw);
     let flows = engine::Flows::build(plan, &links);
     let timeline = engine::Engine::new(plan, cluster, &links, &flows, opts).run().map_err(crate::error::Error::InvalidInput)?;
     report::build(plan, cluster, &links, &flows, timeline)
