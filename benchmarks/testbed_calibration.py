@@ -30,6 +30,8 @@ def main() -> int:
                     "(default: the csv's cluster column, else the fabric's current derived spec)")
     ap.add_argument("--evaluate", action="store_true",
                     help="also report the error of the shipped parameters (DEFAULT_PARAMS) on every case, unfitted")
+    ap.add_argument("--fit-min-bytes", type=int, default=2 * 2**20,
+                    help="fit only on cases of at least this many bytes per rank (default 2 MiB; 0 = every case)")
     args = ap.parse_args()
     spec = FabricSpec.from_knobs(2, 4, args.nic)
     case_list = cal.cases(spec.ranks)
@@ -60,7 +62,7 @@ def main() -> int:
             e_big = [abs(r["error"]) for r in shipped if r["algorithm"] == a and r["bytes_per_rank"] >= 2 * 2**20]
             print(f"| {a} | {len(e_all)} | {sum(e_all) / len(e_all) * 100:.0f}% | {max(e_all) * 100:.0f}% | "
                   f"{len(e_big)} | {sum(e_big) / len(e_big) * 100:.0f}% | {max(e_big) * 100:.0f}% |")
-    params, rows = cal.fit(spec, case_list, rows, planned_on=planned_on)
+    params, rows = cal.fit(spec, case_list, rows, planned_on=planned_on, min_bytes=args.fit_min_bytes)
     print(f"\nfitted on the 'fit' half: {params}")
     print(f"derived cluster: {cal.cluster_spec(spec, params)}\n")
     print(f"{'workload':>9} {'KiB/rank':>8} {'half':>8} {'algorithm':>10} {'executed ms':>11} {'simulated ms':>12} {'error':>7}")

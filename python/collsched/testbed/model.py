@@ -28,6 +28,11 @@ class ModelParams:
         call_us: fixed host cost of one ``all_to_all_single`` call outside data movement (the
             descriptor all_gather and plan-cache lookup: a round of tiny messages through the
             fabric), added to the simulated time.
+        core_bps: aggregate bytes/s of shaped (scale-out) traffic the host pushes through its
+            TCP stacks, shapers and bridge at once, summed over every NIC: the simulator's shared
+            core link (``core_bw``), crossed by every scale-out transfer. The 2-core host cannot
+            drive all 8 emulated NICs at their rate together (docs/testbed.md, CPU-bound sweep);
+            None = unlimited.
     """
 
     goodput: float = 0.95
@@ -40,6 +45,7 @@ class ModelParams:
     incast_threshold: int | None = None
     incast_goodput: float = 0.5
     call_us: float = 0.0
+    core_bps: float | None = None
 
     def with_(self, **kw) -> "ModelParams":
         return replace(self, **kw)
@@ -49,10 +55,11 @@ class ModelParams:
 
 
 # Fitted by benchmarks/testbed_calibration.py on 2×4 at 200 Mbit/s, full-duplex dependency-driven
-# p2p transport, on the shared 2-core host (docs/testbed.md, "Calibration", has the error table).
-DEFAULT_PARAMS = ModelParams(goodput=0.9, alpha_scaleout_us=100.0, alpha_scaleup_us=1000.0, alpha_local_us=50.0,
-                             scaleup_bps=100_000_000, barrier_steps=False, incast_threshold=3, incast_goodput=0.7,
-                             call_us=13197.0)
+# p2p transport, on the fit half of a quiet run (load average 2.8) at ≥ 2 MiB per rank
+# (docs/testbed.md, "Calibration", has the error table and the runs it was checked on).
+DEFAULT_PARAMS = ModelParams(goodput=0.9, alpha_scaleout_us=100.0, alpha_scaleup_us=4000.0, alpha_local_us=50.0,
+                             scaleup_bps=400_000_000, barrier_steps=False, incast_threshold=None,
+                             call_us=4666.0, core_bps=160e6)
 
 
 def cluster_spec(spec: FabricSpec, params: ModelParams = DEFAULT_PARAMS) -> str:
@@ -74,5 +81,6 @@ def predict(matrix: np.ndarray, cluster, algorithm: str, params: ModelParams = D
     if plan is None:
         plan = collsched.plan_all_to_all(matrix, cluster, algorithm)
     r = collsched.simulate(plan, cluster, barrier_steps=params.barrier_steps,
-                           incast_threshold=params.incast_threshold, incast_goodput=params.incast_goodput)
+                           incast_threshold=params.incast_threshold, incast_goodput=params.incast_goodput,
+                           core_bw=params.core_bps)
     return float(r.time_s) + params.call_us * 1e-6
