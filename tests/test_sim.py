@@ -64,6 +64,20 @@ def test_incast_option_only_slows():
     assert lossy.time_s > clean.time_s
 
 
+def test_core_link_caps_the_aggregate_scale_out_rate():
+    # Balanced 1 MB per pair on h200:2: every rank sends 8 MB across at 50 GB/s per NIC, 128 MB in
+    # all; a 64 GB/s shared core (half the 16 NICs' 800 GB/s) makes the scale-out phase 2 ms.
+    p = collsched.plan_all_to_all(traffic.balanced(16, 1_000_000), "h200:2", "fanout")
+    clean = sim.simulate(p, "h200:2", tolerance=0.0)
+    capped = sim.simulate(p, "h200:2", tolerance=0.0, core_bw=64e9)
+    assert capped.time_s == pytest.approx(6e-6 + 128e6 / 64e9, rel=1e-9)
+    assert clean.time_s < capped.time_s
+    assert sim.simulate(p, "h200:2", tolerance=0.0, core_bw=1e15).time_s == pytest.approx(clean.time_s, rel=1e-12)
+    for bad in (0, -1.0, float("nan"), float("inf"), True, "1e9"):
+        with pytest.raises(ValueError, match="core_bw"):
+            sim.simulate(p, "h200:2", core_bw=bad)
+
+
 def test_errors_are_value_errors():
     p = collsched.plan_all_to_all(traffic.balanced(16, 1000), "h200:2", "fanout")
     with pytest.raises(ValueError, match="GPUs"):
