@@ -30,7 +30,7 @@ def main() -> int:
                     "(default: the csv's cluster column, else the fabric's current derived spec)")
     ap.add_argument("--evaluate", action="store_true",
                     help="also report the error of the shipped parameters (DEFAULT_PARAMS) on every case, unfitted")
-    ap.add_argument("--fit-min-bytes", type=int, default=2 * 2**20,
+    ap.add_argument("--fit-min-bytes", type=int, default=cal.MIN_BYTES,
                     help="fit only on cases of at least this many bytes per rank (default 2 MiB; 0 = every case)")
     args = ap.parse_args()
     spec = FabricSpec.from_knobs(2, 4, args.nic)

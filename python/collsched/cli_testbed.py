@@ -139,7 +139,7 @@ def register(app: typer.Typer) -> None:
         with err.status("calibrating…") as status:
             res = calibrate(spec, iters, transport, on_progress=lambda line: status.update(line))
         out = _stdout()
-        out.print(f"fitted: {res['params']}")
+        out.print(f"fitted on cases ≥ {res['min_bytes'] >> 10} KiB per rank: {res['params']}")
         for e in res["errors"]:
             out.print(f"{e['half']:>8} {e['algorithm']:>10}: {e['cases']} cases, mean |error| "
                       f"{e['mean_abs_error'] * 100:.0f}%, max {e['max_abs_error'] * 100:.0f}%")

@@ -3,11 +3,13 @@
 Measured: fanout, SpreadOut and FAST (plus torch, for reference) over balanced, uniform,
 Zipf and hot-expert matrices at several sizes per rank, on one fabric (one rank launch for
 every case). Fitted: the ``ModelParams`` the knobs do not fix (TCP goodput per shaped
-byte, per-transfer start-up cost per tier, the unshaped scale-up rate, the step barrier
-and the simulator's incast model), by coordinate descent over small grids minimising the
-mean absolute log error on the fit half; for each candidate the per-call host cost is
-solved for (median of executed − simulated), since it trades off against every rate. Cases alternate between the halves by matrix,
-so an algorithm is never fitted and tested on the same matrix.
+byte, per-transfer start-up cost per tier, the unshaped scale-up rate, the step barrier,
+the host's aggregate rate for shaped traffic (the simulator's core link) and, where offered,
+its incast model), by coordinate descent from the clean model over small grids minimising the
+mean absolute log error on the fit half's cases of at least ``MIN_BYTES`` per rank; for each
+candidate the per-call host cost is solved for (median of executed − simulated), since it
+trades off against every rate. Cases alternate between the halves by matrix, so an algorithm
+is never fitted and tested on the same matrix.
 """
 from __future__ import annotations
 
@@ -24,6 +26,9 @@ from collsched.testbed.model import DEFAULT_PARAMS, ModelParams, cluster_spec, p
 ALGORITHMS = ("fanout", "spreadout", "fast")
 WORKLOADS = ("balanced", "uniform", "zipf:0.5", "zipf:0.9", "zipf:0.99", "hot:1.2")
 SIZES = (256 * 1024, 2 * 2**20, 8 * 2**20)  # bytes per rank (sent), mean over ranks
+# Cases that are fitted and scored: from 2 MiB per rank; below, host time that varies from call to
+# call dominates (up to 4.9x between two runs of one case, docs/testbed.md).
+MIN_BYTES = 2 * 2**20
 
 # Grids of the coordinate descent (one parameter at a time, a few passes).
 GRID = {
@@ -163,8 +168,9 @@ def fit(spec: FabricSpec, case_list: list, rows: list[dict], start: ModelParams 
     under them (``predicted_s``, ``error`` = predicted/executed − 1). ``planned_on``: the cluster
     spec the ranks planned for when the rows were measured (default: the fabric's current one).
     ``start``: where the coordinate descent starts (default: the clean model, not the shipped fit,
-    so a refit does not depend on what was shipped before). ``min_bytes``: fit only on cases of at least this many bytes per rank (smaller ones are
-    host noise on the 2-core testbed, docs/testbed.md); every row is still predicted."""
+    so a refit does not depend on what was shipped before). ``min_bytes``: fit only on cases of at
+    least this many bytes per rank (smaller ones are host noise on the 2-core testbed,
+    docs/testbed.md); every row is still predicted."""
     pred = _Predictor(spec, case_list, planned_on)
     train = [r for r in rows if r["half"] == "fit" and r["algorithm"] != "torch" and r["bytes_per_rank"] >= min_bytes]
     if not train:
@@ -209,13 +215,15 @@ def error_table(rows: list[dict], min_bytes: int = 0) -> list[dict]:
 
 
 def calibrate(spec: FabricSpec, iters: int = 3, transport: str = "auto", on_progress=None,
-              workloads=WORKLOADS, sizes=SIZES) -> dict:
-    """Measure, fit, and report: ``{"fabric", "transport", "params", "rows", "errors", "seconds"}``."""
+              workloads=WORKLOADS, sizes=SIZES, min_bytes: int = MIN_BYTES) -> dict:
+    """Measure, fit, and report: ``{"fabric", "transport", "params", "rows", "min_bytes", "errors",
+    "errors_all", "seconds"}``; fitted and ``errors`` on the cases of at least ``min_bytes`` per rank
+    (``errors_all``: every case)."""
     t0 = time.perf_counter()
     case_list = cases(spec.ranks, workloads, sizes)
     rows = measure(spec, case_list, iters, transport, on_progress=on_progress)
-    params, rows = fit(spec, case_list, rows, planned_on=rows[0]["cluster"])
+    params, rows = fit(spec, case_list, rows, planned_on=rows[0]["cluster"], min_bytes=min_bytes)
     return {"fabric": {"servers": spec.servers, "gpus": spec.gpus, "nic_bps": spec.nic_bps,
                        "queue_bytes": spec.queue_bytes},
-            "transport": transport, "params": params.to_dict(), "rows": rows, "errors": error_table(rows),
-            "seconds": time.perf_counter() - t0}
+            "transport": transport, "params": params.to_dict(), "rows": rows, "min_bytes": min_bytes,
+            "errors": error_table(rows, min_bytes), "errors_all": error_table(rows), "seconds": time.perf_counter() - t0}
