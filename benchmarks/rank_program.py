@@ -8,6 +8,9 @@ Per algorithm and h200 cluster (8 GPUs per server), medians over `reps` Zipf(0.8
   across matrices as the runtime's plan cache keeps one): decide (what every rank computes
   alike), expand (this rank's transfers), compile (`compile_rank_program` from the RankPlan,
   p2p transport, as on NCCL), and their total with the Python call around them;
+- overlap: on Gloo the dependency-driven executor's program (`RankProgram.overlap`: the
+  RankPlan's deps and the conflicting accesses), built on first use after compile: not in
+  the per-rank total (NCCL never builds it), add it for Gloo;
 - whole plan (the path before): `plan_all_to_all`, its content hash (what ranks compared),
   compile from the whole plan; total;
 - cpu rank / cpu whole: the same totals in this process's CPU time (less sensitive to other
@@ -31,7 +34,7 @@ from collsched.planning import _plan_for_rank_timed
 ALGOS = ("fast", "fanout")
 TARGET_MS = {("fast", 64): 0.1, ("fast", 320): 2.5, ("fast", 1024): 25.0,
              ("fanout", 64): 0.02, ("fanout", 320): 0.3, ("fanout", 1024): 3.0}
-COLUMNS = ("decide", "expand", "compile", "per rank", "cpu rank", "whole plan", "hash", "compile(w)", "whole", "cpu whole",
+COLUMNS = ("decide", "expand", "compile", "overlap", "per rank", "cpu rank", "whole plan", "hash", "compile(w)", "whole", "cpu whole",
            "ratio")
 
 
@@ -66,6 +69,7 @@ def main():
                 t["decide"].append(decide)
                 t["expand"].append(expand)
                 t["compile"].append(dt)
+                t["overlap"].append(timed(lambda: prog.overlap)[1])
                 c0, t0 = time.process_time(), time.perf_counter()
                 plan, dt = timed(lambda: collsched.plan_all_to_all(m, cluster, algo))
                 t["whole plan"].append(dt)

@@ -12,6 +12,7 @@ import torch.distributed as dist
 import collsched
 from collsched import comm
 from collsched.comm import duplex
+from collsched.comm.program import BUF_OUTPUT, LOCAL, OP_COPY, SEND
 
 CLUSTER = "h200:2,gpus=4"
 
@@ -107,11 +108,10 @@ def missing_send(timeout_s: float, faulty: int, slack_s: float) -> dict:
     rank, n = dist.get_rank(), dist.get_world_size()
     plan = S.ring_allgather(n, 64, 2)
     prog = comm.compile_rank_program(plan, rank, collective_steps=False)
-    if rank == faulty:
-        first = next(sp for sp in prog.steps if sp.sends)
-        dropped = first.sends[0]
-        first.sends.remove(dropped)
-        first.p2p_order = [(s, m) for s, m in first.p2p_order if m is not dropped]
+    if rank == faulty:  # its first send becomes a local copy of nothing: it completes, sending nothing
+        acts = prog.overlap.actions
+        i = next(i for i, a in enumerate(acts) if a.kind == SEND)
+        acts[i] = acts[i]._replace(kind=LOCAL, msg=None, local=(OP_COPY, [(BUF_OUTPUT, 0, BUF_OUTPUT, 0, 0)]))
     x = torch.arange(64, dtype=torch.uint8) + rank
     out = torch.zeros(64 * n, dtype=torch.uint8)
     t0 = time.monotonic()

@@ -199,16 +199,25 @@ _seg = st.tuples(st.sampled_from([0, 1, 2, 2, 3]), st.integers(0, 9), st.sampled
 @settings(max_examples=300, deadline=None)
 @given(rows=st.lists(st.tuples(st.sampled_from([0, 1, 1, 1, 4]), st.lists(_seg, max_size=3)), max_size=8))
 def test_row_checks_equal_their_definition(rows):
-    from collsched.comm.program import _checked
+    from collsched.comm.program import SEGMENT_DTYPE, TRANSFER_DTYPE, _kept
 
     rows = [(k, 0, 1, op, 0, segs) for k, (op, segs) in enumerate(rows)]
+    segs = np.array([x for *_, sg in rows for x in sg], dtype=SEGMENT_DTYPE)
+    ends = np.cumsum([len(r[5]) for r in rows], dtype=np.int64)
+    t = np.array([(src, dst, op, 0, step, e - len(sg), e, 0, 0) for (_, src, dst, op, step, sg), e in zip(rows, ends)],
+                 dtype=TRANSFER_DTYPE)
+    ids = np.arange(len(rows), dtype=np.int64) * 3 + 1  # rows carry their ids: errors name those
+    rows = [(int(ids[k]), *r[1:]) for k, r in enumerate(rows)]
     try:
         want = _checked_by_definition(rows)
     except ValueError as e:
         with pytest.raises(ValueError, match=str(e)):
-            _checked(rows)
+            _kept(ids, t, segs)
         return
-    assert _checked(rows) == want
+    live, nk, sidx = _kept(ids, t, segs)
+    got = segs[sidx].tolist()
+    at = np.concatenate([[0], np.cumsum(nk)]).tolist()
+    assert [(*rows[i][:5], got[a:b]) for i, a, b in zip(live.tolist(), at[:-1], at[1:])] == want
 
 
 def test_the_rank_view_rejects_a_rank_outside_the_plan():

@@ -3,17 +3,23 @@
 `plan_arrays` decodes `Plan._raw_arrays()` (little-endian rows) into numpy
 structured arrays. `compile_rank_program` keeps only what one rank does, step by
 step, as plain Python tuples: the executor's inner loop then does no numpy
-indexing and no decoding. It reads the core's rank view (`Plan._rank_view`), so
-only that rank's transfers are decoded, not the whole plan. `RankProgram.overlap`
-is the same work as one list of actions in transfer-id order, each with the actions
-of this rank it waits for (`rank_deps` and conflicting accesses): what the
-dependency-driven executor runs.
+indexing and no decoding. It reads a `RankPlan`'s rows or the core's rank view
+(`Plan._rank_view`), so only that rank's transfers are decoded, not the whole plan.
+`RankProgram.overlap` is the same work as one list of actions in transfer-id order,
+each with the actions of this rank it waits for (`rank_deps` and conflicting
+accesses): what the dependency-driven executor runs.
+
+Both are on the per-call path of a new matrix, so the checks, the layout (staging
+offsets, step cuts, dependency edges, conflicting accesses) are numpy over the rows;
+Python only builds the objects the executor reads (one Message per transfer, shared
+by the steps and the actions), mostly with C-level zip/map.
 """
 from __future__ import annotations
 
-import heapq
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, partial
+from itertools import compress, repeat
+from typing import NamedTuple
 
 import numpy as np
 
@@ -54,14 +60,14 @@ def plan_arrays(plan) -> PlanArrays:
     )
 
 
-@dataclass(slots=True)
-class Message:
+class Message(NamedTuple):
     """One transfer as seen by one side.
 
     `segs` are ``(buf, off, len, msg_off)`` on this side: where the bytes come from
     (sender) or go to (receiver), and their place inside the message.
     `stage_off` is the message's offset in the step's staging area, or -1 when the
     message is sent from / received into the user's buffer directly (one segment).
+    A named tuple: the compiler builds one per transfer from columns, at C speed.
     """
 
     tid: int
@@ -139,6 +145,7 @@ class RankProgram:
     collective_steps: bool = True
     # (plan, arrays) it was compiled from: `overlap` reads the plan's deps on first use.
     _source: tuple = field(default=None, repr=False, compare=False)
+    _cols: object = field(default=None, repr=False, compare=False)  # `_Columns`, for `overlap`
 
     @cached_property
     def overlap(self) -> "OverlapProgram":
@@ -148,7 +155,7 @@ class RankProgram:
         plan, arrays = self._source if self._source is not None else (None, None)
         if plan is None:
             raise ValueError("this program was built without its plan: compile it with compile_rank_program")
-        return overlap_program(self, rank_deps(plan, self.rank, arrays))
+        return overlap_program(self, _dep_pairs(plan, self.rank, arrays))
 
     @property
     def active_steps(self) -> int:
@@ -172,121 +179,207 @@ def _align(x: int) -> int:
 
 
 @dataclass(frozen=True)
-class RankRows:
-    """What one rank takes part in: its transfers as (id, src, dst, op, step, segments) rows in
-    id order, and per step the distinct ordered rank pairs that move bytes anywhere."""
+class _Columns:
+    """One rank's byte-moving transfers in id order, as numpy columns, and what the program
+    built from them shares with `overlap_program` (its messages and local copies)."""
 
-    transfers: list
-    moving_pairs: dict  # step -> pairs
-    sizes: tuple | None = None  # (input, output, scratch) bytes of the rank, when at hand
+    tid: np.ndarray  # int64, ascending
+    kind: np.ndarray  # SEND / RECV / LOCAL
+    op: np.ndarray
+    nbytes: np.ndarray  # int64
+    staged: np.ndarray  # bool: moved through staging (several segments, or a received ReduceSum)
+    comm: np.ndarray  # indices of the transfers with a peer, and their Messages
+    msgs: list
+    loc: np.ndarray  # indices of the local copies, and their (op, segs)
+    copies: list
+    # The transfers' kept segments back to back (owner = index of the transfer).
+    seg_owner: np.ndarray
+    seg_src: tuple  # (buf, off) int64 arrays
+    seg_dst: tuple
+    seg_len: np.ndarray
 
 
-def rank_rows(plan, rank: int, count_pairs: bool = True) -> RankRows:
-    """`RankRows` from the Rust core's rank view of a whole Plan, or from a `RankPlan`
-    (`collsched.plan_for_rank`, which always carries the moving pairs): only this rank's
-    transfers are decoded. Without `count_pairs` a Plan's view skips the other transfers'
-    segments and `moving_pairs` is empty."""
+def _rank_view(plan, rank: int, arrays: PlanArrays | None, count_pairs: bool) -> tuple:
+    """(ids, transfers, segments, moving pairs, sizes) of the transfers `rank` takes part in,
+    in id order: from a `RankPlan`, from the core's rank view of a whole Plan (without
+    `count_pairs` it skips the other transfers' segments and the moving pairs are empty), or
+    from the whole plan's decoded `arrays` (numpy; the reference for the core's view)."""
+    n = plan.num_ranks
+    if arrays is not None:
+        t = arrays.transfers
+        mine = np.nonzero((t["src"] == rank) | (t["dst"] == rank))[0]
+        moving = (t["src"] != t["dst"]) & (arrays.transfer_bytes() > 0)
+        pair_ids = np.unique(t["step"][moving].astype(np.int64) * (n * n) + t["src"][moving].astype(np.int64) * n
+                             + t["dst"][moving])
+        steps, pairs = np.unique(pair_ids // (n * n), return_counts=True)
+        return mine.astype(np.int64), t[mine], arrays.segments, dict(zip(steps.tolist(), pairs.tolist())), None
     if hasattr(plan, "_rows"):  # a RankPlan
         if plan.rank != rank:
             raise ValueError(f"this RankPlan is rank {plan.rank}'s, not rank {rank}'s")
         v = plan._rows()
     else:
         v = plan._rank_view(rank, count_pairs)
-    ids = np.frombuffer(v["ids"], dtype="<u4").tolist()
-    rows = np.frombuffer(v["transfers"], dtype=TRANSFER_DTYPE).tolist()
-    segs = np.frombuffer(v["segments"], dtype=SEGMENT_DTYPE).tolist()
     moving = np.frombuffer(v["moving_pairs"], dtype="<u4").reshape(-1, 2).tolist()
-    return RankRows(transfers=[(tid, src, dst, op, step, segs[sb:se])
-                               for tid, (src, dst, op, _tier, step, sb, se, _db, _de) in zip(ids, rows)],
-                    moving_pairs=dict(moving), sizes=v["sizes"])
+    return (np.frombuffer(v["ids"], dtype="<u4").astype(np.int64), np.frombuffer(v["transfers"], dtype=TRANSFER_DTYPE),
+            np.frombuffer(v["segments"], dtype=SEGMENT_DTYPE), dict(moving), v["sizes"])
 
 
-def rank_rows_from_arrays(a: PlanArrays, rank: int, n: int) -> RankRows:
-    """`RankRows` from the whole plan's decoded arrays (numpy): the reference for `rank_rows`."""
-    t = a.transfers
-    mine = np.nonzero((t["src"] == rank) | (t["dst"] == rank))[0]
-    seg_rows = a.segments
-    transfers = [(tid, src, dst, op, step, seg_rows[sb:se].tolist())
-                 for tid, (src, dst, op, _tier, step, sb, se, _db, _de) in zip(mine.tolist(), t[mine].tolist())]
-    tb = a.transfer_bytes()
-    moving = (t["src"] != t["dst"]) & (tb > 0)
-    pair_ids = np.unique(t["step"][moving].astype(np.int64) * (n * n) + t["src"][moving].astype(np.int64) * n
-                         + t["dst"][moving])
-    comm_steps, pairs = np.unique(pair_ids // (n * n), return_counts=True)
-    return RankRows(transfers=transfers, moving_pairs=dict(zip(comm_steps.tolist(), pairs.tolist())))
+def _by_step(steps: np.ndarray, values: list) -> tuple:
+    """`values` (in id order) ordered by step, stably, and their steps (to cut it per step)."""
+    if len(steps) < 2 or bool((steps[1:] >= steps[:-1]).all()):
+        return values, steps
+    order = np.argsort(steps, kind="stable")
+    return [values[i] for i in order.tolist()], steps[order]
+
+
+def _sorted_unique(x: np.ndarray) -> np.ndarray:
+    """np.unique for the small int arrays here (sort and compare: a fraction of its cost)."""
+    x = np.sort(x)
+    return x[np.concatenate([[True], x[1:] != x[:-1]])] if len(x) else x
+
+
+_new_message = partial(tuple.__new__, Message)  # a Message from one tuple of its fields
+
+
+def _kept(ids: np.ndarray, t: np.ndarray, seg: np.ndarray) -> tuple:
+    """Empty segments and transfers dropped (both sides skip them alike), after checking ops
+    and buffer ids of the rest: (indices of the transfers kept, their kept segment counts,
+    the kept segments' indices back to back in transfer order).
+
+    Raises:
+        ValueError: naming the first transfer (in row order) with an unknown op or buffer id.
+    """
+    sb, se = t["seg_begin"].astype(np.int64), t["seg_end"].astype(np.int64)
+    kept = seg["len"] > 0
+    ck = np.concatenate([[0], np.cumsum(kept)])
+    nk = ck[se] - ck[sb]
+    bad_buf = kept & ((seg["src_buf"] > BUF_SCRATCH) | (seg["dst_buf"] > BUF_SCRATCH))
+    cb = np.concatenate([[0], np.cumsum(bad_buf)])
+    bad_op = (t["op"] > OP_REDUCE_SUM) & (nk > 0)
+    bad = np.nonzero(bad_op | (cb[se] > cb[sb]))[0]
+    if len(bad):
+        k = int(bad[0])
+        what = f"has unknown op {int(t['op'][k])}" if bad_op[k] else "names an unknown buffer id"
+        raise ValueError(f"transfer {int(ids[k])} {what}")
+    live = np.nonzero(nk > 0)[0]
+    nk = nk[live]
+    cnt = np.cumsum(nk)
+    sidx = np.nonzero(kept)[0][np.repeat(ck[sb[live]] - cnt + nk, nk) + np.arange(int(cnt[-1]) if len(cnt) else 0)]
+    return live, nk, sidx
 
 
 def compile_rank_program(plan, rank: int, arrays: PlanArrays | None = None, *,
                          collective_steps: bool = True) -> RankProgram:
-    """What `rank` sends, receives and copies in each step of `plan` (from the core's rank view,
-    or from `arrays` when given). `collective_steps` also marks the steps every rank joins
-    (`global_comm`, `dense`), which the alltoallv and hybrid transports need; the p2p
-    transport does not, and without them the view reads only this rank's segments (at 1024
-    GPUs, a fifth of the time)."""
+    """What `rank` sends, receives and copies in each step of `plan`.
+
+    Empty segments and transfers are dropped (both sides skip them alike). The columns are
+    checked, cut and laid out with numpy; Python builds only the objects the executor reads.
+
+    Args:
+        plan: a whole ``Plan`` (read through the core's rank view) or this rank's ``RankPlan``
+            (``collsched.plan_for_rank``).
+        rank: the rank, in ``range(plan.num_ranks)``.
+        arrays: the whole plan's decoded arrays (`plan_arrays`): read instead of the core's view.
+        collective_steps: also mark the steps every rank joins (`global_comm`, `dense`), which
+            the alltoallv and hybrid transports need; the p2p transport does not, and without
+            them a whole Plan's view reads only this rank's segments.
+
+    Returns:
+        RankProgram: the rank's steps, ascending.
+
+    Raises:
+        ValueError: `rank` is outside the plan, a RankPlan is another rank's, or a transfer
+            names an unknown op or buffer id.
+    """
     n = plan.num_ranks
     if not 0 <= rank < n:
         raise ValueError(f"rank {rank} is outside the plan's {n} ranks")
-    rows = rank_rows(plan, rank, collective_steps) if arrays is None else rank_rows_from_arrays(arrays, rank, n)
-    transfers = _checked(rows.transfers)
-    steps: dict[int, StepProgram] = {}
-    sent = received = 0
-    uses_reduce = False
-    # Rows come in transfer-id order, so each step's sends, receives and p2p posting order
-    # are appended in that order (no sorting).
-    for tid, src, dst, op, step, segs in transfers:
-        sp = steps.get(step)
-        if sp is None:
-            sp = steps[step] = StepProgram(step, _n=n, _rank=rank)
-        uses_reduce |= op == OP_REDUCE_SUM
-        if src == dst:
-            sp.local.append((op, segs))
-            sp.local_tids.append(tid)
-            continue
-        sending = src == rank
-        at = 0 if sending else 2  # the sender reads (src_buf, src_off), the receiver writes (dst_buf, dst_off)
-        if len(segs) == 1:
-            seg = segs[0]
-            nbytes = seg[4]
-            side = [(seg[at], seg[at + 1], nbytes, 0)]
-        else:
-            side, nbytes = [], 0
-            for seg in segs:
-                side.append((seg[at], seg[at + 1], seg[4], nbytes))
-                nbytes += seg[4]
-        msg = Message(tid, dst if sending else src, op, nbytes, side)
-        sp.p2p_order.append((sending, msg))
-        if sending:
-            sp.sends.append(msg)
-            sent += nbytes
-        else:
-            sp.recvs.append(msg)
-            received += nbytes
-    for st, k in (rows.moving_pairs.items() if collective_steps else ()):
-        sp = steps.get(st)
-        if sp is None:
-            sp = steps[st] = StepProgram(st, _n=n, _rank=rank)
-        sp.global_comm = True
-        sp.dense = 2 * k >= n * (n - 1)
-    ordered = [steps[k] for k in sorted(steps)]
-    staging = 0
-    for sp in ordered:
-        at = 0
-        for m in sp.sends:
-            if len(m.segs) > 1:
-                m.stage_off = at
-                at = _align(at + m.nbytes)
-        for m in sp.recvs:
-            if len(m.segs) > 1 or m.op == OP_REDUCE_SUM:
-                m.stage_off = at
-                at = _align(at + m.nbytes)
-        sp.staging_bytes = at
-        staging = max(staging, at)
-    if rows.sizes is not None:
-        input_bytes, output_bytes, scratch_bytes = rows.sizes
+    ids, t, seg, moving_pairs, sizes = _rank_view(plan, rank, arrays, collective_steps)
+    live, nk, sidx = _kept(ids, t, seg)
+    tid = ids[live]
+    src, dst = t["src"][live].astype(np.int64), t["dst"][live].astype(np.int64)
+    op, step = t["op"][live].astype(np.int64), t["step"][live].astype(np.int64)
+    cnt = np.concatenate([[0], np.cumsum(nk)])
+    owner = np.repeat(np.arange(len(live)), nk)
+    s_len = seg["len"][sidx].astype(np.int64)
+    s_src = (seg["src_buf"][sidx].astype(np.int64), seg["src_off"][sidx].astype(np.int64))
+    s_dst = (seg["dst_buf"][sidx].astype(np.int64), seg["dst_off"][sidx].astype(np.int64))
+    cl = np.concatenate([[0], np.cumsum(s_len)])
+    nbytes = cl[cnt[1:]] - cl[cnt[:-1]]
+    local = src == dst
+    sending = (src == rank) & ~local
+    kind = np.where(local, LOCAL, np.where(sending, SEND, RECV))
+    staged = ~local & ((nk > 1) | ((kind == RECV) & (op == OP_REDUCE_SUM)))
+
+    # Staging (p2p transport): per step the staged sends, then the staged receives, in id
+    # order, each on an aligned offset.
+    stage = np.full(len(live), -1, dtype=np.int64)
+    step_staging: dict = {}
+    s_at = np.nonzero(staged)[0]
+    if len(s_at):
+        s_at = s_at[np.lexsort((kind[s_at], step[s_at]))]
+        size = (nbytes[s_at] + STAGING_ALIGN - 1) // STAGING_ALIGN * STAGING_ALIGN
+        end = np.cumsum(size)
+        st = step[s_at]
+        head = np.concatenate([[True], st[1:] != st[:-1]])
+        base = (end - size)[head]
+        stage[s_at] = end - size - base[np.cumsum(head) - 1]
+        last = np.concatenate([np.nonzero(head)[0][1:], [len(s_at)]]) - 1
+        step_staging = dict(zip(st[head].tolist(), (end[last] - base).tolist()))
+
+    # Messages, in id order. A segment's (buf, off) on this side: the sender reads, the
+    # receiver writes. Most messages have one segment: built from columns, without a loop.
+    comm = np.nonzero(~local)[0]
+    snd = sending[comm]
+    first = cnt[:-1][comm]
+    side_buf = np.where(sending[owner], s_src[0], s_dst[0])
+    side_off = np.where(sending[owner], s_src[1], s_dst[1])
+    segs = [[x] for x in zip(side_buf[first].tolist(), side_off[first].tolist(), nbytes[comm].tolist(), repeat(0))]
+    multi = np.nonzero(nk[comm] > 1)[0]
+    if len(multi):  # their segments back to back, each with its place in the message
+        on = ((nk > 1) & ~local)[owner]
+        msg_off = cl[:-1] - np.repeat(cl[cnt[:-1]], nk)
+        flat = list(zip(side_buf[on].tolist(), side_off[on].tolist(), s_len[on].tolist(), msg_off[on].tolist()))
+        ends = np.cumsum(nk[comm][multi]).tolist()
+        for j, a, e in zip(multi.tolist(), [0] + ends[:-1], ends):
+            segs[j] = flat[a:e]
+    msgs = list(map(_new_message, zip(tid[comm].tolist(), np.where(snd, dst[comm], src[comm]).tolist(),
+                                      op[comm].tolist(), nbytes[comm].tolist(), segs, stage[comm].tolist())))
+    # Local copies keep whole segment rows: (src_buf, src_off, dst_buf, dst_off, len).
+    loc = np.nonzero(local)[0]
+    rows = list(zip(*(c[local[owner]].tolist() for c in (*s_src, *s_dst, s_len))))
+    copies, at = [], 0
+    for o, k in zip(op[loc].tolist(), nk[loc].tolist()):
+        copies.append((o, rows[at:at + k]))
+        at += k
+
+    c_step, l_step = step[comm], step[loc]
+    snd_l = snd.tolist()
+    p2p, p2p_keys = _by_step(c_step, list(zip(snd_l, msgs)))
+    sends, send_keys = _by_step(c_step[snd], list(compress(msgs, snd_l)))
+    recvs, recv_keys = _by_step(c_step[~snd], list(compress(msgs, (~snd).tolist())))
+    local_items, local_keys = _by_step(l_step, list(zip(copies, tid[loc].tolist())))
+    all_steps = step
+    if collective_steps and moving_pairs:
+        all_steps = np.concatenate([step, np.fromiter(moving_pairs, dtype=np.int64)])
+    all_steps = _sorted_unique(all_steps)
+    cuts = [np.searchsorted(keys, all_steps, side).tolist() for keys in (p2p_keys, send_keys, recv_keys, local_keys)
+            for side in ("left", "right")]
+    ordered = []
+    for s, pa, pb, sa, sb_, ra, rb, la, lb in zip(all_steps.tolist(), *cuts):
+        k = moving_pairs.get(s) if collective_steps else None
+        lc = local_items[la:lb]
+        ordered.append(StepProgram(s, sends=sends[sa:sb_], recvs=recvs[ra:rb], local=[cp for cp, _ in lc],
+                                   local_tids=[i for _, i in lc], staging_bytes=step_staging.get(s, 0),
+                                   global_comm=k is not None, dense=k is not None and 2 * k >= n * (n - 1),
+                                   p2p_order=p2p[pa:pb], _n=n, _rank=rank))
+    if sizes is not None:
+        input_bytes, output_bytes, scratch_bytes = sizes
     else:
         scratch = plan.scratch_bytes
         input_bytes, output_bytes = plan.input_sizes[rank], plan.output_sizes[rank]
         scratch_bytes = scratch[rank] if len(scratch) > rank else 0
+    cols = _Columns(tid, kind, op, nbytes, staged, comm, msgs, loc, copies, owner, s_src, s_dst, s_len)
     return RankProgram(
         rank=rank,
         num_ranks=n,
@@ -295,41 +388,14 @@ def compile_rank_program(plan, rank: int, arrays: PlanArrays | None = None, *,
         output_bytes=int(output_bytes),
         scratch_bytes=int(scratch_bytes),
         steps=ordered,
-        staging_bytes=staging,
-        bytes_sent=sent,
-        bytes_received=received,
-        uses_reduce=uses_reduce,
+        staging_bytes=max(step_staging.values(), default=0),
+        bytes_sent=int(nbytes[sending].sum()),
+        bytes_received=int(nbytes[kind == RECV].sum()),
+        uses_reduce=bool((op == OP_REDUCE_SUM).any()),
         collective_steps=collective_steps,
         _source=(plan, arrays),
+        _cols=cols,
     )
-
-
-def _checked(transfers: list) -> list:
-    """The rows without empty segments or transfers (both sides skip them alike), after
-    checking ops and buffer ids. One pass that builds nothing when nothing is empty."""
-    out = None
-    for k, (tid, _src, _dst, op, _step, segs) in enumerate(transfers):
-        if op != OP_COPY and op != OP_REDUCE_SUM:
-            if any(s[4] > 0 for s in segs):
-                raise ValueError(f"transfer {tid} has unknown op {op}")
-        for s in segs:
-            if s[4] == 0 or s[0] > BUF_SCRATCH or s[2] > BUF_SCRATCH:
-                break
-        else:
-            if segs:
-                if out is not None:
-                    out.append(transfers[k])
-                continue
-        # Something to drop or to reject: the careful path, from here on.
-        kept = [s for s in segs if s[4] > 0]
-        for s in kept:
-            if s[0] > BUF_SCRATCH or s[2] > BUF_SCRATCH:
-                raise ValueError(f"transfer {tid} names an unknown buffer id")
-        if out is None:
-            out = transfers[:k]
-        if kept:
-            out.append(transfers[k][:5] + (kept,))
-    return transfers if out is None else out
 
 
 def _contiguous(pieces: list) -> tuple | None:
@@ -394,8 +460,7 @@ def _layout(sends: list, recvs: list, n: int) -> AllToAllStep:
 SEND, RECV, LOCAL = 0, 1, 2
 
 
-@dataclass(slots=True)
-class Action:
+class Action(NamedTuple):
     """One transfer of this rank for the dependency-driven executor.
 
     `kind` is SEND, RECV or LOCAL; `msg` the Message (SEND/RECV) or `local` the
@@ -417,13 +482,16 @@ class Action:
     post_after: tuple = ()
 
 
+_new_action = partial(tuple.__new__, Action)
+
+
 @dataclass
 class OverlapProgram:
     actions: list  # Action, ascending transfer id (a topological order of `deps`)
-    dependents: list  # per action: indices of the actions that wait for it
+    dependents: list  # per action: indices (tuple, ascending) of the actions that wait for it
     staging_bytes: int
     early_recvs: list  # receives with nothing to wait for before posting: posted at the start
-    post_waiters: list  # per action: the receives whose posting waits for it
+    post_waiters: list  # per action: the receives (tuple, ascending) whose posting waits for it
 
 
 def rank_deps(plan, rank: int, arrays: PlanArrays | None = None) -> dict:
@@ -445,27 +513,37 @@ def rank_deps(plan, rank: int, arrays: PlanArrays | None = None) -> dict:
     Returns:
         dict: transfer id -> tuple of transfer ids (only transfers with such deps appear).
     """
+    owner, dep = _dep_pairs(plan, rank, arrays)
+    out: dict = {}
+    for o, d in zip(owner.tolist(), dep.tolist()):
+        out.setdefault(o, []).append(d)
+    return {o: tuple(ds) for o, ds in out.items()}
+
+
+def _dep_pairs(plan, rank: int, arrays: PlanArrays | None = None) -> tuple:
+    """`rank_deps` as two int64 arrays (transfer id, id it waits for), sorted by both."""
+    none = (np.zeros(0, np.int64), np.zeros(0, np.int64))
     if arrays is not None:
         t, seg_len, deps = arrays.transfers, arrays.segments["len"], arrays.deps
         ids = None
     else:
         rows = hasattr(plan, "_rows")  # a RankPlan: its rows and their global ids
         if not rows and not plan.num_deps:
-            return {}
+            return none
         raw = plan._rows() if rows else plan._raw_arrays()
         t = np.frombuffer(raw["transfers"], dtype=TRANSFER_DTYPE)
         seg_len = np.frombuffer(raw["segments"], dtype=SEGMENT_DTYPE)["len"]
         deps = np.frombuffer(raw["deps"], dtype="<u4")
         ids = np.frombuffer(raw["ids"], dtype="<u4").astype(np.int64) if rows else None
     if not len(deps):
-        return {}
+        return none
     on = np.ones(len(t), dtype=bool) if ids is not None else (t["src"] == rank) | (t["dst"] == rank)
     db, de = t["dep_begin"].astype(np.int64), t["dep_end"].astype(np.int64)
     cum = np.concatenate([np.zeros(1, np.uint64), np.cumsum(seg_len, dtype=np.uint64)])
     on &= cum[t["seg_end"].astype(np.int64)] > cum[t["seg_begin"].astype(np.int64)]  # moves bytes
     mine = np.nonzero(on & (de > db))[0]
     if not len(mine):
-        return {}
+        return none
     counts = de[mine] - db[mine]
     starts = np.repeat(db[mine] - np.concatenate([[0], np.cumsum(counts)[:-1]]), counts)
     dep_ids = deps[starts + np.arange(int(counts.sum()))].astype(np.int64)
@@ -476,80 +554,120 @@ def rank_deps(plan, rank: int, arrays: PlanArrays | None = None) -> dict:
         pos = np.minimum(np.searchsorted(ids, dep_ids), len(ids) - 1)
         keep = (ids[pos] == dep_ids) & on[pos]
         owner = ids[owner]
-    out: dict = {}
-    for o, d in zip(owner[keep].tolist(), dep_ids[keep].tolist()):
-        out.setdefault(o, []).append(d)
-    return {o: tuple(sorted(ds)) for o, ds in out.items()}
+    owner, dep_ids = owner[keep], dep_ids[keep]
+    order = np.lexsort((dep_ids, owner))
+    return owner[order], dep_ids[order]
 
 
-def _accesses(kind: int, msg, local) -> list:
-    """(buf, lo, hi, writes) of an action on this rank's buffers; Input is never written, so
-    its reads can never conflict and are left out."""
-    if kind == LOCAL:
-        acc = [(sb, so, so + ln, False) for sb, so, _db, _do, ln in local[1] if sb != BUF_INPUT]
-        return acc + [(db_, do, do + ln, True) for _sb, _so, db_, do, ln in local[1]]
-    write = kind == RECV
-    return [(b, off, off + ln, write) for b, off, ln, _ in msg.segs if write or b != BUF_INPUT]
+def _conflict_pairs(c: _Columns) -> tuple:
+    """(later, earlier) action indices with a conflicting access to this rank's buffers
+    (overlapping bytes of one buffer, at least one of the two writing), each pair once.
+
+    Input is never written, so its reads are left out. Accesses are sorted per buffer by
+    start; one that starts at or after the end of all before it opens a new cluster, and
+    each access is compared with the earlier ones of its cluster.
+    """
+    kind = c.kind[c.seg_owner]
+    reads = (kind != RECV) & (c.seg_src[0] != BUF_INPUT)  # sends and local copies read their source
+    writes = kind != SEND  # receives and local copies write their destination
+    act = np.concatenate([c.seg_owner[reads], c.seg_owner[writes]])
+    buf = np.concatenate([c.seg_src[0][reads], c.seg_dst[0][writes]])
+    lo = np.concatenate([c.seg_src[1][reads], c.seg_dst[1][writes]])
+    hi = lo + np.concatenate([c.seg_len[reads], c.seg_len[writes]])
+    w = np.concatenate([np.zeros(int(reads.sum()), bool), np.ones(int(writes.sum()), bool)])
+    order = np.lexsort((lo, buf))
+    act, buf, lo, hi, w = act[order], buf[order], lo[order], hi[order], w[order]
+    if len(act) < 2:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    # The end reached by the accesses before each one, within its buffer.
+    first_of_buf = np.concatenate([[True], buf[1:] != buf[:-1]])
+    reach = np.empty_like(hi)
+    for b in (BUF_OUTPUT, BUF_SCRATCH, BUF_INPUT):  # buffer ids are checked by the compiler
+        at = buf == b
+        if at.any():
+            reach[at] = np.maximum.accumulate(hi[at])
+    opens = first_of_buf.copy()
+    opens[1:] |= lo[1:] >= reach[:-1]
+    # Each access against the ones before it in its cluster (quadratic in a cluster's size,
+    # as any sweep reporting every pair is; at most a dozen accesses in the benchmark's plans).
+    back = np.arange(len(lo)) - np.nonzero(opens)[0][np.cumsum(opens) - 1]
+    later = np.repeat(np.arange(len(lo)), back)
+    earlier = later - (np.arange(len(later)) - np.repeat(np.cumsum(back) - back, back) + 1)
+    hit = (hi[earlier] > lo[later]) & (w[earlier] | w[later]) & (act[earlier] != act[later])
+    a, b = act[later[hit]], act[earlier[hit]]
+    key = _sorted_unique(np.maximum(a, b) * len(c.tid) + np.minimum(a, b))
+    return key // len(c.tid), key % len(c.tid)
 
 
-def _conflicts(accesses: list) -> list:
-    """Per action, the earlier actions it has a conflicting access with (overlapping bytes of one
-    buffer, at least one of the two writing): a sweep over each buffer's intervals by start."""
-    preds = [set() for _ in accesses]
-    by_buf: dict = {}
-    for i, acc in enumerate(accesses):
-        for b, lo, hi, w in acc:
-            by_buf.setdefault(b, []).append((lo, hi, i, w))
-    for ivs in by_buf.values():
-        ivs.sort()
-        active: list = []  # heap of (hi, lo, i, w) still open at the sweep position
-        for lo, hi, i, w in ivs:
-            while active and active[0][0] <= lo:
-                heapq.heappop(active)
-            for _hi, _lo, j, w2 in active:
-                if j != i and (w or w2):
-                    preds[max(i, j)].add(min(i, j))
-            heapq.heappush(active, (hi, lo, i, w))
-    return preds
+def _cut(keys: np.ndarray, values: np.ndarray, n: int) -> list:
+    """Per index in range(n), the tuple of `values` whose `keys` (sorted) equal it."""
+    bounds = np.searchsorted(keys, np.arange(n + 1)).tolist()
+    vals = tuple(values.tolist())
+    return [vals[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
 
 
-def overlap_program(prog: RankProgram, deps: dict) -> OverlapProgram:
+def overlap_program(prog: RankProgram, deps: tuple) -> OverlapProgram:
     """`prog`'s sends, receives and local copies as one list in transfer-id order, each with
-    the indices of the actions it waits for: its deps (as `rank_deps` returns them) and every
-    earlier action of this rank it has a conflicting access with; a receive is posted once
-    the latter are done (`Action.post_after`). The verifier proves the
-    plan orders each such pair by its deps (possibly through other ranks' transfers) in id
-    order, so adding them keeps the order acyclic, and with them any schedule the actions
-    allow writes what id order writes."""
-    items = []
-    for sp in prog.steps:
-        for is_send, m in sp.p2p_order:
-            items.append((m.tid, SEND if is_send else RECV, m, None))
-        for tid, loc in zip(sp.local_tids, sp.local):
-            items.append((tid, LOCAL, None, loc))
-    items.sort(key=lambda x: x[0])
-    index = {it[0]: i for i, it in enumerate(items)}
-    preds = _conflicts([_accesses(kind, msg, loc) for _tid, kind, msg, loc in items])
-    actions, dependents, early, at = [], [[] for _ in items], [], 0
-    post_waiters = [[] for _ in items]
-    for i, (tid, kind, msg, loc) in enumerate(items):
-        try:
-            di = preds[i].union(index[d] for d in deps.get(tid, ()))
-        except KeyError as e:
-            raise ValueError(f"transfer {tid} of rank {prog.rank} depends on transfer {e.args[0]}, which this "
-                             "rank does not execute (the plan and its deps disagree)") from None
-        di = tuple(sorted(di))
-        for d in di:
-            dependents[d].append(i)
-        off = -1
-        if kind != LOCAL and (len(msg.segs) > 1 or (kind == RECV and msg.op == OP_REDUCE_SUM)):
-            off, at = at, _align(at + msg.nbytes)
-        post = ()
-        if kind == RECV:
-            post = () if off >= 0 else tuple(sorted(preds[i]))
-            for d in post:
-                post_waiters[d].append(i)
-            if not post:
-                early.append(i)
-        actions.append(Action(kind, tid, msg, loc, di, off, post))
-    return OverlapProgram(actions, dependents, at, early, post_waiters)
+    the indices of the actions it waits for: its deps and every earlier action of this rank
+    it has a conflicting access with; a receive is posted once the latter are done
+    (`Action.post_after`). The verifier proves the plan orders each such pair by its deps
+    (possibly through other ranks' transfers) in id order, so adding them keeps the order
+    acyclic, and with them any schedule the actions allow writes what id order writes.
+
+    Args:
+        prog: a program from `compile_rank_program`.
+        deps: (transfer ids, ids they wait for) as two int64 arrays (`_dep_pairs`).
+
+    Returns:
+        OverlapProgram: the actions, their dependents, the staging they need (each staged
+        message on its own aligned offset, in id order) and when receives may be posted.
+
+    Raises:
+        ValueError: a dep names a transfer this rank does not execute.
+    """
+    c = prog._cols
+    if c is None:
+        raise ValueError("this program was built without its columns: compile it with compile_rank_program")
+    n = len(c.tid)
+    if not n:
+        return OverlapProgram([], [], 0, [], [])
+    msgs: list = [None] * n  # per action, its Message or its local copy
+    copies: list = [None] * n
+    for i, m in zip(c.comm.tolist(), c.msgs):
+        msgs[i] = m
+    for i, cp in zip(c.loc.tolist(), c.copies):
+        copies[i] = cp
+    owner, on = deps
+    d_succ = np.searchsorted(c.tid, owner)
+    known = (d_succ < n) & (c.tid[np.minimum(d_succ, n - 1)] == owner)
+    d_succ, on = d_succ[known], on[known]
+    d_pred = np.minimum(np.searchsorted(c.tid, on), n - 1)
+    missing = np.nonzero(c.tid[d_pred] != on)[0]
+    if len(missing):
+        k = int(missing[0])
+        raise ValueError(f"transfer {int(c.tid[d_succ[k]])} of rank {prog.rank} depends on transfer {int(on[k])}, "
+                         "which this rank does not execute (the plan and its deps disagree)")
+    c_succ, c_pred = _conflict_pairs(c)
+    # Every edge once, sorted by (waiter, waited for) and by (waited for, waiter).
+    key = _sorted_unique(np.concatenate([d_succ * n + d_pred, c_succ * n + c_pred]))
+    succ, pred = key // n, key % n
+    waits_for = _cut(succ, pred, n)
+    by_pred = np.lexsort((succ, pred))
+    dependents = _cut(pred[by_pred], succ[by_pred], n)
+    # Staging: each staged message its own aligned offset, in id order.
+    stage = np.full(n, -1, dtype=np.int64)
+    s_at = np.nonzero(c.staged)[0]
+    size = (c.nbytes[s_at] + STAGING_ALIGN - 1) // STAGING_ALIGN * STAGING_ALIGN
+    end = np.cumsum(size)
+    stage[s_at] = end - size
+    # A receive into the user's buffer is posted after the accesses it conflicts with.
+    recv = c.kind == RECV
+    posted_after = recv[c_succ] & (stage[c_succ] < 0)
+    p_succ, p_pred = c_succ[posted_after], c_pred[posted_after]
+    post = _cut(p_succ, p_pred, n)
+    by_pred = np.lexsort((p_succ, p_pred))
+    post_waiters = _cut(p_pred[by_pred], p_succ[by_pred], n)
+    early = np.nonzero(recv & (np.bincount(p_succ, minlength=n) == 0))[0].tolist()
+    tid_l, kind_l = c.tid.tolist(), c.kind.tolist()
+    actions = list(map(_new_action, zip(kind_l, tid_l, msgs, copies, waits_for, stage.tolist(), post)))
+    return OverlapProgram(actions, dependents, int(end[-1]) if len(end) else 0, early, post_waiters)
