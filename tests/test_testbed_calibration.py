@@ -12,7 +12,7 @@ from collsched.testbed.model import DEFAULT_PARAMS, ModelParams, predict  # noqa
 
 SPEC = FabricSpec.from_knobs(2, 4, "200Mbps")
 TRUTH = ModelParams(goodput=0.9, alpha_scaleout_us=100, alpha_scaleup_us=500, scaleup_bps=400_000_000,
-                    barrier_steps=False, call_us=3000, core_bps=120e6)
+                    barrier_steps=False, call_us=3000, core_share=0.7)
 
 
 def _rows(case_list, params, pred):
@@ -24,7 +24,7 @@ def _rows(case_list, params, pred):
 
 
 def test_fit_recovers_the_core_link_and_skips_small_cases():
-    # 2×4 at 200 Mbit/s: 8 NICs of 22.5 MB/s goodput; a 120 MB/s core binds on balanced traffic only.
+    # 2×4 at 200 Mbit/s: 8 NICs of 22.5 MB/s goodput; a core of 0.7 × 180 MB/s binds on balanced traffic only.
     case_list = cal.cases(SPEC.ranks, ("balanced", "uniform", "hot:1.2"), (512 * 1024, 4 * 2**20, 8 * 2**20))
     pred = cal._Predictor(SPEC, case_list)
     rows = _rows(case_list, TRUTH, pred)
@@ -34,7 +34,7 @@ def test_fit_recovers_the_core_link_and_skips_small_cases():
     params, fitted = cal.fit(SPEC, case_list, rows, min_bytes=2 * 2**20)
     held = [abs(r["error"]) for r in fitted if r["half"] == "held-out" and r["bytes_per_rank"] >= 2 * 2**20]
     assert held and max(held) < 0.02, (params, max(held))
-    assert params.core_bps == TRUTH.core_bps and params.incast_threshold is None
+    assert params.core_share == TRUTH.core_share and params.incast_threshold is None
     small = [r["error"] for r in fitted if r["bytes_per_rank"] < 2 * 2**20]
     assert small and max(small) < -0.5  # predicted, not fitted: the 3x slower rows stay far off
     assert all(e["cases"] for e in cal.error_table(fitted, 2 * 2**20))
@@ -50,7 +50,7 @@ def test_core_link_slows_balanced_more_than_skewed_traffic():
     spec = FabricSpec.from_knobs(2, 4, "200Mbps")
     from collsched.testbed.model import cluster_spec
 
-    free = DEFAULT_PARAMS.with_(core_bps=None)
+    free = DEFAULT_PARAMS.with_(core_share=None)
     slow = {}
     for c in case_list:
         m = np.asarray(c["matrix"])

@@ -41,7 +41,7 @@ GRID = {
     # downlink, the rest of the fabric idle) runs at the NIC rate in every run (docs/testbed.md);
     # what slowed balanced fanout is the host's aggregate rate, the core link below.
     "incast": [None],
-    "core_bps": [None, 100e6, 120e6, 140e6, 160e6, 180e6, 220e6],
+    "core_share": [None, 0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.89, 0.95],
 }
 
 
