@@ -236,7 +236,10 @@ def test_clean_removes_dead_runs_but_not_live_ones():
 
 @needs_netns
 def test_ctrl_c_tears_the_fabric_down():
-    proc = subprocess.Popen([sys.executable, "-m", "collsched.cli", "testbed", "run", "--servers", "1", "--gpus", "2",
+    # 2 servers × 1 rank, so every byte crosses a 100 Mbit/s NIC: 51 calls of 4 MiB take ≥ 19 s,
+    # and the run is surely still going when Ctrl-C comes. (On one server the bytes took the
+    # unshaped scale-up path and the whole run could end first: Ctrl-C then met an exiting process.)
+    proc = subprocess.Popen([sys.executable, "-m", "collsched.cli", "testbed", "run", "--servers", "2", "--gpus", "1",
                              "--nic", "100Mbps", "--workload", "balanced", "--mean", "4MiB", "--algorithms", "torch",
                              "--iters", "50"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     prefix = f"collsched-{proc.pid}-"
@@ -245,11 +248,39 @@ def test_ctrl_c_tears_the_fabric_down():
         time.sleep(0.05)
     assert _ours(prefix), "the fabric never appeared"
     time.sleep(0.5)
+    assert proc.poll() is None, "the run ended before Ctrl-C could interrupt it"
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 130, err[-3000:]
     assert "interrupted" in err and "Traceback" not in err
     assert _ours(prefix) == []
+
+
+def test_signals_wait_for_the_block_even_when_another_thread_takes_them():
+    # A process-directed SIGINT goes to a thread that does not block it (rich's refresh thread
+    # during a run); a mask in this thread alone let KeyboardInterrupt cut the teardown short.
+    import threading
+
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait, daemon=True)
+    other.start()
+    done = []
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            try:
+                with fab.signals_deferred():
+                    os.kill(os.getpid(), signal.SIGINT)
+                    for _ in range(20):  # bytecode runs, so a handler would have run by now
+                        time.sleep(0.005)
+                    done.append("block")
+            finally:
+                done.append("after")
+    finally:
+        stop.set()
+        other.join(5)
+    assert done == ["block", "after"]  # the block finished first, then the Ctrl-C was raised
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, [])
 
 
 def test_bench_testbed_spec_is_parsed_or_refused():

@@ -5,6 +5,9 @@ grows without everyone editing this file.
 """
 from __future__ import annotations
 
+import signal
+import sys
+
 import typer
 
 app = typer.Typer(
@@ -28,8 +31,18 @@ def _register_all() -> None:
 
 
 def main() -> None:
-    _register_all()
-    app()
+    try:
+        _register_all()
+    except KeyboardInterrupt:  # Ctrl-C while the commands are imported: nothing has started yet
+        print("interrupted: nothing was started", file=sys.stderr)
+        raise SystemExit(130) from None
+    try:
+        app()
+    finally:
+        # The command is over (output printed, any fabric removed): a Ctrl-C while the interpreter
+        # exits has nothing left to stop and would only kill it half-way (exit by SIGINT without
+        # the command's message, at times a traceback from an exit hook), so from here it is ignored.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ import secrets
 import shutil
 import signal
 import subprocess
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from collsched.units import parse_bandwidth, parse_bytes
@@ -189,10 +190,48 @@ def check_available() -> None:
         if shutil.which(tool) is None:
             raise TestbedError(f"the testbed needs iproute2's `{tool}`, which is not on PATH")
     name = f"{NS_PREFIX}{os.getpid()}-probe{secrets.token_hex(2)}"
-    p = _run(["ip", "netns", "add", name], check=False)
+    with signals_deferred():  # a Ctrl-C between add and del would leave the probe behind
+        p = _run(["ip", "netns", "add", name], check=False)
+        if p.returncode == 0:
+            _run(["ip", "netns", "del", name], check=False)
     if p.returncode != 0:
         raise TestbedError(f"network namespaces are unavailable here: {(p.stderr or '').strip() or 'ip netns add failed'}")
-    _run(["ip", "netns", "del", name], check=False)
+
+
+DEFERRED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@contextmanager
+def signals_deferred():
+    """Hold SIGINT, SIGTERM and SIGHUP until the block is done, then deliver them as usual.
+
+    Blocking them in this thread is not enough: a signal sent to the process goes to any thread
+    that does not block it (rich's refresh thread, torch's pools), and CPython then runs the
+    Python handler in the main thread anyway, raising KeyboardInterrupt inside the block. So
+    the handlers only record the signal while the block runs; afterwards the previous handlers
+    are back and each recorded signal is raised again. The mask stays blocked too, so processes
+    forked or spawned inside the block (ranks, `ip`) start with these signals held.
+    Off the main thread (handlers cannot be set there) only the mask is used.
+    """
+    got: list[int] = []
+    old_handlers = {}
+    try:
+        # Recorders first, then the mask: no KeyboardInterrupt can come between the two.
+        try:
+            for s in DEFERRED_SIGNALS:
+                old_handlers[s] = signal.signal(s, lambda signum, _frame: got.append(signum))
+        except ValueError:  # not the main thread
+            pass
+        old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, DEFERRED_SIGNALS)
+        try:
+            yield
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)  # pending ones reach the recorders now
+    finally:
+        for s, h in old_handlers.items():
+            signal.signal(s, signal.SIG_DFL if h is None else h)  # None: set outside Python
+        for s in dict.fromkeys(got):
+            signal.raise_signal(s)  # to this thread: the restored handler runs (KeyboardInterrupt, ...)
 
 
 def new_prefix() -> str:
@@ -300,15 +339,11 @@ class Fabric:
     def teardown(self) -> None:
         """Delete every namespace of this run (their veths, bridge and qdiscs go with them). Idempotent."""
         if self.created:
-            # A second Ctrl-C must not cut the teardown short (it would leave namespaces behind):
-            # signals wait until it is done, and `ip` inherits the blocked mask.
-            sigs = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
-            old = signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
-            try:
+            # A (second) Ctrl-C must not cut the teardown short: it would kill `ip` half-way and
+            # leave namespaces behind. It waits until the namespaces are gone, then is raised.
+            with signals_deferred():
                 delete_namespaces(self.created)
                 self.created = []
-            finally:
-                signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
     def __enter__(self) -> "Fabric":
         try:

@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from datetime import timedelta
 
 from collsched.comm.launch import PROGRESS_ENV, report_progress  # noqa: F401  (ranks report progress with it)
-from collsched.testbed.fabric import STORE_PORT, Fabric, TestbedError, rank_addr
+from collsched.testbed.fabric import STORE_PORT, Fabric, TestbedError, rank_addr, signals_deferred
 
 CLONE_NEWNET = 0x40000000
 PR_SET_PDEATHSIG = 1
@@ -57,16 +57,18 @@ def teardown_on_signals():
             signal.signal(s, h)
 
 
-def _enter_namespace(name: str) -> None:
+def _enter_namespace(name: str, parent: int) -> None:
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:  # the parent died before prctl: no one would ever stop us
+        os._exit(1)
     fd = os.open(f"/var/run/netns/{name}", os.O_RDONLY)
     if libc.setns(fd, CLONE_NEWNET) != 0:
         raise OSError(ctypes.get_errno(), f"setns into {name} failed")
     os.close(fd)
 
 
-def _child(fabric: Fabric, rank: int, jobdir: str, job: dict, mask) -> None:
+def _child(fabric: Fabric, rank: int, jobdir: str, job: dict, mask, parent: int) -> None:
     """Body of a forked rank (started with SIGINT/SIGTERM/SIGHUP blocked); never returns."""
     code = 0
     try:
@@ -78,7 +80,7 @@ def _child(fabric: Fabric, rank: int, jobdir: str, job: dict, mask) -> None:
         os.dup2(fd, 1)
         os.dup2(fd, 2)
         os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
-        _enter_namespace(fabric.rank_ns(rank))
+        _enter_namespace(fabric.rank_ns(rank), parent)
         os.environ.update(job["env"])
         os.environ.update({"RANK": str(rank), "LOCAL_RANK": str(rank % fabric.spec.gpus),
                            "GROUP_RANK": str(rank // fabric.spec.gpus)})
@@ -150,20 +152,19 @@ def run_ranks(fabric: Fabric, fn, args: tuple = (), *, env: dict | None = None, 
         sys.stdout.flush()
         sys.stderr.flush()
         # Signals wait while ranks are forked: a Ctrl-C must never run in a child that has not
-        # yet left the parent's code (it would tear the parent's fabric down from the child).
-        sigs = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
-        old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
-        try:
+        # yet left the parent's code (it would tear the parent's fabric down from the child), nor
+        # in the parent between fork() and `pids[r] = pid` (that rank would never be stopped).
+        old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, [])  # the ranks' mask once they are set up
+        parent = os.getpid()
+        with signals_deferred():
             for r in range(spec.ranks):
                 pid = os.fork()
                 if pid == 0:
                     try:
-                        _child(fabric, r, jobdir, job, old_mask)
+                        _child(fabric, r, jobdir, job, old_mask, parent)
                     finally:
                         os._exit(70)
                 pids[r] = pid
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
         deadline = time.monotonic() + timeout_s
         first_failure = None
         seen = 0
@@ -189,8 +190,9 @@ def run_ranks(fabric: Fabric, fn, args: tuple = (), *, env: dict | None = None, 
         killed = _kill_all(pids, status)
         return _collect(jobdir, spec.ranks, status, killed, timeout_s)
     finally:
-        _kill_all(pids, status)
-        shutil.rmtree(jobdir, ignore_errors=True)
+        with signals_deferred():  # a second Ctrl-C must not leave ranks running or files behind
+            _kill_all(pids, status)
+            shutil.rmtree(jobdir, ignore_errors=True)
 
 
 def _kill_all(pids: dict[int, int], status: dict[int, int]) -> set[int]:
