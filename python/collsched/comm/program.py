@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property, partial
 from itertools import compress, repeat
+from operator import itemgetter
 from typing import NamedTuple
 
 import numpy as np
@@ -229,7 +230,7 @@ def _by_step(steps: np.ndarray, values: list) -> tuple:
     if len(steps) < 2 or bool((steps[1:] >= steps[:-1]).all()):
         return values, steps
     order = np.argsort(steps, kind="stable")
-    return [values[i] for i in order.tolist()], steps[order]
+    return list(itemgetter(*order.tolist())(values)), steps[order]
 
 
 def _sorted_unique(x: np.ndarray) -> np.ndarray:
