@@ -225,9 +225,10 @@ def _rank_view(plan, rank: int, arrays: PlanArrays | None, count_pairs: bool) ->
             np.frombuffer(v["segments"], dtype=SEGMENT_DTYPE), dict(moving), v["sizes"])
 
 
-def _by_step(steps: np.ndarray, values: list) -> tuple:
-    """`values` (in id order) ordered by step, stably, and their steps (to cut it per step)."""
-    if len(steps) < 2 or bool((steps[1:] >= steps[:-1]).all()):
+def _by_step(steps: np.ndarray, values: list, in_order: bool) -> tuple:
+    """`values` (in id order) ordered by step, stably, and their steps (to cut it per step);
+    `in_order`: the steps already ascend."""
+    if in_order or len(steps) < 2:
         return values, steps
     order = np.argsort(steps, kind="stable")
     return list(itemgetter(*order.tolist())(values)), steps[order]
@@ -356,18 +357,20 @@ def compile_rank_program(plan, rank: int, arrays: PlanArrays | None = None, *,
 
     c_step, l_step = step[comm], step[loc]
     snd_l = snd.tolist()
-    p2p, p2p_keys = _by_step(c_step, list(zip(snd_l, msgs)))
-    sends, send_keys = _by_step(c_step[snd], list(compress(msgs, snd_l)))
-    recvs, recv_keys = _by_step(c_step[~snd], list(compress(msgs, (~snd).tolist())))
-    local_items, local_keys = _by_step(l_step, list(zip(copies, tid[loc].tolist())))
+    in_order = bool((step[1:] >= step[:-1]).all())  # then so is every part
+    p2p, p2p_keys = _by_step(c_step, list(zip(snd_l, msgs)), in_order)
+    sends, send_keys = _by_step(c_step[snd], list(compress(msgs, snd_l)), in_order)
+    recvs, recv_keys = _by_step(c_step[~snd], list(compress(msgs, (~snd).tolist())), in_order)
+    local_items, local_keys = _by_step(l_step, list(zip(copies, tid[loc].tolist())), in_order)
     all_steps = step
     if collective_steps and moving_pairs:
         all_steps = np.concatenate([step, np.fromiter(moving_pairs, dtype=np.int64)])
     all_steps = _sorted_unique(all_steps)
-    cuts = [np.searchsorted(keys, all_steps, side).tolist() for keys in (p2p_keys, send_keys, recv_keys, local_keys)
-            for side in ("left", "right")]
+    # Each list's cut points per step: a step's part ends where the next step's begins.
+    cuts = [np.searchsorted(keys, all_steps).tolist() + [len(keys)]
+            for keys in (p2p_keys, send_keys, recv_keys, local_keys)]
     ordered = []
-    for s, pa, pb, sa, sb_, ra, rb, la, lb in zip(all_steps.tolist(), *cuts):
+    for s, pa, pb, sa, sb_, ra, rb, la, lb in zip(all_steps.tolist(), *(x for c in cuts for x in (c[:-1], c[1:]))):
         k = moving_pairs.get(s) if collective_steps else None
         lc = local_items[la:lb]
         ordered.append(StepProgram(s, sends=sends[sa:sb_], recvs=recvs[ra:rb], local=[cp for cp, _ in lc],
