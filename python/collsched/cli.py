@@ -5,6 +5,7 @@ grows without everyone editing this file.
 """
 from __future__ import annotations
 
+import os
 import signal
 import sys
 
@@ -38,6 +39,15 @@ def main() -> None:
         raise SystemExit(130) from None
     try:
         app()
+    except SystemExit as e:
+        if e.code == 130:  # a Ctrl-C the command reported ("interrupted: ...")
+            # CPython kills itself by SIGINT at exit once a KeyboardInterrupt left code that a C
+            # extension ran through PyRun_*, even when the command caught it later: leave as told.
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(130)
+        raise
     finally:
         # The command is over (output printed, any fabric removed): a Ctrl-C while the interpreter
         # exits has nothing left to stop and would only kill it half-way (exit by SIGINT without
