@@ -16,3 +16,17 @@ def run_ranks(fn: str, world: int, *args, gpus_per_server: int = 4, timeout_s: f
                      timeout_s=timeout_s, extra_pythonpath=[TESTS_DIR], raise_on_failure=False, backend=backend,
                      # CUDA must start fresh in each rank: NCCL ranks are spawned, not forked.
                      start_method="spawn" if backend == "nccl" else None)
+
+
+def failures(results, prefix: str = "") -> dict:
+    """The checks (named ``prefix...``) that failed on some rank, each with the first rank's error;
+    a rank that raised or died counts as ``rank r``. Empty when everything passed."""
+    out = {}
+    for r, res in enumerate(results):
+        if not isinstance(res, dict):
+            out[f"rank {r}"] = str(res)
+            continue
+        for name, v in res.items():
+            if name.startswith(prefix) and not v["ok"]:
+                out.setdefault(name, f"rank {r}: {v.get('error', 'output differs from torch')}")
+    return out

@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 import collsched  # noqa: E402
 from collsched import comm  # noqa: E402
 
-from _multiproc import run_ranks  # noqa: E402
+from _multiproc import failures as _failures, run_ranks  # noqa: E402
 
 WORLD = 8
 FAULT_WORLD = 4
@@ -41,18 +41,6 @@ BACKENDS = ["gloo", pytest.param("nccl", marks=pytest.mark.skipif(not _nccl_usab
 def correctness_results(request):
     return run_ranks("correctness", WORLD, available_algorithms(), timeout_s=170 if request.param == "gloo" else 400,
                      backend=request.param)
-
-
-def _failures(results, prefix):
-    out = {}
-    for r, res in enumerate(results):
-        if not isinstance(res, dict):
-            out[f"rank {r}"] = str(res)
-            continue
-        for name, v in res.items():
-            if name.startswith(prefix) and not v["ok"]:
-                out.setdefault(name, f"rank {r}: {v.get('error', 'output differs from torch')}")
-    return out
 
 
 def _count(results, prefix):

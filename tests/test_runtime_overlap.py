@@ -25,6 +25,7 @@ from collsched.comm.program import (LOCAL, OP_COPY, RECV, SEND, compile_rank_pro
                                     rank_deps)
 
 from _overlap_scenarios import run as run_ranks  # noqa: E402
+from _multiproc import failures as _bad  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
 import _synthetic_plans as S  # noqa: E402
@@ -294,18 +295,6 @@ def test_a_receive_is_posted_only_after_the_accesses_it_would_overwrite():
 # --- Gloo ranks --------------------------------------------------------------------------------
 
 WORLD = 8
-
-
-def _bad(results):
-    out = {}
-    for r, res in enumerate(results):
-        if not isinstance(res, dict):
-            out[f"rank {r}"] = str(res)
-            continue
-        for name, v in res.items():
-            if not v["ok"]:
-                out.setdefault(name, f"rank {r}: {v.get('error', v)}")
-    return out
 
 
 def test_overlapped_full_duplex_execution_is_byte_identical_to_torch():

@@ -54,6 +54,18 @@ def report_progress(text: str) -> None:
             f.write(text.replace("\n", " ") + "\n")
 
 
+def relay_progress(path: str, seen: int, on_progress) -> int:
+    """Hand the lines the ranks appended to the progress file `path` since line `seen` to
+    `on_progress` (when given); returns the new count of lines seen."""
+    if on_progress is None:
+        return seen
+    with open(path) as f:
+        lines = f.read().splitlines()
+    for line in lines[seen:]:
+        on_progress(line)
+    return len(lines)
+
+
 def _fn_spec(fn) -> str:
     if isinstance(fn, str):
         return fn
@@ -134,12 +146,7 @@ def run_local(fn, world_size: int, args: tuple = (), kwargs: dict | None = None,
         deadline = time.monotonic() + timeout_s
         seen = 0
         while True:
-            if on_progress is not None:
-                with open(progress_path) as f:
-                    lines = f.read().splitlines()
-                for line in lines[seen:]:
-                    on_progress(line)
-                seen = len(lines)
+            seen = relay_progress(progress_path, seen, on_progress)
             if all(p.poll() is not None for p in procs) or time.monotonic() > deadline:
                 break
             time.sleep(0.02)

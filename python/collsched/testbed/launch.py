@@ -21,7 +21,7 @@ import traceback
 from contextlib import contextmanager
 from datetime import timedelta
 
-from collsched.comm.launch import PROGRESS_ENV, report_progress  # noqa: F401  (ranks report progress with it)
+from collsched.comm.launch import PROGRESS_ENV, relay_progress, report_progress  # noqa: F401  (ranks report progress with it)
 from collsched.testbed.fabric import STORE_PORT, Fabric, TestbedError, rank_addr, signals_deferred
 
 CLONE_NEWNET = 0x40000000
@@ -177,12 +177,7 @@ def run_ranks(fabric: Fabric, fn, args: tuple = (), *, env: dict | None = None, 
                     status[r] = os.waitstatus_to_exitcode(st)
                     if status[r] != 0 and first_failure is None:
                         first_failure = time.monotonic()
-            if on_progress is not None:
-                with open(progress) as f:
-                    lines = f.read().splitlines()
-                for line in lines[seen:]:
-                    on_progress(line)
-                seen = len(lines)
+            seen = relay_progress(progress, seen, on_progress)
             now = time.monotonic()
             if now > deadline or (first_failure is not None and now > first_failure + grace_s):
                 break
