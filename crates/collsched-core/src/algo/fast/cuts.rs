@@ -32,14 +32,37 @@ pub struct Cuts {
     pub visits: Visits,
     /// `cuts[visit * g + c]`: carrier c's cut of the visit.
     pub cuts: Vec<Cut>,
+    /// Filled by `make_counted` only (else empty), per `visit * g + c`: how many transfers
+    /// the assembler writes for the cut (its own-bytes and balanced-in scale-out transfers,
+    /// each followed by one redistribution transfer per other owner it parks bytes for)...
+    pub counts: Vec<u32>,
+    /// ...which local owners other than c it parks bytes for (bit j)...
+    pub owners: Vec<u64>,
+    /// ...and how many bytes it parks in the receiving carrier's Scratch (those owners').
+    pub parked: Vec<u64>,
 }
+
+/// Local GPUs per server up to which `make_counted` can count (owner sets are bit masks).
+pub const MAX_COUNTED_GPUS: usize = 64;
 
 impl Cuts {
     /// Cut every visit of `rounds`: group the visits by tile (a counting sort), then cut
     /// each tile's visits in round order.
     pub fn make(&mut self, bal: &Balanced, rounds: &[Round]) {
+        self.make_inner(bal, rounds, false);
+    }
+
+    /// `make`, also counting what the assembler writes per cut (`counts`, `owners`): the
+    /// prefix sums of `counts` are the global ids of the scale-out transfers, which lets one
+    /// rank's expansion write only its own. Needs `bal.gpus <= MAX_COUNTED_GPUS`.
+    pub fn make_counted(&mut self, bal: &Balanced, rounds: &[Round]) {
+        assert!(bal.gpus <= MAX_COUNTED_GPUS, "make_counted: {} GPUs per server", bal.gpus);
+        self.make_inner(bal, rounds, true);
+    }
+
+    fn make_inner(&mut self, bal: &Balanced, rounds: &[Round], count: bool) {
         let (n, g) = (bal.servers, bal.gpus);
-        let Cuts { visits: vs, cuts } = self;
+        let Cuts { visits: vs, cuts, counts, owners, parked } = self;
         vs.bytes.clear();
         refill(&mut vs.first, n * n + 1, 0);
         for round in rounds {
@@ -53,8 +76,7 @@ impl Cuts {
         }
         vs.fill.clear();
         vs.fill.extend_from_slice(&vs.first[..n * n]);
-        let count = vs.bytes.len();
-        refill(&mut vs.order, count, 0);
+        refill(&mut vs.order, vs.bytes.len(), 0);
         let mut v = 0u32;
         for round in rounds {
             for &(s, d, _) in &round.pairs {
@@ -64,10 +86,22 @@ impl Cuts {
                 v += 1;
             }
         }
-        refill(cuts, count * g, Cut::default());
+        let visits = vs.bytes.len();
+        refill(cuts, visits * g, Cut::default());
+        let mut tally = if count {
+            refill(counts, visits * g, 0);
+            refill(owners, visits * g, 0);
+            refill(parked, visits * g, 0);
+            Some(Tally { counts, owners, parked })
+        } else {
+            counts.clear();
+            owners.clear();
+            parked.clear();
+            None
+        };
         let mut carriers = Vec::with_capacity(g);
         for tile in 0..n * n {
-            cut_tile(bal, vs, tile, &mut carriers, cuts);
+            cut_tile(bal, vs, tile, &mut carriers, cuts, tally.as_mut());
         }
     }
 }
@@ -75,7 +109,15 @@ impl Cuts {
 /// Cut every visit of `tile`. A tile's carriers send, after each visit, their target's
 /// share of the tile bytes sent so far (`mul_div(cum, target, total)`), so every carrier
 /// finishes with the tile's last visit.
-fn cut_tile(bal: &Balanced, vs: &Visits, tile: usize, carriers: &mut Vec<(u32, u64, u64)>, cuts: &mut [Cut]) {
+/// `Cuts::counts`, `owners` and `parked`, being filled.
+struct Tally<'a> {
+    counts: &'a mut [u32],
+    owners: &'a mut [u64],
+    parked: &'a mut [u64],
+}
+
+/// With `tally`, also count each cut's transfers, owners and parked bytes (see `Cuts::counts`).
+fn cut_tile(bal: &Balanced, vs: &Visits, tile: usize, carriers: &mut Vec<(u32, u64, u64)>, cuts: &mut [Cut], mut tally: Option<&mut Tally>) {
     let g = bal.gpus;
     let (vb, ve) = (vs.first[tile] as usize, vs.first[tile + 1] as usize);
     if vb == ve {
@@ -97,9 +139,26 @@ fn cut_tile(bal: &Balanced, vs: &Visits, tile: usize, carriers: &mut Vec<(u32, u
             *given = hi;
             let (start, start_off) = (*at, *off);
             let bytes = x;
+            // What the assembler splits this cut into: own bytes (the stream's leading
+            // pieces, sent from the Input), balanced-in bytes, and per phase the owners
+            // other than c that it parks bytes for (one redistribution transfer each).
+            let (mut own, mut own_owners, mut in_owners, mut parked) = (0u64, 0u64, 0u64, 0u64);
             while x > 0 {
-                let len = bal.piece(*at).len;
+                let pc = bal.piece(*at);
+                let len = pc.len;
                 let y = (len - *off).min(x);
+                if tally.is_some() {
+                    let bit = if pc.j as usize == c { 0 } else { 1u64 << pc.j };
+                    if bit != 0 {
+                        parked += y;
+                    }
+                    if pc.a as usize == c {
+                        own += y;
+                        own_owners |= bit;
+                    } else {
+                        in_owners |= bit;
+                    }
+                }
                 x -= y;
                 *off += y;
                 if *off == len {
@@ -108,6 +167,11 @@ fn cut_tile(bal: &Balanced, vs: &Visits, tile: usize, carriers: &mut Vec<(u32, u
                 }
             }
             cuts[v * g + c] = Cut { at: start, off: start_off, bytes };
+            if let Some(t) = tally.as_mut() {
+                t.counts[v * g + c] = u32::from(own > 0) + own_owners.count_ones() + u32::from(bytes > own) + in_owners.count_ones();
+                t.owners[v * g + c] = own_owners | in_owners;
+                t.parked[v * g + c] = parked;
+            }
         }
     }
 }
