@@ -28,7 +28,7 @@ pub fn plan_in(ws: &mut Workspace, traffic: &Traffic, cluster: &Cluster, opts: &
 }
 
 /// `rank`'s part of the plan (see `fast::plan_rank`): the rank plan, the digest of the
-/// decisions, and the nanoseconds spent deciding (balancing).
+/// decisions, and the nanoseconds spent deciding (balancing and the ids' prefix counts).
 pub fn plan_rank(ws: &mut Workspace, traffic: &Traffic, cluster: &Cluster, opts: &Options, rank: u32) -> Result<(RankPlan, u64, u64)> {
     reject_options(opts)?;
     let r = rank as usize;
@@ -45,7 +45,7 @@ fn build(ws: &mut Workspace, traffic: &Traffic, cluster: &Cluster, b: PlanBuilde
     balance::balance_into(traffic, cluster, bal);
     let bal = &*bal;
     {
-        let decide_ns = t0.elapsed().as_nanos() as u64;
+        let mut decide_ns = t0.elapsed().as_nanos() as u64;
         let n = cluster.servers as usize;
         let mut pairs = Vec::new();
         for s in 0..n {
@@ -59,7 +59,10 @@ fn build(ws: &mut Workspace, traffic: &Traffic, cluster: &Cluster, b: PlanBuilde
         let rounds = if pairs.is_empty() { vec![] } else { vec![pipeline::Round { pairs }] };
         let mut b = if one_rank {
             // A rank plan has no meta: no prediction.
-            pipeline::assemble_rank(assemble, b, cluster, bal, &rounds, false)
+            let b = pipeline::assemble_rank(assemble, b, cluster, bal, &rounds, false);
+            // The prefix counts are the same on every rank: deciding (see `fast::plan_rank`).
+            decide_ns += assemble.count_ns;
+            b
         } else {
             let (mut b, loads) = pipeline::assemble_with(assemble, b, cluster, bal, &rounds, false);
             b.set_meta("predicted_time_ns", predict_ns(cluster, &loads));

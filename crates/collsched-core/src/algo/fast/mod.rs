@@ -450,7 +450,7 @@ pub fn decisions_of(bal: &balance::Balanced, rounds: &[Round]) -> u64 {
 /// over the rank's part only (`pipeline::assemble_rank`) into a builder that keeps only the
 /// rank's transfers (`PlanBuilder::for_rank`). Returns it with
 /// the digest of the decisions (before the inputs are mixed in) and the nanoseconds spent
-/// deciding (balancing and the schedule).
+/// deciding (balancing, the schedule and the prefix counts of the ids).
 pub fn plan_rank(ws: &mut Workspace, traffic: &Traffic, cluster: &Cluster, opts: &Options, rank: u32) -> Result<(RankPlan, u64, u64)> {
     let t0 = std::time::Instant::now();
     let o = FastOptions::parse(opts, cluster, "fast", &[])?;
@@ -462,7 +462,8 @@ pub fn plan_rank(ws: &mut Workspace, traffic: &Traffic, cluster: &Cluster, opts:
     let r = rank as usize;
     let b = PlanBuilder::for_rank("fast", traffic.n() as u32, cluster.gpus_per_server, rank, traffic.row_sum(r), traffic.col_sum(r));
     let (rp, _) = pipeline::assemble_rank(assemble, b, cluster, bal, &sched.rounds, true).finish_rank().expect("a one-rank builder");
-    Ok((rp, decisions_of(bal, &sched.rounds), decide_ns))
+    // The prefix counts are the same on every rank: deciding, not this rank's expansion.
+    Ok((rp, decisions_of(bal, &sched.rounds), decide_ns + assemble.count_ns))
 }
 
 fn finish_into(scratch: &mut pipeline::AssembleScratch, b: PlanBuilder, cluster: &Cluster, o: &FastOptions, bal: &balance::Balanced, sched: &Schedule) -> PlanBuilder {

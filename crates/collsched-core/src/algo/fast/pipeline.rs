@@ -201,6 +201,9 @@ pub struct AssembleScratch {
     owners_in_round: Vec<u64>,
     cursor: Vec<u64>,
     recv_at: Vec<u64>,
+    /// Nanoseconds the last `assemble_rank` spent on its prefix counts (the counted cut pass
+    /// and `count_rank_ids`): work every rank does alike, so its callers count it as deciding.
+    pub count_ns: u64,
 }
 
 /// What one rank's expansion (`assemble_rank`) needs beside the decisions: the rank, and
@@ -272,6 +275,7 @@ fn assemble_inner(scratch: &mut AssembleScratch, mut b: PlanBuilder, cluster: &C
         owners_in_round,
         cursor,
         recv_at,
+        count_ns,
     } = scratch;
     let n = bal.servers;
     let g = bal.gpus;
@@ -304,12 +308,15 @@ fn assemble_inner(scratch: &mut AssembleScratch, mut b: PlanBuilder, cluster: &C
     let intra_step = u32::from(!rounds.is_empty() || bal.num_moves() > 0);
     // One rank: cut every visit and count every part's transfers first (the ids), then
     // write the rank's parts only.
+    *count_ns = 0;
     let focus = if focused {
+        let t0 = std::time::Instant::now();
         cuts.make_counted(bal, rounds);
         let rank = b.rank().expect("a one-rank builder") as usize;
         let ids = IdScratch { visit_base, owners_in_round, cursor, recv_at };
         let (balancing_base, intra_base, pairs) = count_rank_ids(bal, rounds, cuts, tile_class, intra_step, rank, ids);
         b.set_moving_pairs(pairs);
+        *count_ns = t0.elapsed().as_nanos() as u64;
         Some(Focus { x: rank / g, i: rank % g, balancing_base, intra_base, visit_base, counts: &cuts.counts, recv_at })
     } else {
         cuts.make(bal, rounds);
@@ -594,9 +601,16 @@ fn write_rounds(cx: &RoundCtx, st: &mut RoundState, b: &mut PlanBuilder, range: 
             // Which NICs send and receive in this round: a NIC's chain moves on to this
             // round only if it does (read from the cuts, so one rank's expansion, which
             // writes few of the round's transfers, sees the same).
+            // One rank needs every visit's marks only for its own NIC index (the chains its
+            // transfers' deps come from); elsewhere only where it writes.
+            let involved = focus.is_none_or(|f| s == f.x || d == f.x);
             if chain_nics {
-                for (c, cut) in cuts[v * g..(v + 1) * g].iter().enumerate() {
-                    if cut.bytes > 0 {
+                let (first, stride) = match focus {
+                    Some(f) if !involved => (f.i % nics, nics),
+                    _ => (0, 1),
+                };
+                for c in (first..g).step_by(stride) {
+                    if cuts[v * g + c].bytes > 0 {
                         send_busy[s * nics + c % nics] = busy_mark;
                         recv_busy[d * nics + c % nics] = busy_mark;
                     }
@@ -703,7 +717,13 @@ fn write_rounds(cx: &RoundCtx, st: &mut RoundState, b: &mut PlanBuilder, range: 
         // round twice is a no-op.
         let mut round_max = 0;
         for &(s, d, _) in &round.pairs {
-            for nic in (s as usize * nics..(s as usize + 1) * nics).chain(d as usize * nics..(d as usize + 1) * nics) {
+            // One rank: a pair it has no part in changes only its NIC index's chains.
+            let (first, count) = match focus {
+                Some(f) if s as usize != f.x && d as usize != f.x => (f.i % nics, 1),
+                _ => (0, nics),
+            };
+            let (s_nics, d_nics) = (s as usize * nics + first, d as usize * nics + first);
+            for nic in (s_nics..s_nics + count).chain(d_nics..d_nics + count) {
                 round_max = round_max.max(nic_send_bytes[nic]).max(nic_recv_bytes[nic]);
                 nic_send_bytes[nic] = 0;
                 nic_recv_bytes[nic] = 0;
