@@ -136,6 +136,8 @@ fn options_are_planned_alike() {
         ("sabre", o(&[("alpha_permille", "1200"), ("mtm_threshold_milli", "1000")])),
         ("sabre_skewed", o(&[("alpha_permille", "1000")])),
         ("auto", o(&[("candidates", "fanout,fast")])),
+        ("auto", o(&[("candidates", "native,balanced_direct"), ("backend", "gloo")])),
+        ("auto", o(&[("candidates", "native")])),
     ] {
         let plan = match plan_all_to_all(&t, &c, algo, &opts) {
             Ok(p) => p,
@@ -143,7 +145,13 @@ fn options_are_planned_alike() {
         };
         verify(&plan).unwrap();
         for rank in 0..16 {
-            assert!(plan_for_rank(&t, &c, rank, algo, &opts).unwrap() == plan.rank_plan(rank).unwrap(), "{algo} {opts:?} rank {rank}");
+            let own = plan_for_rank(&t, &c, rank, algo, &opts).unwrap();
+            assert!(own == plan.rank_plan(rank).unwrap(), "{algo} {opts:?} rank {rank}");
+            // auto chooses, then expands the winner's part: named as chosen, digest as the whole plan's.
+            if algo == "auto" {
+                assert_eq!(&own.algorithm, &plan.meta["choice"]);
+                assert_eq!(own.digest, plan.decisions_digest);
+            }
         }
     }
 }
