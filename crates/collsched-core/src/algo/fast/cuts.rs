@@ -32,14 +32,23 @@ pub struct Cuts {
     pub visits: Visits,
     /// `cuts[visit * g + c]`: carrier c's cut of the visit.
     pub cuts: Vec<Cut>,
-    /// Filled by `make_counted` only (else empty), per `visit * g + c`: how many transfers
-    /// the assembler writes for the cut (its own-bytes and balanced-in scale-out transfers,
-    /// each followed by one redistribution transfer per other owner it parks bytes for)...
-    pub counts: Vec<u32>,
-    /// ...which local owners other than c it parks bytes for (bit j)...
-    pub owners: Vec<u64>,
-    /// ...and how many bytes it parks in the receiving carrier's Scratch (those owners').
-    pub parked: Vec<u64>,
+    /// Filled by `make_counted` only (else empty), per `visit * g + c`: what the assembler
+    /// makes of the cut. One array: the cuts are written in tile order, far apart, so each
+    /// array written costs a cache miss per cut.
+    pub tally: Vec<CutTally>,
+}
+
+/// What the assembler makes of one cut (`Cuts::make_counted`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CutTally {
+    /// Which local owners other than the carrier it parks bytes for (bit j)...
+    pub owners: u64,
+    /// ...how many bytes it parks in the receiving carrier's Scratch (those owners')...
+    pub parked: u64,
+    /// ...and how many transfers it becomes: its own-bytes and balanced-in scale-out
+    /// transfers, each followed by one redistribution transfer per other owner it parks
+    /// bytes for.
+    pub count: u32,
 }
 
 /// Local GPUs per server up to which `make_counted` can count (owner sets are bit masks).
@@ -52,8 +61,8 @@ impl Cuts {
         self.make_inner(bal, rounds, false);
     }
 
-    /// `make`, also counting what the assembler writes per cut (`counts`, `owners`): the
-    /// prefix sums of `counts` are the global ids of the scale-out transfers, which lets one
+    /// `make`, also counting what the assembler writes per cut (`tally`): the prefix sums
+    /// of their `count`s are the global ids of the scale-out transfers, which lets one
     /// rank's expansion write only its own. Needs `bal.gpus <= MAX_COUNTED_GPUS`.
     pub fn make_counted(&mut self, bal: &Balanced, rounds: &[Round]) {
         assert!(bal.gpus <= MAX_COUNTED_GPUS, "make_counted: {} GPUs per server", bal.gpus);
@@ -62,7 +71,7 @@ impl Cuts {
 
     fn make_inner(&mut self, bal: &Balanced, rounds: &[Round], count: bool) {
         let (n, g) = (bal.servers, bal.gpus);
-        let Cuts { visits: vs, cuts, counts, owners, parked } = self;
+        let Cuts { visits: vs, cuts, tally } = self;
         vs.bytes.clear();
         refill(&mut vs.first, n * n + 1, 0);
         for round in rounds {
@@ -88,36 +97,23 @@ impl Cuts {
         }
         let visits = vs.bytes.len();
         refill(cuts, visits * g, Cut::default());
-        let mut tally = if count {
-            refill(counts, visits * g, 0);
-            refill(owners, visits * g, 0);
-            refill(parked, visits * g, 0);
-            Some(Tally { counts, owners, parked })
+        if count {
+            refill(tally, visits * g, CutTally::default());
         } else {
-            counts.clear();
-            owners.clear();
-            parked.clear();
-            None
-        };
+            tally.clear();
+        }
         let mut carriers = Vec::with_capacity(g);
         for tile in 0..n * n {
-            cut_tile(bal, vs, tile, &mut carriers, cuts, tally.as_mut());
+            cut_tile(bal, vs, tile, &mut carriers, cuts, if count { Some(&mut tally[..]) } else { None });
         }
     }
 }
 
 /// Cut every visit of `tile`. A tile's carriers send, after each visit, their target's
 /// share of the tile bytes sent so far (`mul_div(cum, target, total)`), so every carrier
-/// finishes with the tile's last visit.
-/// `Cuts::counts`, `owners` and `parked`, being filled.
-struct Tally<'a> {
-    counts: &'a mut [u32],
-    owners: &'a mut [u64],
-    parked: &'a mut [u64],
-}
-
-/// With `tally`, also count each cut's transfers, owners and parked bytes (see `Cuts::counts`).
-fn cut_tile(bal: &Balanced, vs: &Visits, tile: usize, carriers: &mut Vec<(u32, u64, u64)>, cuts: &mut [Cut], mut tally: Option<&mut Tally>) {
+/// finishes with the tile's last visit. With `tally`, also count what each cut becomes
+/// (see `Cuts::tally`).
+fn cut_tile(bal: &Balanced, vs: &Visits, tile: usize, carriers: &mut Vec<(u32, u64, u64)>, cuts: &mut [Cut], mut tally: Option<&mut [CutTally]>) {
     let g = bal.gpus;
     let (vb, ve) = (vs.first[tile] as usize, vs.first[tile + 1] as usize);
     if vb == ve {
@@ -168,9 +164,8 @@ fn cut_tile(bal: &Balanced, vs: &Visits, tile: usize, carriers: &mut Vec<(u32, u
             }
             cuts[v * g + c] = Cut { at: start, off: start_off, bytes };
             if let Some(t) = tally.as_mut() {
-                t.counts[v * g + c] = u32::from(own > 0) + own_owners.count_ones() + u32::from(bytes > own) + in_owners.count_ones();
-                t.owners[v * g + c] = own_owners | in_owners;
-                t.parked[v * g + c] = parked;
+                let count = u32::from(own > 0) + own_owners.count_ones() + u32::from(bytes > own) + in_owners.count_ones();
+                t[v * g + c] = CutTally { owners: own_owners | in_owners, parked, count };
             }
         }
     }

@@ -216,10 +216,10 @@ struct Focus<'a> {
     /// Id of server x's first balancing transfer, and of its first same-server transfer.
     balancing_base: u32,
     intra_base: u32,
-    /// Per visit, the id of its first scale-out transfer; per `visit * g + c`, how many
-    /// transfers carrier c's cut makes (`Cuts::counts`).
+    /// Per visit, the id of its first scale-out transfer; per `visit * g + c`, what carrier
+    /// c's cut makes (`Cuts::tally`: its `count` of transfers).
     visit_base: &'a [u32],
-    counts: &'a [u32],
+    counts: &'a [super::cuts::CutTally],
     /// Per visit from server x: where the receiving carrier i's Scratch receive region
     /// stands before it (what the visits into that server before it parked there).
     recv_at: &'a [u64],
@@ -317,7 +317,7 @@ fn assemble_inner(scratch: &mut AssembleScratch, mut b: PlanBuilder, cluster: &C
         let (balancing_base, intra_base, pairs) = count_rank_ids(bal, rounds, cuts, tile_class, intra_step, rank, ids);
         b.set_moving_pairs(pairs);
         *count_ns = t0.elapsed().as_nanos() as u64;
-        Some(Focus { x: rank / g, i: rank % g, balancing_base, intra_base, visit_base, counts: &cuts.counts, recv_at })
+        Some(Focus { x: rank / g, i: rank % g, balancing_base, intra_base, visit_base, counts: &cuts.tally, recv_at })
     } else {
         cuts.make(bal, rounds);
         None
@@ -450,8 +450,9 @@ fn assemble_inner(scratch: &mut AssembleScratch, mut b: PlanBuilder, cluster: &C
 /// The prefix counts one rank's expansion needs, from the decisions (every rank computes
 /// the same): the id of server `x`'s first balancing transfer and of its first same-server
 /// transfer; per visit, the id of its first scale-out transfer (`visit_base`); and the whole
-/// plan's `(step, distinct moving pairs)`. Reads every move, same-server block and counted
-/// cut (`Cuts::make_counted`) once; writes no transfer.
+/// plan's `(step, distinct moving pairs)`; and, per visit from server x, where the receiving
+/// carrier's Scratch region stands (`recv_at`). Reads every move, same-server block and
+/// counted cut (`Cuts::make_counted`) once; writes no transfer.
 fn count_rank_ids(bal: &Balanced, rounds: &[Round], cuts: &Cuts, tile_class: &[u8], intra_step: u32, rank: usize, ids: IdScratch) -> (u32, u32, Vec<(u32, u32)>) {
     let IdScratch { visit_base, owners_in_round, cursor, recv_at } = ids;
     let (n, g) = (bal.servers, bal.gpus);
@@ -497,10 +498,11 @@ fn count_rank_ids(bal: &Balanced, rounds: &[Round], cuts: &Cuts, tile_class: &[u
             recv_at.push(if s as usize == x { cursor[d * g + i] } else { 0 });
             for c in 0..g {
                 let e = v * g + c;
-                id += cuts.counts[e];
-                cursor[d * g + c] += cuts.parked[e];
+                let t = cuts.tally[e];
+                id += t.count;
+                cursor[d * g + c] += t.parked;
                 per_step[k + 1] += u32::from(cuts.cuts[e].bytes > 0);
-                owners_in_round[d * g + c] |= cuts.owners[e];
+                owners_in_round[d * g + c] |= t.owners;
             }
             v += 1;
         }
@@ -629,11 +631,11 @@ fn write_rounds(cx: &RoundCtx, st: &mut RoundState, b: &mut PlanBuilder, range: 
                 }
                 Some(_) => continue,
             };
-            let mut next_id = focus.map_or(0, |f| f.visit_base[v] + f.counts[v * g..v * g + carriers.start].iter().sum::<u32>());
+            let mut next_id = focus.map_or(0, |f| f.visit_base[v] + f.counts[v * g..v * g + carriers.start].iter().map(|t| t.count).sum::<u32>());
             for c in carriers {
                 if let Some(f) = focus {
                     b.skip_to(next_id);
-                    next_id += f.counts[v * g + c];
+                    next_id += f.counts[v * g + c].count;
                 }
                 let cut = cuts[v * g + c];
                 let mut x = cut.bytes;
