@@ -48,8 +48,9 @@ def plan_for_rank(traffic, cluster, rank: int, algorithm: str = "auto", options:
     the rank's transfers with their global ids, segments and dependencies on transfers it
     also takes part in, its buffer sizes, and the ``digest`` of the decisions that ranks
     compare before moving data. fanout, spreadout and hierarchical expand the rank alone;
-    fast, balanced_direct and the SABRE variants decide, then run their assembly keeping only
-    the rank's transfers; auto plans its winner whole and cuts the rank's part from it.
+    fast and balanced_direct decide (with prefix counts of the transfer ids), then run their
+    assembly over the rank's part only; the SABRE variants decide, then run their assembly
+    keeping only the rank's transfers; auto chooses, then expands the winner's rank part.
 
     Args:
         traffic: P×P bytes, row = sender (numpy array or nested lists of non-negative integers).

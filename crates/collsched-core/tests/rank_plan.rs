@@ -100,6 +100,29 @@ fn per_rank_producers_on_larger_clusters() {
     }
 }
 
+/// FAST's and balanced_direct's expansion of one rank skips every visit its server has no
+/// part in, taking the ids, the receivers' Scratch offsets and the NIC chains from prefix
+/// counts: many servers and rounds (the exact decomposition), shared NICs, skewed and
+/// sparse matrices; and, past 64 GPUs per server (owner sets no longer fit a mask), the
+/// whole assembly run into the one-rank builder.
+#[test]
+fn fast_expansion_skips_other_servers_visits_alike() {
+    let exact: Options = [("exact".to_string(), "1".to_string())].into();
+    for (spec, kind, opts) in [("h200:9,gpus=4,nics=2", 0, Options::new()), ("h200:7,gpus=3,nics=1", 4, exact.clone()), ("h200:8,gpus=2", 0, exact), ("h200:2,gpus=66,nics=3", 0, Options::new())] {
+        let c = Cluster::parse(spec).unwrap();
+        let t = matrix(c.num_gpus() as usize, kind, 23);
+        for algo in ["fast", "balanced_direct"] {
+            let opts = if algo == "fast" { opts.clone() } else { Options::new() };
+            let plan = plan_all_to_all(&t, &c, algo, &opts).unwrap();
+            verify(&plan).unwrap();
+            for rank in 0..c.num_gpus() {
+                let own = plan_for_rank(&t, &c, rank, algo, &opts).unwrap();
+                assert!(own == plan.rank_plan(rank).unwrap(), "{algo} {opts:?} on {spec} rank {rank}");
+            }
+        }
+    }
+}
+
 /// Producers' options reach the per-rank expansion as they reach the whole plan.
 #[test]
 fn options_are_planned_alike() {
@@ -113,6 +136,8 @@ fn options_are_planned_alike() {
         ("sabre", o(&[("alpha_permille", "1200"), ("mtm_threshold_milli", "1000")])),
         ("sabre_skewed", o(&[("alpha_permille", "1000")])),
         ("auto", o(&[("candidates", "fanout,fast")])),
+        ("auto", o(&[("candidates", "native,balanced_direct"), ("backend", "gloo")])),
+        ("auto", o(&[("candidates", "native")])),
     ] {
         let plan = match plan_all_to_all(&t, &c, algo, &opts) {
             Ok(p) => p,
@@ -120,7 +145,13 @@ fn options_are_planned_alike() {
         };
         verify(&plan).unwrap();
         for rank in 0..16 {
-            assert!(plan_for_rank(&t, &c, rank, algo, &opts).unwrap() == plan.rank_plan(rank).unwrap(), "{algo} {opts:?} rank {rank}");
+            let own = plan_for_rank(&t, &c, rank, algo, &opts).unwrap();
+            assert!(own == plan.rank_plan(rank).unwrap(), "{algo} {opts:?} rank {rank}");
+            // auto chooses, then expands the winner's part: named as chosen, digest as the whole plan's.
+            if algo == "auto" {
+                assert_eq!(&own.algorithm, &plan.meta["choice"]);
+                assert_eq!(own.digest, plan.decisions_digest);
+            }
         }
     }
 }

@@ -24,28 +24,28 @@ pub fn plan(traffic: &Traffic, cluster: &Cluster, opts: &Options) -> Result<Plan
 pub fn plan_in(ws: &mut Workspace, traffic: &Traffic, cluster: &Cluster, opts: &Options) -> Result<Plan> {
     reject_options(opts)?;
     let b = PlanBuilder::new("balanced_direct", Collective::AllToAll { traffic: traffic.clone() }, cluster.gpus_per_server);
-    Ok(build(ws, traffic, cluster, b).0.finish())
+    Ok(build(ws, traffic, cluster, b, false).0.finish())
 }
 
 /// `rank`'s part of the plan (see `fast::plan_rank`): the rank plan, the digest of the
-/// decisions, and the nanoseconds spent deciding (balancing).
+/// decisions, and the nanoseconds spent deciding (balancing and the ids' prefix counts).
 pub fn plan_rank(ws: &mut Workspace, traffic: &Traffic, cluster: &Cluster, opts: &Options, rank: u32) -> Result<(RankPlan, u64, u64)> {
     reject_options(opts)?;
     let r = rank as usize;
     let b = PlanBuilder::for_rank("balanced_direct", traffic.n() as u32, cluster.gpus_per_server, rank, traffic.row_sum(r), traffic.col_sum(r));
-    let (b, decided, decide_ns) = build(ws, traffic, cluster, b);
+    let (b, decided, decide_ns) = build(ws, traffic, cluster, b, true);
     Ok((b.finish_rank().expect("a one-rank builder").0, decided, decide_ns))
 }
 
-/// Balance, then assemble the one round into `b`: the builder, the decisions' digest and the
-/// nanoseconds spent balancing.
-fn build(ws: &mut Workspace, traffic: &Traffic, cluster: &Cluster, b: PlanBuilder) -> (PlanBuilder, u64, u64) {
+/// Balance, then assemble the one round into `b` (only `b`'s rank's part when `one_rank`):
+/// the builder, the decisions' digest and the nanoseconds spent balancing.
+fn build(ws: &mut Workspace, traffic: &Traffic, cluster: &Cluster, b: PlanBuilder, one_rank: bool) -> (PlanBuilder, u64, u64) {
     let t0 = std::time::Instant::now();
     let Workspace { bal, assemble } = ws;
     balance::balance_into(traffic, cluster, bal);
     let bal = &*bal;
     {
-        let decide_ns = t0.elapsed().as_nanos() as u64;
+        let mut decide_ns = t0.elapsed().as_nanos() as u64;
         let n = cluster.servers as usize;
         let mut pairs = Vec::new();
         for s in 0..n {
@@ -57,8 +57,17 @@ fn build(ws: &mut Workspace, traffic: &Traffic, cluster: &Cluster, b: PlanBuilde
             }
         }
         let rounds = if pairs.is_empty() { vec![] } else { vec![pipeline::Round { pairs }] };
-        let (mut b, loads) = pipeline::assemble_with(assemble, b, cluster, bal, &rounds, false);
-        b.set_meta("predicted_time_ns", predict_ns(cluster, &loads));
+        let mut b = if one_rank {
+            // A rank plan has no meta: no prediction.
+            let b = pipeline::assemble_rank(assemble, b, cluster, bal, &rounds, false);
+            // The prefix counts are the same on every rank: deciding (see `fast::plan_rank`).
+            decide_ns += assemble.count_ns;
+            b
+        } else {
+            let (mut b, loads) = pipeline::assemble_with(assemble, b, cluster, bal, &rounds, false);
+            b.set_meta("predicted_time_ns", predict_ns(cluster, &loads));
+            b
+        };
         let decided = decisions_of(bal, &rounds);
         b.set_decisions(decided);
         (b, decided, decide_ns)

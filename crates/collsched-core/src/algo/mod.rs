@@ -46,12 +46,13 @@ fn check_inputs(traffic: &Traffic, cluster: &Cluster) -> Result<()> {
 }
 
 /// Producers whose plan the matrix alone fixes (no decisions) and that expand one rank on
-/// their own (`plan_for_rank`); the others' rank plans are cut from their whole plan.
+/// their own (`plan_for_rank`).
 const PER_RANK: &[&str] = &["fanout", "spreadout", "hierarchical"];
 
 /// Producers split into decisions and an assembly that a builder can restrict to one rank
-/// (`PlanBuilder::for_rank`): the rank's expansion skips writing the others' transfers,
-/// though it still walks them (its cost grows with the plan, not with the rank's part).
+/// (`PlanBuilder::for_rank`). fast and balanced_direct run their assembly over the rank's
+/// part only, with the others' ids from prefix counts (`fast::pipeline::assemble_rank`);
+/// the SABRE variants still walk every transfer, skipping only the writing of the others'.
 const DECIDE_THEN_EXPAND: &[&str] = &["fast", "balanced_direct", "sabre", "sabre_skewed", "sabre_light"];
 
 /// Working memory a caller that plans repeatedly keeps across calls (`plan_all_to_all_in`,
@@ -115,9 +116,10 @@ pub struct RankTimes {
 
 /// `rank`'s part of the all-to-all plan: equal to `plan_all_to_all(..).rank_plan(rank)`.
 /// fanout, spreadout and hierarchical expand the rank alone (from per-row counts of the
-/// matrix); fast and balanced_direct decide, then run their assembly keeping only the
-/// rank's transfers; the SABRE variants and auto plan the whole plan and cut the rank's
-/// part from it.
+/// matrix); fast and balanced_direct decide (with the prefix counts of the ids), then run
+/// their assembly over the rank's part only; the SABRE variants decide, then run their
+/// assembly keeping only the rank's transfers; auto chooses, then expands the winner's
+/// rank part.
 pub fn plan_for_rank(traffic: &Traffic, cluster: &Cluster, rank: u32, algorithm: &str, opts: &Options) -> Result<RankPlan> {
     plan_for_rank_timed(traffic, cluster, rank, algorithm, opts).map(|(rp, _)| rp)
 }
@@ -148,16 +150,18 @@ pub fn plan_for_rank_in(ws: &mut Workspace, traffic: &Traffic, cluster: &Cluster
         let total = ns(t0);
         return Ok((rp, RankTimes { decide_ns, expand_ns: total.saturating_sub(decide_ns) }));
     }
+    if algorithm == "auto" {
+        // Choose, then expand the winner's rank part. The whole plan's digest is its
+        // winner's digest with auto's inputs mixed in (`plan_all_to_all_in`): the same here.
+        let (choice, planned) = auto::choose_from_options(traffic, cluster, opts)?;
+        let chosen_ns = ns(t0);
+        let (mut rp, times) = plan_for_rank_in(ws, traffic, cluster, rank, planned, &Options::new())?;
+        rp.algorithm = choice.algorithm.to_string();
+        rp.digest = decisions_digest(input_hash(traffic, cluster, algorithm, opts), rp.digest);
+        return Ok((rp, RankTimes { decide_ns: chosen_ns + times.decide_ns, expand_ns: times.expand_ns }));
+    }
     if !PER_RANK.contains(&algorithm) {
-        if !ALL_TO_ALL_ALGORITHMS.iter().any(|a| a.0 == algorithm) {
-            return unknown(algorithm);
-        }
-        let plan = plan_all_to_all_in(ws, traffic, cluster, algorithm, opts)?;
-        let decide_ns = ns(t0);
-        let t1 = std::time::Instant::now();
-        let rp = plan.rank_plan(rank)?;
-        crate::plan::recycle(plan);
-        return Ok((rp, RankTimes { decide_ns, expand_ns: ns(t1) }));
+        return unknown(algorithm);
     }
     spreadout::reject_options(algorithm, opts).or_else(|e| if algorithm == "fanout" { Ok(()) } else { Err(e) })?;
     let digest = decisions_digest(input_hash(traffic, cluster, algorithm, opts), 0);

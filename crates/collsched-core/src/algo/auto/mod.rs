@@ -116,7 +116,10 @@ fn decide(l: &Loads, cluster: &Cluster, calibration: &Calibration, b: &Backend, 
 /// Options: `backend` (`nccl`, the default, or `gloo`, or any backend of the calibration),
 /// `candidates` (comma-separated subset of `CANDIDATES`), `calibration` (JSON text in the
 /// format of `calibration.json`; default: the built-in constants).
-pub fn plan(traffic: &Traffic, cluster: &Cluster, opts: &Options) -> Result<Plan> {
+/// auto's decision from its options: the choice, and the producer that plans it (fanout
+/// for `native`, whose data movement is fanout's). `plan` plans that producer whole;
+/// `algo::plan_for_rank(.., "auto")` expands its rank part only.
+pub fn choose_from_options(traffic: &Traffic, cluster: &Cluster, opts: &Options) -> Result<(Choice, &'static str)> {
     for k in opts.keys() {
         if !["backend", "candidates", "calibration"].contains(&k.as_str()) {
             return invalid!("auto: unknown option '{k}' (known: backend, candidates, calibration)");
@@ -134,6 +137,12 @@ pub fn plan(traffic: &Traffic, cluster: &Cluster, opts: &Options) -> Result<Plan
     let mask = candidate_mask(opts.get("candidates").map(String::as_str))?;
     let choice = choose(traffic.data(), traffic.n(), cluster, calibration, backend, &mask)?;
     let planned = if choice.algorithm == "native" { "fanout" } else { choice.algorithm };
+    Ok((choice, planned))
+}
+
+pub fn plan(traffic: &Traffic, cluster: &Cluster, opts: &Options) -> Result<Plan> {
+    let (choice, planned) = choose_from_options(traffic, cluster, opts)?;
+    let backend = choice.backend.as_str();
     let mut plan = algo::plan_all_to_all(traffic, cluster, planned, &Options::new())?;
     let own = std::mem::take(&mut plan.meta);
     for (k, v) in own {

@@ -115,6 +115,29 @@ impl Balanced {
     pub fn num_moves(&self) -> usize {
         self.lo.moves.len()
     }
+    /// Every server's balancing moves, servers in order (each server's by (a, c)).
+    pub fn all_moves(&self) -> &[Move] {
+        &self.lo.moves
+    }
+    /// Server `s`'s moves (ordered by (a, c), then creation order).
+    pub fn server_moves(&self, s: usize) -> &[Move] {
+        let r = self.server_range(s);
+        &self.lo.moves[r.0.0..r.1.0]
+    }
+    /// The range of server `s`'s same-server blocks in `intra` (row-major).
+    pub fn server_intra(&self, s: usize) -> std::ops::Range<usize> {
+        let r = self.server_range(s);
+        r.0.1..r.1.1
+    }
+    /// Where server `s`'s moves and intra blocks begin and end.
+    fn server_range(&self, s: usize) -> ((usize, usize), (usize, usize)) {
+        let begin = if s == 0 { (0, 0) } else { self.lo.ends[s - 1] };
+        (begin, self.lo.ends[s])
+    }
+    /// Same-server blocks with ids `r` (see `server_intra`).
+    pub fn intra_in(&self, r: std::ops::Range<usize>) -> &[IntraBlock] {
+        &self.lo.intra[r]
+    }
     /// Same-server blocks, row-major.
     pub fn intra(&self) -> impl Iterator<Item = &IntraBlock> {
         self.lo.intra.iter()

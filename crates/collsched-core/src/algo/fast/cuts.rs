@@ -32,14 +32,46 @@ pub struct Cuts {
     pub visits: Visits,
     /// `cuts[visit * g + c]`: carrier c's cut of the visit.
     pub cuts: Vec<Cut>,
+    /// Filled by `make_counted` only (else empty), per `visit * g + c`: what the assembler
+    /// makes of the cut. One array: the cuts are written in tile order, far apart, so each
+    /// array written costs a cache miss per cut.
+    pub tally: Vec<CutTally>,
 }
+
+/// What the assembler makes of one cut (`Cuts::make_counted`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CutTally {
+    /// Which local owners other than the carrier it parks bytes for (bit j)...
+    pub owners: u64,
+    /// ...how many bytes it parks in the receiving carrier's Scratch (those owners')...
+    pub parked: u64,
+    /// ...and how many transfers it becomes: its own-bytes and balanced-in scale-out
+    /// transfers, each followed by one redistribution transfer per other owner it parks
+    /// bytes for.
+    pub count: u32,
+}
+
+/// Local GPUs per server up to which `make_counted` can count (owner sets are bit masks).
+pub const MAX_COUNTED_GPUS: usize = 64;
 
 impl Cuts {
     /// Cut every visit of `rounds`: group the visits by tile (a counting sort), then cut
     /// each tile's visits in round order.
     pub fn make(&mut self, bal: &Balanced, rounds: &[Round]) {
+        self.make_inner(bal, rounds, false);
+    }
+
+    /// `make`, also counting what the assembler writes per cut (`tally`): the prefix sums
+    /// of their `count`s are the global ids of the scale-out transfers, which lets one
+    /// rank's expansion write only its own. Needs `bal.gpus <= MAX_COUNTED_GPUS`.
+    pub fn make_counted(&mut self, bal: &Balanced, rounds: &[Round]) {
+        assert!(bal.gpus <= MAX_COUNTED_GPUS, "make_counted: {} GPUs per server", bal.gpus);
+        self.make_inner(bal, rounds, true);
+    }
+
+    fn make_inner(&mut self, bal: &Balanced, rounds: &[Round], count: bool) {
         let (n, g) = (bal.servers, bal.gpus);
-        let Cuts { visits: vs, cuts } = self;
+        let Cuts { visits: vs, cuts, tally } = self;
         vs.bytes.clear();
         refill(&mut vs.first, n * n + 1, 0);
         for round in rounds {
@@ -53,8 +85,7 @@ impl Cuts {
         }
         vs.fill.clear();
         vs.fill.extend_from_slice(&vs.first[..n * n]);
-        let count = vs.bytes.len();
-        refill(&mut vs.order, count, 0);
+        refill(&mut vs.order, vs.bytes.len(), 0);
         let mut v = 0u32;
         for round in rounds {
             for &(s, d, _) in &round.pairs {
@@ -64,18 +95,25 @@ impl Cuts {
                 v += 1;
             }
         }
-        refill(cuts, count * g, Cut::default());
+        let visits = vs.bytes.len();
+        refill(cuts, visits * g, Cut::default());
+        if count {
+            refill(tally, visits * g, CutTally::default());
+        } else {
+            tally.clear();
+        }
         let mut carriers = Vec::with_capacity(g);
         for tile in 0..n * n {
-            cut_tile(bal, vs, tile, &mut carriers, cuts);
+            cut_tile(bal, vs, tile, &mut carriers, cuts, if count { Some(&mut tally[..]) } else { None });
         }
     }
 }
 
 /// Cut every visit of `tile`. A tile's carriers send, after each visit, their target's
 /// share of the tile bytes sent so far (`mul_div(cum, target, total)`), so every carrier
-/// finishes with the tile's last visit.
-fn cut_tile(bal: &Balanced, vs: &Visits, tile: usize, carriers: &mut Vec<(u32, u64, u64)>, cuts: &mut [Cut]) {
+/// finishes with the tile's last visit. With `tally`, also count what each cut becomes
+/// (see `Cuts::tally`).
+fn cut_tile(bal: &Balanced, vs: &Visits, tile: usize, carriers: &mut Vec<(u32, u64, u64)>, cuts: &mut [Cut], mut tally: Option<&mut [CutTally]>) {
     let g = bal.gpus;
     let (vb, ve) = (vs.first[tile] as usize, vs.first[tile + 1] as usize);
     if vb == ve {
@@ -97,9 +135,26 @@ fn cut_tile(bal: &Balanced, vs: &Visits, tile: usize, carriers: &mut Vec<(u32, u
             *given = hi;
             let (start, start_off) = (*at, *off);
             let bytes = x;
+            // What the assembler splits this cut into: own bytes (the stream's leading
+            // pieces, sent from the Input), balanced-in bytes, and per phase the owners
+            // other than c that it parks bytes for (one redistribution transfer each).
+            let (mut own, mut own_owners, mut in_owners, mut parked) = (0u64, 0u64, 0u64, 0u64);
             while x > 0 {
-                let len = bal.piece(*at).len;
+                let pc = bal.piece(*at);
+                let len = pc.len;
                 let y = (len - *off).min(x);
+                if tally.is_some() {
+                    let bit = if pc.j as usize == c { 0 } else { 1u64 << pc.j };
+                    if bit != 0 {
+                        parked += y;
+                    }
+                    if pc.a as usize == c {
+                        own += y;
+                        own_owners |= bit;
+                    } else {
+                        in_owners |= bit;
+                    }
+                }
                 x -= y;
                 *off += y;
                 if *off == len {
@@ -108,6 +163,10 @@ fn cut_tile(bal: &Balanced, vs: &Visits, tile: usize, carriers: &mut Vec<(u32, u
                 }
             }
             cuts[v * g + c] = Cut { at: start, off: start_off, bytes };
+            if let Some(t) = tally.as_mut() {
+                let count = u32::from(own > 0) + own_owners.count_ones() + u32::from(bytes > own) + in_owners.count_ones();
+                t[v * g + c] = CutTally { owners: own_owners | in_owners, parked, count };
+            }
         }
     }
 }

@@ -446,10 +446,11 @@ pub fn decisions_of(bal: &balance::Balanced, rounds: &[Round]) -> u64 {
     h.finish()
 }
 
-/// `rank`'s part of FAST's plan: the same decisions and the same assembly as `plan`, into a
-/// builder that keeps only the rank's transfers (`PlanBuilder::for_rank`). Returns it with
+/// `rank`'s part of FAST's plan: the same decisions and the same assembly as `plan`, run
+/// over the rank's part only (`pipeline::assemble_rank`) into a builder that keeps only the
+/// rank's transfers (`PlanBuilder::for_rank`). Returns it with
 /// the digest of the decisions (before the inputs are mixed in) and the nanoseconds spent
-/// deciding (balancing and the schedule).
+/// deciding (balancing, the schedule and the prefix counts of the ids).
 pub fn plan_rank(ws: &mut Workspace, traffic: &Traffic, cluster: &Cluster, opts: &Options, rank: u32) -> Result<(RankPlan, u64, u64)> {
     let t0 = std::time::Instant::now();
     let o = FastOptions::parse(opts, cluster, "fast", &[])?;
@@ -460,8 +461,9 @@ pub fn plan_rank(ws: &mut Workspace, traffic: &Traffic, cluster: &Cluster, opts:
     let decide_ns = t0.elapsed().as_nanos() as u64;
     let r = rank as usize;
     let b = PlanBuilder::for_rank("fast", traffic.n() as u32, cluster.gpus_per_server, rank, traffic.row_sum(r), traffic.col_sum(r));
-    let (rp, _) = finish_into(assemble, b, cluster, &o, bal, &sched).finish_rank().expect("a one-rank builder");
-    Ok((rp, decisions_of(bal, &sched.rounds), decide_ns))
+    let (rp, _) = pipeline::assemble_rank(assemble, b, cluster, bal, &sched.rounds, true).finish_rank().expect("a one-rank builder");
+    // The prefix counts are the same on every rank: deciding, not this rank's expansion.
+    Ok((rp, decisions_of(bal, &sched.rounds), decide_ns + assemble.count_ns))
 }
 
 fn finish_into(scratch: &mut pipeline::AssembleScratch, b: PlanBuilder, cluster: &Cluster, o: &FastOptions, bal: &balance::Balanced, sched: &Schedule) -> PlanBuilder {

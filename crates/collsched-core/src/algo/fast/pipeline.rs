@@ -148,11 +148,11 @@ impl RoundLists {
     fn push_cur(&mut self, k: usize, id: u32) {
         self.lists.push(2 * k + self.cur_side[k] as usize, id);
     }
-    /// If `k` was active this round, its current list becomes its last one.
+    /// If `k` was `busy` this round (some transfer used it; one rank's expansion writes only
+    /// its own, so this is not read from the list), its current list becomes its last one.
     #[inline]
-    fn close_round(&mut self, k: usize) {
-        let cur = 2 * k + self.cur_side[k] as usize;
-        if self.lists.len[cur] > 0 {
+    fn close_round(&mut self, k: usize, busy: bool) {
+        if busy {
             self.cur_side[k] ^= 1;
             self.lists.len[2 * k + self.cur_side[k] as usize] = 0;
         }
@@ -194,6 +194,35 @@ pub struct AssembleScratch {
     intra_load: Vec<u64>,
     cuts: Cuts,
     rounds_state: RoundState,
+    /// One rank's expansion: the global id of each visit's first transfer (see `Focus`).
+    visit_base: Vec<u32>,
+    /// One rank's expansion: per (server, carrier), the owners it redistributes to in the
+    /// round being counted, and its receive cursor (`count_rank_ids`).
+    owners_in_round: Vec<u64>,
+    cursor: Vec<u64>,
+    recv_at: Vec<u64>,
+    /// Nanoseconds the last `assemble_rank` spent on its prefix counts (the counted cut pass
+    /// and `count_rank_ids`): work every rank does alike, so its callers count it as deciding.
+    pub count_ns: u64,
+}
+
+/// What one rank's expansion (`assemble_rank`) needs beside the decisions: the rank, and
+/// the global ids of the transfers before each part it writes, from prefix counts.
+#[derive(Clone, Copy)]
+struct Focus<'a> {
+    /// The rank's server and local index.
+    x: usize,
+    i: usize,
+    /// Id of server x's first balancing transfer, and of its first same-server transfer.
+    balancing_base: u32,
+    intra_base: u32,
+    /// Per visit, the id of its first scale-out transfer; per `visit * g + c`, what carrier
+    /// c's cut makes (`Cuts::tally`: its `count` of transfers).
+    visit_base: &'a [u32],
+    counts: &'a [super::cuts::CutTally],
+    /// Per visit from server x: where the receiving carrier i's Scratch receive region
+    /// stands before it (what the visits into that server before it parked there).
+    recv_at: &'a [u64],
 }
 
 /// Assemble the plan. `chain_nics` orders successive rounds per NIC (FAST); without it all
@@ -211,7 +240,25 @@ pub fn assemble_collective(name: &str, collective: Collective, cluster: &Cluster
 
 /// `assemble_collective` into the builder `b` (a whole plan's, or one rank's: see
 /// `PlanBuilder::for_rank`), with the caller's working arrays.
-pub fn assemble_with(scratch: &mut AssembleScratch, mut b: PlanBuilder, cluster: &Cluster, bal: &Balanced, rounds: &[Round], chain_nics: bool) -> (PlanBuilder, Loads) {
+pub fn assemble_with(scratch: &mut AssembleScratch, b: PlanBuilder, cluster: &Cluster, bal: &Balanced, rounds: &[Round], chain_nics: bool) -> (PlanBuilder, Loads) {
+    assemble_inner(scratch, b, cluster, bal, rounds, chain_nics, false)
+}
+
+/// One rank's part of `assemble_with`'s plan, into `b` (a `PlanBuilder::for_rank`): the same
+/// code, run only over what the rank takes part in — its server's balancing and
+/// same-server blocks, and the visits its server sends or receives in (its own carrier's
+/// cuts when sending, every carrier's when receiving, for the redistribution it gets). The
+/// ids of everything skipped come from prefix counts (`count_rank_ids`), the whole plan's
+/// moving pairs likewise; nothing else of the other ranks is written. Its loads are not
+/// the whole plan's (the rank plan has no meta). With more than `MAX_COUNTED_GPUS` GPUs per
+/// server the counts do not fit their masks: the whole assembly then runs into `b`.
+pub fn assemble_rank(scratch: &mut AssembleScratch, b: PlanBuilder, cluster: &Cluster, bal: &Balanced, rounds: &[Round], chain_nics: bool) -> PlanBuilder {
+    assert!(b.rank().is_some(), "assemble_rank: a one-rank builder");
+    let focused = bal.gpus <= super::cuts::MAX_COUNTED_GPUS && bal.servers > 0;
+    assemble_inner(scratch, b, cluster, bal, rounds, chain_nics, focused).0
+}
+
+fn assemble_inner(scratch: &mut AssembleScratch, mut b: PlanBuilder, cluster: &Cluster, bal: &Balanced, rounds: &[Round], chain_nics: bool, focused: bool) -> (PlanBuilder, Loads) {
     let AssembleScratch {
         tile_class,
         class_moves,
@@ -224,6 +271,11 @@ pub fn assemble_with(scratch: &mut AssembleScratch, mut b: PlanBuilder, cluster:
         intra_load,
         cuts,
         rounds_state,
+        visit_base,
+        owners_in_round,
+        cursor,
+        recv_at,
+        count_ns,
     } = scratch;
     let n = bal.servers;
     let g = bal.gpus;
@@ -246,6 +298,30 @@ pub fn assemble_with(scratch: &mut AssembleScratch, mut b: PlanBuilder, cluster:
     // where each visit of each carrier starts and how many bytes it moves; then the
     // rounds, which read those cuts in visit order.
     let classes = balance_classes(rounds.len());
+    refill(tile_class, n * n, (classes - 1) as u8);
+    for (k, round) in rounds.iter().enumerate().rev() {
+        let class = class_of_round(k, classes) as u8;
+        for &(s, d, _) in &round.pairs {
+            tile_class[s as usize * n + d as usize] = class;
+        }
+    }
+    let intra_step = u32::from(!rounds.is_empty() || bal.num_moves() > 0);
+    // One rank: cut every visit and count every part's transfers first (the ids), then
+    // write the rank's parts only.
+    *count_ns = 0;
+    let focus = if focused {
+        let t0 = std::time::Instant::now();
+        cuts.make_counted(bal, rounds);
+        let rank = b.rank().expect("a one-rank builder") as usize;
+        let ids = IdScratch { visit_base, owners_in_round, cursor, recv_at };
+        let (balancing_base, intra_base, pairs) = count_rank_ids(bal, rounds, cuts, tile_class, intra_step, rank, ids);
+        b.set_moving_pairs(pairs);
+        *count_ns = t0.elapsed().as_nanos() as u64;
+        Some(Focus { x: rank / g, i: rank % g, balancing_base, intra_base, visit_base, counts: &cuts.tally, recv_at })
+    } else {
+        cuts.make(bal, rounds);
+        None
+    };
     let mut write_balancing_and_intra = || {
         // Step 0: balancing, Input → carrier's Scratch. A tile's moves belong to the class of
         // the first round that sends it: class 0 the first round ("urgent"), then round
@@ -255,13 +331,6 @@ pub fn assemble_with(scratch: &mut AssembleScratch, mut b: PlanBuilder, cluster:
         // round waits only for its own class, not behind the bytes of much later rounds (a
         // small early class finishes early under fair sharing). Chaining the classes
         // (t after t − 1) was worse: h200:8 Zipf 0.99 1.0056 → 1.0124–1.0154 of the bound.
-        refill(tile_class, n * n, (classes - 1) as u8);
-        for (k, round) in rounds.iter().enumerate().rev() {
-            let class = class_of_round(k, classes) as u8;
-            for &(s, d, _) in &round.pairs {
-                tile_class[s as usize * n + d as usize] = class;
-            }
-        }
         refill(bal_id, n * g * g * classes, u32::MAX);
         refill(bal_out, p, 0);
         refill(bal_in, p, 0);
@@ -271,7 +340,16 @@ pub fn assemble_with(scratch: &mut AssembleScratch, mut b: PlanBuilder, cluster:
         urgent_from.reset(p, g);
         urgent_into.reset(p, g);
         deps.clear();
-        for moves in bal.moves() {
+        // One rank: its server's moves only, after the balancing transfers of the servers before.
+        let all_moves = match focus {
+            Some(f) => {
+                b.skip_to(f.balancing_base);
+                bal.server_moves(f.x)
+            }
+            None => bal.all_moves(),
+        };
+        {
+            let moves = all_moves;
             let mut server_begin = 0;
             while server_begin < moves.len() {
                 let s = moves[server_begin].s as usize;
@@ -328,9 +406,15 @@ pub fn assemble_with(scratch: &mut AssembleScratch, mut b: PlanBuilder, cluster:
         }
 
         // Intra-server part: beside the first scale-out round (step 1), or step 0 if there is none.
-        let intra_step = u32::from(!rounds.is_empty() || bal.num_moves() > 0);
         refill(intra_load, p, 0);
-        for blk in bal.intra() {
+        let blocks = match focus {
+            Some(f) => {
+                b.skip_to(f.intra_base);
+                bal.intra_in(bal.server_intra(f.x))
+            }
+            None => bal.intra_in(0..bal.num_intra()),
+        };
+        for blk in blocks {
             let seg = Segment { src_buf: Buf::Input, src_off: blk.input_off, dst_buf: Buf::Output, dst_off: blk.out_off, len: blk.len };
             deps.clear();
             if blk.i != blk.j {
@@ -347,13 +431,11 @@ pub fn assemble_with(scratch: &mut AssembleScratch, mut b: PlanBuilder, cluster:
         crate::timeline::mark("balancing and intra-server transfers written");
     };
     write_balancing_and_intra();
-    cuts.make(bal, rounds);
     crate::timeline::mark("cut pass");
-    let cuts: &Cuts = cuts;
     // A NIC's transfers in one round: two per carrier on it, per pair its server is in.
     let pairs_per_server = if chain_nics { max_pairs_per_server(rounds, n) } else { 0 };
     let nic_cap = 2 * g.div_ceil(nics) * pairs_per_server;
-    let cx = RoundCtx { bal, rounds, cuts: &cuts.cuts, bal_id, tile_class, classes, nics, chain_nics };
+    let cx = RoundCtx { bal, rounds, cuts: &cuts.cuts, bal_id, tile_class, classes, nics, chain_nics, focus };
     rounds_state.reset(Some(&bal.balance_in), p, g, n * nics, nic_cap);
     write_rounds(&cx, rounds_state, &mut b, 0..rounds.len());
     crate::timeline::mark("scale-out rounds written");
@@ -363,6 +445,84 @@ pub fn assemble_with(scratch: &mut AssembleScratch, mut b: PlanBuilder, cluster:
         b.need_scratch(r as u32, bytes);
     }
     (b, loads)
+}
+
+/// The prefix counts one rank's expansion needs, from the decisions (every rank computes
+/// the same): the id of server `x`'s first balancing transfer and of its first same-server
+/// transfer; per visit, the id of its first scale-out transfer (`visit_base`); and the whole
+/// plan's `(step, distinct moving pairs)`; and, per visit from server x, where the receiving
+/// carrier's Scratch region stands (`recv_at`). Reads every move, same-server block and
+/// counted cut (`Cuts::make_counted`) once; writes no transfer.
+fn count_rank_ids(bal: &Balanced, rounds: &[Round], cuts: &Cuts, tile_class: &[u8], intra_step: u32, rank: usize, ids: IdScratch) -> (u32, u32, Vec<(u32, u32)>) {
+    let IdScratch { visit_base, owners_in_round, cursor, recv_at } = ids;
+    let (n, g) = (bal.servers, bal.gpus);
+    let (x, i) = (rank / g, rank % g);
+    let mut per_step = vec![0u32; rounds.len() + 2];
+    // Balancing: one transfer per (server, a, c, class) with moves (a server's moves are
+    // grouped by (a, c)); one moving pair per (server, a, c).
+    let (mut balancing, mut balancing_base) = (0u32, 0u32);
+    for s in 0..n {
+        if s == x {
+            balancing_base = balancing;
+        }
+        let moves = bal.server_moves(s);
+        let mut at = 0;
+        while at < moves.len() {
+            let (a, c) = (moves[at].a, moves[at].c);
+            let mut classes = 0u32;
+            while at < moves.len() && moves[at].a == a && moves[at].c == c {
+                classes |= 1 << tile_class[s * n + moves[at].d as usize];
+                at += 1;
+            }
+            balancing += classes.count_ones();
+            per_step[0] += 1;
+        }
+    }
+    // Same-server blocks: one transfer each, in server order; those between two ranks move.
+    let intra_base = balancing + bal.server_intra(x).start as u32;
+    per_step[intra_step as usize] += bal.intra_in(0..bal.num_intra()).iter().filter(|blk| blk.i != blk.j).count() as u32;
+    // Scale-out: per visit, its carriers' counted transfers. Round k moves its carriers'
+    // pairs in step k + 1 and redistributes in step k + 2: one pair per (holder, owner),
+    // however many visits into the holder's server the round has.
+    let mut id = balancing + bal.num_intra() as u32;
+    visit_base.clear();
+    recv_at.clear();
+    refill(owners_in_round, n * g, 0);
+    cursor.clear();
+    cursor.extend_from_slice(&bal.balance_in);
+    let mut v = 0;
+    for (k, round) in rounds.iter().enumerate() {
+        for &(s, d, _) in &round.pairs {
+            visit_base.push(id);
+            let d = d as usize;
+            recv_at.push(if s as usize == x { cursor[d * g + i] } else { 0 });
+            for c in 0..g {
+                let e = v * g + c;
+                let t = cuts.tally[e];
+                id += t.count;
+                cursor[d * g + c] += t.parked;
+                per_step[k + 1] += u32::from(cuts.cuts[e].bytes > 0);
+                owners_in_round[d * g + c] |= t.owners;
+            }
+            v += 1;
+        }
+        for &(_, d, _) in &round.pairs {
+            for owners in &mut owners_in_round[d as usize * g..(d as usize + 1) * g] {
+                per_step[k + 2] += owners.count_ones();
+                *owners = 0;
+            }
+        }
+    }
+    let pairs = per_step.iter().enumerate().filter(|&(_, &c)| c > 0).map(|(s, &c)| (s as u32, c)).collect();
+    (balancing_base, intra_base, pairs)
+}
+
+/// `count_rank_ids`'s outputs and working arrays (`AssembleScratch`'s).
+struct IdScratch<'a> {
+    visit_base: &'a mut Vec<u32>,
+    owners_in_round: &'a mut Vec<u64>,
+    cursor: &'a mut Vec<u64>,
+    recv_at: &'a mut Vec<u64>,
 }
 
 /// Scale-out state carried from round to round.
@@ -380,6 +540,9 @@ struct RoundState {
     /// Loads for the predictor (see `Loads`).
     round_nic_max: Vec<u64>,
     last_redistribution_max: u64,
+    /// Per NIC, 1 + the round in which it last sent / received (until its round is closed).
+    send_busy: Vec<u32>,
+    recv_busy: Vec<u32>,
 }
 
 impl RoundState {
@@ -396,6 +559,8 @@ impl RoundState {
         self.recvs.reset(nic_keys, nic_cap);
         refill(&mut self.nic_send_bytes, nic_keys, 0);
         refill(&mut self.nic_recv_bytes, nic_keys, 0);
+        refill(&mut self.send_busy, nic_keys, 0);
+        refill(&mut self.recv_busy, nic_keys, 0);
         self.redistributor.reset(ranks, gpus);
         self.round_nic_max.clear();
         self.last_redistribution_max = 0;
@@ -413,12 +578,14 @@ struct RoundCtx<'a> {
     classes: usize,
     nics: usize,
     chain_nics: bool,
+    /// One rank's expansion: only the visits and carriers it takes part in.
+    focus: Option<Focus<'a>>,
 }
 
 /// Write the scale-out transfers of rounds `range` (from the first round) and their redistribution.
 fn write_rounds(cx: &RoundCtx, st: &mut RoundState, b: &mut PlanBuilder, range: std::ops::Range<usize>) {
-    let RoundCtx { bal, rounds, cuts, bal_id, tile_class, classes, nics, chain_nics } = *cx;
-    let RoundState { recv_cursor, sends, recvs, nic_send_bytes, nic_recv_bytes, redistributor, round_nic_max, last_redistribution_max } = st;
+    let RoundCtx { bal, rounds, cuts, bal_id, tile_class, classes, nics, chain_nics, focus } = *cx;
+    let RoundState { recv_cursor, sends, recvs, nic_send_bytes, nic_recv_bytes, redistributor, round_nic_max, last_redistribution_max, send_busy, recv_busy } = st;
     let (n, g) = (bal.servers, bal.gpus);
     let mut visit = 0;
     for k in range {
@@ -427,11 +594,50 @@ fn write_rounds(cx: &RoundCtx, st: &mut RoundState, b: &mut PlanBuilder, range: 
         // The predictor needs the redistribution loads of the last round only.
         let last_round = k + 1 == rounds.len();
         redistributor.track_loads(last_round);
+        let busy_mark = k as u32 + 1;
         for &(s, d, _) in &round.pairs {
             let (s, d) = (s as usize, d as usize);
             let tile = s * n + d;
-            for c in 0..g {
-                let cut = cuts[visit * g + c];
+            let v = visit;
+            visit += 1;
+            // Which NICs send and receive in this round: a NIC's chain moves on to this
+            // round only if it does (read from the cuts, so one rank's expansion, which
+            // writes few of the round's transfers, sees the same).
+            // One rank needs every visit's marks only for its own NIC index (the chains its
+            // transfers' deps come from); elsewhere only where it writes.
+            let involved = focus.is_none_or(|f| s == f.x || d == f.x);
+            if chain_nics {
+                let (first, stride) = match focus {
+                    Some(f) if !involved => (f.i % nics, nics),
+                    _ => (0, 1),
+                };
+                for c in (first..g).step_by(stride) {
+                    if cuts[v * g + c].bytes > 0 {
+                        send_busy[s * nics + c % nics] = busy_mark;
+                        recv_busy[d * nics + c % nics] = busy_mark;
+                    }
+                }
+            }
+            // One rank writes its own carrier's cut where its server sends, every carrier's
+            // where it receives (the redistribution into it), nothing elsewhere.
+            let carriers = match focus {
+                None => 0..g,
+                Some(f) if d == f.x => 0..g,
+                Some(f) if s == f.x => {
+                    // Where the receiver parks what this visit brings: set by the visits
+                    // into its server, which this rank does not write.
+                    recv_cursor[d * g + f.i] = f.recv_at[v];
+                    f.i..f.i + 1
+                }
+                Some(_) => continue,
+            };
+            let mut next_id = focus.map_or(0, |f| f.visit_base[v] + f.counts[v * g..v * g + carriers.start].iter().map(|t| t.count).sum::<u32>());
+            for c in carriers {
+                if let Some(f) = focus {
+                    b.skip_to(next_id);
+                    next_id += f.counts[v * g + c].count;
+                }
+                let cut = cuts[v * g + c];
                 let mut x = cut.bytes;
                 if x == 0 {
                     continue;
@@ -506,7 +712,6 @@ fn write_rounds(cx: &RoundCtx, st: &mut RoundState, b: &mut PlanBuilder, range: 
                     }
                 }
             }
-            visit += 1;
         }
         // Every NIC this round can have touched: those of its pairs' servers (read from the
         // round, not tracked per transfer: that bookkeeping branched unpredictably). A NIC
@@ -514,13 +719,22 @@ fn write_rounds(cx: &RoundCtx, st: &mut RoundState, b: &mut PlanBuilder, range: 
         // round twice is a no-op.
         let mut round_max = 0;
         for &(s, d, _) in &round.pairs {
-            for nic in (s as usize * nics..(s as usize + 1) * nics).chain(d as usize * nics..(d as usize + 1) * nics) {
+            // One rank: a pair it has no part in changes only its NIC index's chains.
+            let (first, count) = match focus {
+                Some(f) if s as usize != f.x && d as usize != f.x => (f.i % nics, 1),
+                _ => (0, nics),
+            };
+            let (s_nics, d_nics) = (s as usize * nics + first, d as usize * nics + first);
+            for nic in (s_nics..s_nics + count).chain(d_nics..d_nics + count) {
                 round_max = round_max.max(nic_send_bytes[nic]).max(nic_recv_bytes[nic]);
                 nic_send_bytes[nic] = 0;
                 nic_recv_bytes[nic] = 0;
                 if chain_nics {
-                    sends.close_round(nic);
-                    recvs.close_round(nic);
+                    sends.close_round(nic, send_busy[nic] == busy_mark);
+                    recvs.close_round(nic, recv_busy[nic] == busy_mark);
+                    // Closed once: a NIC seen again (its server in two pairs) keeps its lists.
+                    send_busy[nic] = 0;
+                    recv_busy[nic] = 0;
                 }
             }
         }
