@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 export VIRTUAL_ENV := $(abspath $(VENV))
 export PATH := $(abspath $(VENV))/bin:$(PATH)
-RUST_SRC := $(shell find crates -name '*.rs' -o -name Cargo.toml) Cargo.toml pyproject.toml
+RUST_SRC := $(shell find crates -name '*.rs' -o -name '*.json' -o -name Cargo.toml) Cargo.toml pyproject.toml
 
 .PHONY: demo test test-rust test-python build bench clean check-install
 
