@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -122,12 +121,19 @@ class CallStats:
     choose_s: float = 0.0  # time `choose` took (included in plan_s)
 
 
-_last = threading.local()
+class _Last:
+    stats: CallStats | None = None
+
+
+# Process-wide, not per thread: autograd runs the backward of CUDA tensors on a thread of its
+# own, and the caller of `.backward()` wants that call's stats.
+_last = _Last()
 
 
 def last_call_stats() -> CallStats | None:
-    """Stats of this thread's last `all_to_all_single` call (None before the first)."""
-    return getattr(_last, "stats", None)
+    """Stats of the last `all_to_all_single` call in this process, on any thread (autograd's
+    backward included; None before the first)."""
+    return _last.stats
 
 
 class CompletedWork:

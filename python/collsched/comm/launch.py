@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import os
 import pickle
+import re
 import shutil
 import subprocess
 import sys
@@ -33,11 +34,13 @@ class RankFailure:
     message: str = ""
     traceback: str = ""
     stderr_tail: str = ""
+    cause: str = ""  # died / killed: the error line found in its stderr (a C++ abort's what(), a Python error)
 
     def __str__(self) -> str:
         if self.kind == "raised":
             return f"rank {self.rank} raised {self.exc_type}: {self.message}"
-        return f"rank {self.rank} {self.kind}" + (f"; stderr: {self.stderr_tail[-400:]}" if self.stderr_tail else "")
+        return (f"rank {self.rank} {self.kind}" + (f": {self.cause}" if self.cause else "")
+                + (f"; stderr: {self.stderr_tail[-400:]}" if self.stderr_tail else ""))
 
 
 class LaunchError(RuntimeError):
@@ -169,7 +172,8 @@ def run_local(fn, world_size: int, args: tuple = (), kwargs: dict | None = None,
                 else:
                     results.append(RankFailure(r, "raised", *payload, stderr_tail=tail))
             else:
-                results.append(RankFailure(r, "killed" if r in killed else "died", stderr_tail=tail))
+                results.append(RankFailure(r, "killed" if r in killed else "died", stderr_tail=tail,
+                                           cause=_cause(os.path.join(jobdir, f"stderr{r}.log"))))
     finally:
         for p in procs:
             if getattr(p, "_port_fd", None) is not None:
@@ -201,7 +205,8 @@ def _failure_summary(failures: list) -> str:
     text = collapse_rank_messages((f.rank, what(f)) for f in failures)
     first_dead = next((f for f in failures if f.kind != "raised" and f.stderr_tail), None)
     if first_dead is not None:
-        text += f"; rank {first_dead.rank} stderr: {first_dead.stderr_tail[-400:]}"
+        text += (f"; rank {first_dead.rank}" + (f": {first_dead.cause}" if first_dead.cause else "")
+                 + f"; stderr: {first_dead.stderr_tail[-400:]}")
     return text
 
 
@@ -266,6 +271,22 @@ class _ForkedRank:
         return self.returncode
 
 
+_CAUSE = re.compile(r"what\(\):\s*(.+)|^(?:[\w.]+\.)?(\w+(?:Error|Exception|Interrupt)\b.*)$")
+
+
+def _cause(path: str, n: int = 65536) -> str:
+    """The error a dead rank's stderr names: a C++ abort's ``what():`` line (NCCL's watchdog
+    prints it above a long stack, which the tail alone cuts off), else the last Python error line."""
+    found = ""
+    for line in _tail(path, n).splitlines():
+        m = _CAUSE.search(line.strip())
+        if m and m.group(1):
+            return m.group(1)[:300]
+        if m and m.group(2):
+            found = m.group(2)[:300]
+    return found
+
+
 def _tail(path: str, n: int = 2000) -> str:
     try:
         with open(path, errors="replace") as f:
@@ -291,6 +312,20 @@ def use_gpu_for_nccl(rank: int, world: int) -> None:
         os.environ.setdefault("NCCL_IB_DISABLE", "1")
 
 
+def _drain(store, rank: int, world: int, timeout_s: float) -> None:
+    """Before a rank exits: its queued GPU work done, and every rank at this point (bounded).
+
+    NCCL calls return once queued, so a rank can finish its function while its last transfers
+    still run; exiting then kills its side of them and the peers' watchdogs abort the peers."""
+    import torch
+
+    torch.cuda.synchronize()
+    store.add("collsched/drained", 1)
+    deadline = time.monotonic() + timeout_s
+    while int(store.add("collsched/drained", 0)) < world and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
 def _worker(jobdir: str, rank: int) -> None:
     import torch
     import torch.distributed as dist
@@ -309,6 +344,8 @@ def _worker(jobdir: str, rank: int) -> None:
                                 timeout=timedelta(seconds=job["pg_timeout_s"]))
         fn = _resolve(job["fn"])
         result = ("ok", fn(*job["args"], **job["kwargs"]))
+        if "nccl" in job["backend"].lower():
+            _drain(store, rank, world, min(30.0, job["pg_timeout_s"]))
     except BaseException as e:  # report everything, including SystemExit from a scenario
         result = ("error", (type(e).__name__, str(e), traceback.format_exc()))
     tmp = out + ".tmp"

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# What a session that is lent a GPU machine runs there, in one go (see docs/runtime.md, "On a GPU"):
+#   1. the machine (GPU, torch, NCCL, cores);
+#   2. the NCCL tests: the runtime's correctness and fault cases and the MoE layer, 8 ranks;
+#      with one GPU the launcher gives each rank its own NCCL host id, so the bytes go over
+#      loopback sockets (functional, not a bandwidth figure);
+#   3. the per-call host benchmark (benchmarks/rank_program.py) on that machine's CPU;
+#   4. `collsched bench` on NCCL, 8 ranks (nccl-tests table; functional, same caveat);
+#   5. whether the namespace testbed can run there (root, ip, tc) and, if so, one testbed run.
+# Expects the collsched wheel (built here with `maturin build`) in .whl/; writes logs to $OUT.
+# Every step is bounded by `timeout`; a failing step does not stop the others.
+set -u
+OUT=${OUT:-/tmp/gpu_check}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 COLLSCHED_TIMEOUT_S=60
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+  || { echo "install failed"; exit 1; }
+export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH
+step() { echo; echo "=== $1 ($(date -u +%T))"; }
+
+step "machine"
+nvidia-smi -L; nproc; uptime
+python3 -c "import torch, collsched; print('torch', torch.__version__, torch.cuda.get_device_name(0), 'nccl', torch.cuda.nccl.version(), 'collsched', collsched.__version__)"
+
+step "NCCL tests"
+timeout "${NCCL_TESTS_S:-330}" python3 -m pytest -q -p no:cacheprovider -o addopts="" -rfEs --durations=5 \
+  tests/test_moe_nccl.py tests/test_runtime.py -k "nccl" --junitxml "$OUT/nccl_tests.xml" 2>&1 | tail -40
+
+step "per-call host benchmark"
+timeout "${RANK_PROGRAM_S:-90}" python3 benchmarks/rank_program.py --servers 8,40,128 --reps 21 2>&1 | tee "$OUT/rank_program.txt"
+
+step "collsched bench on NCCL (8 ranks, one GPU: functional)"
+timeout "${BENCH_S:-90}" collsched bench -w zipf:0.8 -c h100:2,gpus=4 --backend nccl --nprocs 8 -b 1MiB -e 4MiB -n 5 2>&1 | tail -25
+
+step "testbed probe"
+if command -v ip >/dev/null && command -v tc >/dev/null && ip netns add collsched-probe 2>/dev/null; then
+  ip netns del collsched-probe
+  timeout "${TESTBED_S:-90}" collsched testbed run --servers 2 --gpus 4 --nic 200Mbps --workload hot:1.2 --mean 1MiB \
+    --algorithms torch,fanout,fast,auto --iters "${TESTBED_ITERS:-5}" --json 2>&1 | tee "$OUT/testbed.json" | tail -30
+else
+  echo "no testbed here: ip=$(command -v ip) tc=$(command -v tc), netns $(ip netns add x 2>&1; ip netns del x 2>/dev/null)"
+fi
+step "done"
