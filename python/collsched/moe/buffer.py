@@ -290,7 +290,7 @@ class MoEBuffer:
         self._a2a(recv1, send1, plan.recv1, plan.send1, f"MoE dispatch hop 1 on rank {self.rank}", plan.matrix1)
         hop_ids = _from_words(recv1[:, row_w:row_w + id_w], torch.int32, k)
         hop_w = _from_words(recv1[:, row_w + id_w:], torch.float32, k) if has_w else None
-        pu, pk, _ = hop_pairs(hop_ids, lay, self.dedup, self.rank)
+        pu, pk, _ = hop_pairs(hop_ids, lay, self.dedup, self.rank, experts=False)
         # Hop 2 rows: the row and the pair's weight.
         w2 = 4 // ws if has_w else 0
         send2 = recv1[:, :row_w].index_select(0, pu)
@@ -335,12 +335,10 @@ class MoEBuffer:
             lo, hi = int(a.min()), int(a.max())
             if lo < -1 or hi >= self.num_experts:
                 return 3, (lo if lo < -1 else hi), self.num_experts
-            if a.shape[1] > 1:
-                srt = np.sort(a, axis=1)
-                dup = srt[:, 1:] == srt[:, :-1]
-                if dup.any() and (dup := dup & (srt[:, 1:] >= 0)).any():  # repeated -1 is fine
-                    row = int(np.nonzero(dup.any(1))[0][0])
-                    return 5, row, int(srt[row, 1:][dup[row]][0])
+            row = _first_repeat(a, self.num_experts)
+            if row >= 0:
+                srt = np.sort(a[row])
+                return 5, row, int(srt[1:][(srt[1:] == srt[:-1]) & (srt[1:] >= 0)][0])
         return 0, 0, 0
 
     # ---------------------------------------------------------------- combine
@@ -453,6 +451,27 @@ class MoEBuffer:
         if out.numel():
             _words(out, wd, row_w).index_copy_(0, handle.place_t, recv2)
         return out
+
+
+def _first_repeat(a: np.ndarray, num_experts: int) -> int:
+    """First row of ``a`` [T, K] (ids in [-1, E)) naming an expert twice, or -1; -1 may repeat.
+
+    For small K, column-pairwise compares on int16 copies (K(K-1)/2 passes over T) beat
+    sorting every row; -1 in column j is made -1 - j first, so masked slots never match."""
+    t, k = a.shape
+    if k < 2:
+        return -1
+    if k > 16 or num_experts + k >= 2**15:
+        srt = np.sort(a, axis=1)
+        dup = ((srt[:, 1:] == srt[:, :-1]) & (srt[:, 1:] >= 0)).any(1)
+    else:
+        cols = a.T.astype(np.int16, order="C")  # one contiguous row per column
+        cols -= (cols < 0) * np.arange(k, dtype=np.int16)[:, None]
+        dup = np.zeros(t, dtype=bool)
+        for i in range(1, k):
+            for j in range(i):
+                dup |= cols[i] == cols[j]
+    return int(dup.argmax()) if dup.any() else -1
 
 
 def _word(row_b: int):
