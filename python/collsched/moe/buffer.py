@@ -456,8 +456,9 @@ class MoEBuffer:
 def _first_repeat(a: np.ndarray, num_experts: int) -> int:
     """First row of ``a`` [T, K] (ids in [-1, E)) naming an expert twice, or -1; -1 may repeat.
 
-    For small K, column-pairwise compares on int16 copies (K(K-1)/2 passes over T) beat
-    sorting every row; -1 in column j is made -1 - j first, so masked slots never match."""
+    For small K, compares of int16 columns beat sorting every row: column i against column
+    i + s for each shift s, K - 1 array compares in all; -1 in column j is made -1 - j
+    first, so masked slots never match."""
     t, k = a.shape
     if k < 2:
         return -1
@@ -468,9 +469,8 @@ def _first_repeat(a: np.ndarray, num_experts: int) -> int:
         cols = a.T.astype(np.int16, order="C")  # one contiguous row per column
         cols -= (cols < 0) * np.arange(k, dtype=np.int16)[:, None]
         dup = np.zeros(t, dtype=bool)
-        for i in range(1, k):
-            for j in range(i):
-                dup |= cols[i] == cols[j]
+        for shift in range(1, k):
+            dup |= np.logical_or.reduce(cols[:-shift] == cols[shift:], axis=0)
     return int(dup.argmax()) if dup.any() else -1
 
 

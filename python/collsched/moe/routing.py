@@ -272,9 +272,14 @@ def plan_exchange(me: int, layout: Layout, dedup: str, balance: bool, expert_cou
         m1 = _bincount2(tab["row_cells"] + fwd, key_counts[:, :s_count], r)
         # pairs[i, j]: rows of source i for rank j's experts; they travel hop h = F[i, node(j)] -> j.
         pairs = layout.pairs_per_owner(expert_counts)
-        via = fwd[:, node_of]  # [R, R]: the hop of source i's rows for rank j
-        send2 = ((via == me) * pairs).sum(0).tolist()  # my row of the hop-2 matrix
-        hop_of_source = via[:, me]  # [R] hop through which source i reaches me
+        hop_of_source = fwd[:, node_of[me]]  # [R] hop through which source i reaches me
+        # My row of the hop-2 matrix: I forward source i's rows for rank j iff F[i, node(j)] = me,
+        # so j is on my node and i is one of the sources I forward for on it.
+        mine = hop_of_source == me
+        lo = node_of[me] * g
+        send2 = np.zeros(r, dtype=np.int64)
+        send2[lo:lo + g] = pairs[mine, lo:lo + g].sum(0)
+        send2 = send2.tolist()
         recv2 = np.rint(np.bincount(hop_of_source, weights=pairs[:, me].astype(np.float64), minlength=r)
                         ).astype(np.int64).tolist()
         order = np.lexsort((tab["src_grid"], tab["exp_grid"], hop_of_source[tab["src_grid"]]))
