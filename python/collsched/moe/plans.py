@@ -272,11 +272,12 @@ def combine_plan(routings: list, layout: Layout, row_bytes: int, dedup: str = "n
     recv2_lo = [np.concatenate([[0], np.cumsum(cp.recv2)]).astype(np.int64) if dedup == "node" else None
                 for cp in cps]
     # Per hop h: its units (from each source, ascending) and its pairs, in the executed order.
-    pairs, p_base, u_base, o_base, scratch = [], [], [], [], []
+    # Scratch of hop h: [0, u_base) pair rows, [u_base, o_base) partial rows, then unit rows.
+    pairs, u_base, o_base, scratch = [], [], [], []
+    k = routings[0].shape[1] if routings else 1
     for h in range(r):
         ids = [unit_ids(lps[i], torch.as_tensor(routings[i]))[send_lo[i][h]:send_lo[i][h + 1]]
                for i in range(r) if cps[i].send1[h]]
-        k = routings[0].shape[1] if routings else 1
         hop_ids = torch.cat(ids) if ids else torch.zeros((0, k), dtype=torch.int64)
         pu, _, pexp = hop_pairs(hop_ids, layout, dedup, h)
         pu, owner = pu.numpy(), layout.owner[pexp]
@@ -289,9 +290,8 @@ def combine_plan(routings: list, layout: Layout, row_bytes: int, dedup: str = "n
             row[sel] = cps[j].place[start:start + sel.size]
         pairs.append((pu, owner, row))
         remote = int((owner != h).sum()) if dedup == "node" else 0
-        p_base.append(0)
-        u_base.append(remote)  # partial rows after the pair rows
-        o_base.append(remote + int(recv_lo[h][-1]))  # then the rows of the units this rank sent
+        u_base.append(remote)
+        o_base.append(remote + int(recv_lo[h][-1]))
         scratch.append((o_base[h] + int(send_lo[h][-1])) * row_bytes)
 
     transfers, segments, deps = [], [], []
@@ -315,7 +315,7 @@ def combine_plan(routings: list, layout: Layout, row_bytes: int, dedup: str = "n
         buf = np.where(owner == h, 0, 2) if dedup == "node" else np.zeros(pu.size, np.int64)
         at = row.copy()
         remote = np.flatnonzero(buf == 2)
-        at[remote] = p_base[h] + np.arange(remote.size)
+        at[remote] = np.arange(remote.size)
         for j in np.unique(owner[remote]):
             m = remote[owner[remote] == j]
             segs = [("input", a, "scratch", b, n) for a, b, n in _runs(row[m], at[m])]

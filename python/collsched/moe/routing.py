@@ -110,12 +110,12 @@ class Layout:
         owner_of = np.concatenate([[-1], owner]).astype(np.int64)
         node_of = np.concatenate([[-1], owner // gpus_per_node]).astype(np.int64)
         node_of_rank = np.arange(ranks, dtype=np.int64) // gpus_per_node
+        ids_sorted = bool(np.all(np.diff(owner) >= 0))
         return Layout(ranks, gpus_per_node, num_experts, owner, local_index, experts_of, sort_pos, order,
-                      starts.astype(np.int64), (starts + counts).astype(np.int64), node_of, owner_of,
-                      bool(np.all(np.diff(owner) >= 0)),
+                      starts.astype(np.int64), (starts + counts).astype(np.int64), node_of, owner_of, ids_sorted,
                       np.concatenate([[ranks // gpus_per_node], owner // gpus_per_node]).astype(np.int64),
                       np.concatenate([[ranks], owner]).astype(np.int64),
-                      bool(np.all(np.diff(owner) >= 0)) and bool(np.all(counts == num_experts // ranks)), node_of_rank,
+                      ids_sorted and bool(np.all(counts == num_experts // ranks)), node_of_rank,
                       node_of_rank[:, None] != np.arange(ranks // gpus_per_node)[None, :])
 
     def pairs_per_owner(self, n: np.ndarray) -> np.ndarray:
