@@ -312,8 +312,8 @@ class MoEBuffer:
             weights.index_copy_(0, place_t, _from_words(recv2[:, row_w:], torch.float32, 1).reshape(-1))
         handle = DispatchHandle(self.id, self._calls, t, n_rows, h, dtype, k, has_w, plan, lp.unit_token,
                                 ids_out, hop_ids, hop_w, pu, pk, place_t, self, weights)
-        node_of = lambda r: r // lay.gpus_per_node  # noqa: E731
-        handle._internode = int(sum(c for j, c in enumerate(plan.send1) if node_of(j) != node_of(self.rank)))
+        cross = lay.node_of_rank != lay.node_of_rank[self.rank]
+        handle._internode = int(plan.matrix1[self.rank][cross].sum())  # my hop-1 row = plan.send1
         self.last_stats = {"internode_rows": handle._internode, "row_bytes": row_b,
                            "internode_bytes": handle._internode * row_b,  # payload, as the planner counts
                            "internode_wire_bytes": handle._internode * (row_w + id_w + wt_w) * ws}
