@@ -281,7 +281,7 @@ def plan_worker(seed):
 
     import collsched.moe as moe
     from collsched.comm.executor import execute
-    from collsched.moe.plans import dispatch_plan, verify_dispatch_plan
+    from collsched.moe.plans import combine_plan, dispatch_plan, verify_combine_plan, verify_dispatch_plan
 
     rank = dist.get_rank()
     rng = np.random.default_rng(seed)
@@ -302,6 +302,18 @@ def plan_worker(seed):
         got = out[:d.x.numel()].reshape(d.x.shape)
         results[dedup] = (torch.equal(got, d.x), rep["core"], info["internode_bytes"],
                           buf.last_stats["internode_bytes"], stats.bytes_sent)
+        # The combine Plan (reduce_sum transfers) run by the same runtime: MoEBuffer's unweighted
+        # combine of the same expert outputs (integer-valued, so every sum is exact).
+        y = d.x * 2 - 1
+        cplan, cinfo = combine_plan(routings, buf.layout, h * 4, dedup)
+        crep = verify_combine_plan(cplan, routings, buf.layout, h * 4)
+        cin = torch.zeros(int(cplan.input_sizes[rank]) // 4, dtype=torch.float32)
+        cin[:y.numel()] = y.reshape(-1)
+        cout = torch.zeros(int(cplan.output_sizes[rank]) // 4, dtype=torch.float32)
+        execute(cplan, cin, cout, None, timeout=30)
+        want = buf.combine(y, d.handle, weighted=False)
+        results["combine " + dedup] = (torch.equal(cout[:want.numel()].reshape(want.shape), want),
+                                       crep["contributions"], cinfo["internode_bytes"] == info["internode_bytes"])
     # Rows that are not whole 4-byte words (float16 × 3) take the byte-packing path.
     buf = moe.MoEBuffer(None, e, cluster=f"h100:2,gpus={GPN}")
     x = torch.from_numpy(rng.integers(-3, 4, size=(len(routings[rank]), 3))).to(torch.float16)
@@ -313,7 +325,7 @@ def plan_worker(seed):
     return results
 
 
-def test_whole_dispatch_plans_verify_and_execute_to_the_same_rows():
+def test_whole_dispatch_and_combine_plans_verify_and_execute_to_the_same_rows():
     res = _run("plan_worker", 7, timeout_s=90.0)
     failures = [r for r in res if isinstance(r, RankFailure)]
     assert not failures, "\n".join(str(f) + "\n" + f.traceback for f in failures[:2])
@@ -324,3 +336,6 @@ def test_whole_dispatch_plans_verify_and_execute_to_the_same_rows():
         assert res[0][dedup][2] == sum(r[dedup][3] for r in res)
     assert res[0]["node"][2] <= res[0]["rank"][2] <= res[0]["none"][2]
     assert all(r["odd rows"] for r in res)
+    for dedup in ("node", "rank", "none"):
+        assert all(r["combine " + dedup][0] for r in res), dedup  # executed combine Plan == MoEBuffer.combine
+        assert res[0]["combine " + dedup][1] > 0 and res[0]["combine " + dedup][2]

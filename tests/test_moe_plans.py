@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 pytest.importorskip("torch")
 
 import collsched  # noqa: E402
-from collsched.moe.plans import dispatch_plan, expected_rows, verify_dispatch_plan  # noqa: E402
+from collsched.moe.plans import (combine_plan, dispatch_plan, expected_contributions, expected_rows,  # noqa: E402
+                                 verify_combine_plan, verify_dispatch_plan)
 from collsched.moe.routing import Layout, balance_forwarders  # noqa: E402
 
 
@@ -72,6 +73,13 @@ def test_every_small_dispatch_plan_verifies_and_counts_distinct_token_node_pairs
     plan, info = dispatch_plan(routings, layout, row, dedup, balance)
     rep = verify_dispatch_plan(plan, routings, layout, row)
     assert rep["rows_checked"] == sum(int((ix >= 0).sum()) for ix in routings)
+    assert plan.bytes_per_tier()["scale_out"] == info["internode_bytes"] == _crossing_rows(routings, layout, dedup) * row
+
+
+def _crossing_rows(routings, layout, dedup):
+    """Rows that cross nodes, from the routing alone: distinct (token, remote node) pairs with
+    dedup="node", distinct (token, remote GPU) with "rank", remote (token, expert) pairs with "none"."""
+    r, gpn = layout.ranks, layout.gpus_per_node
     node_of_rank = np.arange(r) // gpn
     if dedup == "node":
         pairs = sum(len({(t, int(node_of_rank[layout.owner[x]])) for t in range(len(ix)) for x in ix[t]
@@ -82,7 +90,29 @@ def test_every_small_dispatch_plan_verifies_and_counts_distinct_token_node_pairs
     else:
         pairs = sum(int(((ix >= 0) & (node_of_rank[layout.owner[np.maximum(ix, 0)]] != i // gpn)).sum())
                     for i, ix in enumerate(routings))
-    assert plan.bytes_per_tier()["scale_out"] == info["internode_bytes"] == pairs * row
+    return pairs
+
+
+@given(st.sampled_from([(2, 2), (2, 4), (4, 2), (3, 2)]), st.integers(1, 4), st.integers(1, 4),
+       st.sampled_from(["node", "rank", "none"]), st.booleans(), st.booleans(), st.integers(0, 2**31 - 1),
+       st.booleans())
+@settings(max_examples=40, deadline=None)
+def test_every_small_combine_plan_verifies_and_returns_one_row_per_token_and_node(
+        shape, experts_per_rank, k, dedup, balance, masked, seed, custom):
+    nodes, gpn = shape
+    r = nodes * gpn
+    e = r * experts_per_rank
+    k = min(k, e)
+    rng = np.random.default_rng(seed)
+    layout = Layout.build(r, gpn, e, rng.integers(0, r, size=e) if custom else None)
+    routings = [_routing(rng, int(rng.integers(0, 7)), k, e, masked) for _ in range(r)]
+    row = 8
+    plan, info = combine_plan(routings, layout, row, dedup, balance, elem_bytes=4)
+    rep = verify_combine_plan(plan, routings, layout, row, elem_bytes=4)
+    assert rep["contributions"] == sum(int((ix >= 0).sum()) for ix in routings)  # every (token, expert) once
+    assert rep["rows_checked"] == sum(len(ix) for ix in routings)
+    # Partial reduction: the combine crosses nodes with exactly the rows the dispatch sent.
+    assert plan.bytes_per_tier()["scale_out"] == info["internode_bytes"] == _crossing_rows(routings, layout, dedup) * row
 
 
 def test_a_wrong_row_is_caught_by_the_final_state_check():
@@ -101,6 +131,69 @@ def test_a_wrong_row_is_caught_by_the_final_state_check():
     with pytest.raises(collsched.VerificationError, match="final state"):
         verify_dispatch_plan(bad, routings, layout, 4)
     assert expected_rows(routings, layout)[0].tolist() == [[0, 0], [1, 0]]
+
+
+def _edited(plan, edit):
+    import json
+
+    doc = json.loads(plan.to_json())
+    edit(doc)
+    return collsched.Plan.from_json(json.dumps(doc))
+
+
+def _drop_segment(doc, tid, k):
+    """Remove segment k of transfer tid, shifting the later transfers' segment ranges."""
+    t = doc["transfers"][tid]
+    del doc["segments"][t["seg_begin"] + k]
+    t["seg_end"] -= 1
+    for u in doc["transfers"][tid + 1:]:
+        u["seg_begin"] -= 1
+        u["seg_end"] -= 1
+
+
+def test_a_broken_combine_plan_is_rejected():
+    # 2 nodes × 2 GPUs, 2 experts per GPU. Rank 0's token 0 goes to experts 4 and 6 (ranks 2
+    # and 3, node 1: a partial sum on the forwarder) and 1 (its own node): a sum at the origin.
+    layout = Layout.build(4, 2, 8)
+    routings = [np.array([[4, 6, 1], [0, -1, 7]]), np.array([[5, 2, 3]]), np.zeros((0, 3), np.int64),
+                np.array([[-1, -1, -1]])]
+    plan, _ = combine_plan(routings, layout, 8, "node")
+    rep = verify_combine_plan(plan, routings, layout, 8)
+    assert rep["contributions"] == 8 and expected_contributions(routings, layout)[3] == [[]]
+    # The collective's own final-state rules cannot state a combine: the option is what admits it.
+    with pytest.raises(collsched.VerificationError, match="reduce_sum in a all_to_all plan"):
+        plan.verify()
+    assert plan.verify(final_state="caller", elem_bytes=4)["final_state"] == "left to the caller"
+    with pytest.raises(ValueError, match="final_state must be"):
+        plan.verify(final_state="mine")
+    import json
+
+    doc = json.loads(plan.to_json())
+    reduces = [i for i, t in enumerate(doc["transfers"]) if t["op"] == "reduce_sum"]
+    partial = next(i for i in reduces if doc["segments"][doc["transfers"][i]["seg_begin"]]["dst_buf"] == "scratch")
+    final = max(i for i in reduces if doc["segments"][doc["transfers"][i]["seg_begin"]]["dst_buf"] == "output")
+    # One contribution dropped: the forwarder's partial sum misses an expert's row.
+    dropped = _edited(plan, lambda d: _drop_segment(d, partial, 0))
+    with pytest.raises(collsched.VerificationError, match=r"final state: output row \d+ of rank \d+: expected the sum"):
+        verify_combine_plan(dropped, routings, layout, 8)
+
+    # One contribution doubled: a last step adds a partial into the output once more.
+    def double(d):
+        t = dict(d["transfers"][final])
+        seg = dict(d["segments"][t["seg_begin"]])
+        d["segments"].append(seg)
+        d["deps"].append(final)
+        t.update(step=t["step"] + 1, seg_begin=len(d["segments"]) - 1, seg_end=len(d["segments"]),
+                 dep_begin=len(d["deps"]) - 1, dep_end=len(d["deps"]))
+        d["transfers"].append(t)
+    with pytest.raises(collsched.VerificationError, match="final state: output row"):
+        verify_combine_plan(_edited(plan, double), routings, layout, 8)
+
+    # An unordered hazard: the origin's last sum runs in the same step as the one before it.
+    def same_step(d):
+        d["transfers"][final]["step"] -= 1
+    with pytest.raises(collsched.VerificationError, match=f"transfer {final} .*not before step"):
+        verify_combine_plan(_edited(plan, same_step), routings, layout, 8)
 
 
 def test_simulated_variants_move_the_bytes_their_design_says():

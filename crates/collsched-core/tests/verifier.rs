@@ -1,7 +1,7 @@
 //! The verifier accepts correct plans and rejects each kind of mistake with a
 //! message naming the transfer (or, for a final-state error, the rank and block).
 use collsched_core::algo::plan_all_to_all;
-use collsched_core::plan::verify::verify;
+use collsched_core::plan::verify::{verify, verify_with, FinalState};
 use collsched_core::plan::Options;
 use collsched_core::{Buf, Cluster, Collective, Op, Plan, PlanBuilder, Segment, Tier, Traffic};
 use proptest::prelude::*;
@@ -322,6 +322,44 @@ fn reduce_into_unwritten_bytes() {
     // Without rank 1's own copy there is nothing to add into.
     let p = without(&allreduce_plan(Op::Copy, 16), 1);
     assert_names(&rejected(&p), 1, "never written (reduce_sum needs an initialised destination)");
+}
+
+/// An MoE-combine-like plan whose final state no collective states: rank 1's output row
+/// (8 bytes, 4-byte elements) sums a row of rank 0's input and two rows of its own, each at
+/// another input offset. Declared as an all-to-all for the buffer sizes only.
+fn custom_sum_plan(last_step: u32, last_deps: &[u32], last_len: u64) -> Plan {
+    let traffic = Traffic::new(2, vec![16, 16, 16, 16]).unwrap();
+    let mut b = PlanBuilder::new("hand", Collective::AllToAll { traffic }, 1);
+    let seg = |src_off, len| Segment { src_buf: Buf::Input, src_off, dst_buf: Buf::Output, dst_off: 0, len };
+    let t0 = b.transfer(0, 1, Op::Copy, Tier::ScaleOut, 0, &[seg(0, 8)], &[]);
+    let t1 = b.transfer(1, 1, Op::ReduceSum, Tier::Local, 1, &[seg(8, 8)], &[t0]);
+    let deps: Vec<u32> = last_deps.iter().map(|&d| [t0, t1][d as usize]).collect();
+    b.transfer(1, 1, Op::ReduceSum, Tier::Local, last_step, &[seg(24, last_len)], &deps);
+    b.finish()
+}
+
+#[test]
+fn caller_final_state_allows_any_sum_but_still_proves_the_order() {
+    let caller = FinalState::Caller { elem_bytes: 4 };
+    let ok = custom_sum_plan(2, &[1], 8);
+    // The collective's rules refuse reduce_sum in an all-to-all plan; left to the caller, it passes.
+    assert_names(&rejected(&ok), 1, "reduce_sum in a all_to_all plan");
+    let r = verify_with(&ok, caller).unwrap();
+    assert_eq!((r.transfers, r.bytes_moved, r.steps), (3, 24, 3));
+    let err = |p: &Plan| verify_with(p, caller).unwrap_err().to_string();
+    // Two sums into the same bytes in one step, or not ordered by deps: a hazard either way.
+    assert_names(&err(&custom_sum_plan(1, &[0], 8)), 2, "not before step 1");
+    assert_names(&err(&custom_sum_plan(2, &[0], 8)), 2, "not an ancestor through deps");
+    assert_names(&err(&custom_sum_plan(2, &[1], 6)), 2, "not aligned to the 4-byte element");
+    // Adding into bytes nobody wrote, and copying twice onto an output byte, stay errors.
+    assert_names(&err(&without(&ok, 0)), 0, "never written (reduce_sum needs an initialised destination)");
+    let twice = with_extra(&ok, 0, 1, Op::Copy, Tier::ScaleOut, 3, &[Segment { src_buf: Buf::Input, src_off: 0, dst_buf: Buf::Output, dst_off: 0, len: 8 }], &[2]);
+    assert_names(&err(&twice), 3, "already written by transfer 2");
+    // The default keeps checking the final state: a plan leaving outputs unwritten fails only there.
+    let partial = planned("fanout");
+    let dropped = without(&partial, 0);
+    assert!(rejected(&dropped).starts_with("final state:"));
+    verify_with(&dropped, caller).unwrap();
 }
 
 #[test]

@@ -2,6 +2,7 @@ use crate::cluster::PyCluster;
 use crate::guarded;
 use collsched_core::plan::Options;
 use collsched_core::{Plan, Traffic};
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 use std::collections::BTreeMap;
@@ -116,12 +117,23 @@ impl PyPlan {
         BTreeMap::from([("local", b[0]), ("scale_up", b[1]), ("scale_out", b[2])])
     }
     /// Symbolically execute the plan; raise VerificationError naming the first violating transfer.
-    fn verify<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let r = py.allow_threads(|| guarded(|| collsched_core::plan::verify::verify(&self.inner)))?;
+    /// `final_state="caller"`: every check but the final state, which the caller proves itself;
+    /// reduce_sum is then allowed in any plan, in whole `elem_bytes` elements.
+    #[pyo3(signature = (final_state="collective", elem_bytes=1))]
+    fn verify<'py>(&self, py: Python<'py>, final_state: &str, elem_bytes: u64) -> PyResult<Bound<'py, PyDict>> {
+        use collsched_core::plan::verify::{verify_with, FinalState};
+        let mode = match final_state {
+            "collective" => FinalState::Collective,
+            "caller" if elem_bytes > 0 => FinalState::Caller { elem_bytes },
+            "caller" => return Err(PyValueError::new_err(format!("elem_bytes must be positive, got {elem_bytes}"))),
+            other => return Err(PyValueError::new_err(format!("final_state must be 'collective' or 'caller', got {other:?}"))),
+        };
+        let r = py.allow_threads(|| guarded(|| verify_with(&self.inner, mode)))?;
         let d = PyDict::new(py);
         d.set_item("transfers", r.transfers)?;
         d.set_item("segments", r.segments)?;
         d.set_item("bytes_moved", r.bytes_moved)?;
+        d.set_item("final_state", if mode == FinalState::Collective { "checked" } else { "left to the caller" })?;
         Ok(d)
     }
     fn to_json(&self) -> String {

@@ -5,6 +5,8 @@ O(R log G) for R GPUs in nodes of G.
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 
@@ -27,15 +29,27 @@ def balance_forwarders(load: np.ndarray, gpus_per_node: int, balance: bool = Tru
     g = gpus_per_node
     r = load.shape[0]
     s_count = r // g
+    shift, base, static, positions = _tables(s_count, g)
     if balance:
         local = load.reshape(s_count, g)
         # Descending load, ties by local index: a stable sort of the negated loads.
         perm = np.argsort(-local, axis=1, kind="stable")
-        shift = (np.arange(g)[None, :] - np.arange(s_count)[:, None]) % g
-        shifted = np.take_along_axis(perm, shift, axis=1)  # shifted[s, p] = perm[s, (p - s) mod G]
-        member = shifted + (np.arange(s_count) * g)[:, None]  # member[s, p]: rank in group p on node s
+        # shifted[s, p] = perm[s, (p - s) mod G]; member[s, p]: the rank in group p on node s.
+        member = np.take_along_axis(perm, shift, axis=1) + base
     else:
-        member = np.tile(np.arange(g), (s_count, 1)) + (np.arange(s_count) * g)[:, None]
+        member = static
     group_of = np.empty(r, dtype=np.int64)
-    group_of[member.reshape(-1)] = np.tile(np.arange(g), s_count)
+    group_of[member.reshape(-1)] = positions
     return member[:, group_of].T.copy()  # F[i, s] = member[s, group_of[i]]
+
+
+@functools.lru_cache(maxsize=16)
+def _tables(s_count: int, g: int):
+    """Per cluster shape (planning runs every call on one shape): the rotation, node bases,
+    the static groups and each slot's group index. Read-only."""
+    shift = (np.arange(g)[None, :] - np.arange(s_count)[:, None]) % g
+    base = (np.arange(s_count) * g)[:, None]
+    out = (shift, base, np.tile(np.arange(g), (s_count, 1)) + base, np.tile(np.arange(g), s_count))
+    for a in out:
+        a.flags.writeable = False
+    return out

@@ -290,7 +290,7 @@ class MoEBuffer:
         self._a2a(recv1, send1, plan.recv1, plan.send1, f"MoE dispatch hop 1 on rank {self.rank}", plan.matrix1)
         hop_ids = _from_words(recv1[:, row_w:row_w + id_w], torch.int32, k)
         hop_w = _from_words(recv1[:, row_w + id_w:], torch.float32, k) if has_w else None
-        pu, pk, _ = hop_pairs(hop_ids, lay, self.dedup, self.rank)
+        pu, pk, _ = hop_pairs(hop_ids, lay, self.dedup, self.rank, experts=False)
         # Hop 2 rows: the row and the pair's weight.
         w2 = 4 // ws if has_w else 0
         send2 = recv1[:, :row_w].index_select(0, pu)
@@ -312,8 +312,8 @@ class MoEBuffer:
             weights.index_copy_(0, place_t, _from_words(recv2[:, row_w:], torch.float32, 1).reshape(-1))
         handle = DispatchHandle(self.id, self._calls, t, n_rows, h, dtype, k, has_w, plan, lp.unit_token,
                                 ids_out, hop_ids, hop_w, pu, pk, place_t, self, weights)
-        node_of = lambda r: r // lay.gpus_per_node  # noqa: E731
-        handle._internode = int(sum(c for j, c in enumerate(plan.send1) if node_of(j) != node_of(self.rank)))
+        cross = lay.node_of_rank != lay.node_of_rank[self.rank]
+        handle._internode = int(plan.matrix1[self.rank][cross].sum())  # my hop-1 row = plan.send1
         self.last_stats = {"internode_rows": handle._internode, "row_bytes": row_b,
                            "internode_bytes": handle._internode * row_b,  # payload, as the planner counts
                            "internode_wire_bytes": handle._internode * (row_w + id_w + wt_w) * ws}
@@ -335,12 +335,10 @@ class MoEBuffer:
             lo, hi = int(a.min()), int(a.max())
             if lo < -1 or hi >= self.num_experts:
                 return 3, (lo if lo < -1 else hi), self.num_experts
-            if a.shape[1] > 1:
-                srt = np.sort(a, axis=1)
-                dup = srt[:, 1:] == srt[:, :-1]
-                if dup.any() and (dup := dup & (srt[:, 1:] >= 0)).any():  # repeated -1 is fine
-                    row = int(np.nonzero(dup.any(1))[0][0])
-                    return 5, row, int(srt[row, 1:][dup[row]][0])
+            row = _first_repeat(a, self.num_experts)
+            if row >= 0:
+                srt = np.sort(a[row])
+                return 5, row, int(srt[1:][(srt[1:] == srt[:-1]) & (srt[1:] >= 0)][0])
         return 0, 0, 0
 
     # ---------------------------------------------------------------- combine
@@ -453,6 +451,27 @@ class MoEBuffer:
         if out.numel():
             _words(out, wd, row_w).index_copy_(0, handle.place_t, recv2)
         return out
+
+
+def _first_repeat(a: np.ndarray, num_experts: int) -> int:
+    """First row of ``a`` [T, K] (ids in [-1, E)) naming an expert twice, or -1; -1 may repeat.
+
+    For small K, compares of int16 columns beat sorting every row: column i against column
+    i + s for each shift s, K - 1 array compares in all; -1 in column j is made -1 - j
+    first, so masked slots never match."""
+    t, k = a.shape
+    if k < 2:
+        return -1
+    if k > 16 or num_experts + k >= 2**15:
+        srt = np.sort(a, axis=1)
+        dup = ((srt[:, 1:] == srt[:, :-1]) & (srt[:, 1:] >= 0)).any(1)
+    else:
+        cols = a.T.astype(np.int16, order="C")  # one contiguous row per column
+        cols -= (cols < 0) * np.arange(k, dtype=np.int16)[:, None]
+        dup = np.zeros(t, dtype=bool)
+        for shift in range(1, k):
+            dup |= np.logical_or.reduce(cols[:-shift] == cols[shift:], axis=0)
+    return int(dup.argmax()) if dup.any() else -1
 
 
 def _word(row_b: int):

@@ -16,6 +16,7 @@ hold exactly the (source rank, token) the routing puts there.
 from __future__ import annotations
 
 import json
+from collections import Counter
 
 import numpy as np
 import torch
@@ -224,4 +225,236 @@ def verify_dispatch_plan(plan, routings: list, layout: Layout, row_bytes: int) -
     return {"transfers": len(doc["transfers"]), "rows_checked": int(sum(w.shape[0] for w in want)), "core": core}
 
 
-__all__ = ["dispatch_plan", "verify_dispatch_plan", "expected_rows"]
+# ---------------------------------------------------------------- combine
+def combine_plan(routings: list, layout: Layout, row_bytes: int, dedup: str = "node", balance: bool = True,
+                 elem_bytes: int = 4):
+    """The combine that `MoEBuffer.combine` executes, as one Plan with ``reduce_sum`` transfers.
+
+    Every rank's Input holds its expert outputs ``[N_j, H]`` in the dispatched (expert-major)
+    layout, each row already scaled by its router weight (the forwarder's weighted sum is a row
+    scale followed by a sum, so the Plan sums unweighted rows); its Output is ``[T_i, H]``,
+    rows of tokens without an expert left unwritten (the caller zero-fills them, as the
+    runtime's combine returns zeros). Scratch of hop ``h``: the rows of its pairs (when they
+    come from other ranks), one partial row per unit it forwarded, one row per unit it sent.
+
+    - step 0 (``dedup="node"``): each expert GPU returns the rows of the pairs a forwarder
+      sent it (hop 2 backwards), into the forwarder's pair rows;
+    - steps 1 .. M: the forwarder's partial reduction: step ``1 + m`` adds the ``m``-th pair
+      of every unit into the unit's partial row (a copy for ``m = 0``): rows into one row
+      must be ordered, so one step per pair rank;
+    - step M + 1: one partial row per (token, node) back to the token's rank (hop 1
+      backwards; a rank's own node's partials stay in its scratch);
+    - steps M + 2 ..: the origin adds its token's partials, one node per step, into the output.
+
+    Args:
+        routings, layout, row_bytes, dedup, balance: as `dispatch_plan`.
+        elem_bytes (int): bytes per element (reductions add whole elements); divides row_bytes.
+    Returns:
+        (Plan, dict): the plan and ``{"input_bytes", "output_bytes", "internode_bytes"}``
+        (the real buffer sizes; the plan declares an all-to-all at least that large, as
+        `dispatch_plan` does; its final state is checked by `verify_combine_plan`).
+    Raises:
+        ValueError: routings not one [T_i, K] array per rank, or elem_bytes not dividing row_bytes.
+    """
+    r = layout.ranks
+    routings = [np.asarray(ix, dtype=np.int64) for ix in routings]
+    if len(routings) != r or any(ix.ndim != 2 for ix in routings):
+        raise ValueError(f"routings must be {r} arrays [T_i, K] (one per rank)")
+    if elem_bytes <= 0 or row_bytes % elem_bytes:
+        raise ValueError(f"elem_bytes must be a positive divisor of row_bytes = {row_bytes}, got {elem_bytes}")
+    lps = [plan_local(torch.as_tensor(ix), layout, dedup) for ix in routings]
+    ec = np.stack([lp.expert_counts for lp in lps])
+    kc = np.stack([lp.key_counts for lp in lps])
+    cps = [plan_exchange(j, layout, dedup, balance, ec, kc) for j in range(r)]
+    node = np.arange(r) // layout.gpus_per_node
+    send_lo = [np.concatenate([[0], np.cumsum(cp.send1)]).astype(np.int64) for cp in cps]  # units per hop
+    recv_lo = [np.concatenate([[0], np.cumsum(cp.recv1)]).astype(np.int64) for cp in cps]
+    recv2_lo = [np.concatenate([[0], np.cumsum(cp.recv2)]).astype(np.int64) if dedup == "node" else None
+                for cp in cps]
+    # Per hop h: its units (from each source, ascending) and its pairs, in the executed order.
+    # Scratch of hop h: [0, u_base) pair rows, [u_base, o_base) partial rows, then unit rows.
+    pairs, u_base, o_base, scratch = [], [], [], []
+    k = routings[0].shape[1] if routings else 1
+    for h in range(r):
+        ids = [unit_ids(lps[i], torch.as_tensor(routings[i]))[send_lo[i][h]:send_lo[i][h + 1]]
+               for i in range(r) if cps[i].send1[h]]
+        hop_ids = torch.cat(ids) if ids else torch.zeros((0, k), dtype=torch.int64)
+        pu, _, pexp = hop_pairs(hop_ids, layout, dedup, h)
+        pu, owner = pu.numpy(), layout.owner[pexp]
+        # Input row (on the owner) of each pair: the owner placed hop h's rows at
+        # place[recv2 offset of h ...] in this order (or, without hop 2, at place[q]).
+        row = np.empty(pu.size, dtype=np.int64)
+        for j in np.unique(owner):
+            sel = np.flatnonzero(owner == j)
+            start = recv2_lo[j][h] if dedup == "node" else 0
+            row[sel] = cps[j].place[start:start + sel.size]
+        pairs.append((pu, owner, row))
+        remote = int((owner != h).sum()) if dedup == "node" else 0
+        u_base.append(remote)
+        o_base.append(remote + int(recv_lo[h][-1]))
+        scratch.append((o_base[h] + int(send_lo[h][-1])) * row_bytes)
+
+    transfers, segments, deps = [], [], []
+
+    def add(src, dst, op, step, segs, dep_ids):
+        tid = len(transfers)
+        tier = 0 if src == dst else (1 if node[src] == node[dst] else 2)
+        transfers.append({"src": int(src), "dst": int(dst), "op": op, "tier": _TIER[tier], "step": int(step),
+                          "seg_begin": len(segments), "seg_end": len(segments) + len(segs),
+                          "dep_begin": len(deps), "dep_end": len(deps) + len(dep_ids)})
+        for sb, so, db, do, ln in segs:
+            segments.append({"src_buf": sb, "src_off": int(so) * row_bytes, "dst_buf": db,
+                             "dst_off": int(do) * row_bytes, "len": int(ln) * row_bytes})
+        deps.extend(int(d) for d in dep_ids)
+        return tid
+
+    # Step 0: expert rows back to the forwarders (hop 2 backwards), into their pair rows.
+    into = [[] for _ in range(r)]
+    src_of_pair = []  # per hop: (buffer, row) each pair is read from by the partial reduction
+    for h, (pu, owner, row) in enumerate(pairs):
+        buf = np.where(owner == h, 0, 2) if dedup == "node" else np.zeros(pu.size, np.int64)
+        at = row.copy()
+        remote = np.flatnonzero(buf == 2)
+        at[remote] = np.arange(remote.size)
+        for j in np.unique(owner[remote]):
+            m = remote[owner[remote] == j]
+            segs = [("input", a, "scratch", b, n) for a, b, n in _runs(row[m], at[m])]
+            into[h].append(add(j, h, "copy", 0, segs, []))
+        src_of_pair.append((buf, at))
+    # Steps 1 .. M: partial reduction on each hop, the m-th pair of every unit per step.
+    last_on = [None] * r
+    depth = 0
+    for h, (pu, _, _) in enumerate(pairs):
+        if not pu.size:
+            continue
+        buf, at = src_of_pair[h]
+        rank_in_unit = _rank_within(pu)
+        prev = None
+        for m in range(int(rank_in_unit.max()) + 1):
+            q = np.flatnonzero(rank_in_unit == m)
+            segs = [("input" if buf[x] == 0 else "scratch", at[x], "scratch", u_base[h] + pu[x], 1) for x in q]
+            prev = add(h, h, "copy" if m == 0 else "reduce_sum", 1 + m, segs, into[h] if m == 0 else [prev])
+        last_on[h] = prev
+        depth = max(depth, int(rank_in_unit.max()) + 1)
+    # Step M + 1: one partial row per unit back to its source (hop 1 backwards).
+    back = [[] for _ in range(r)]
+    for h in range(r):
+        for i in range(r):
+            n = cps[i].send1[h]
+            if not n or i == h:
+                continue
+            segs = [("scratch", u_base[h] + recv_lo[h][i], "scratch", o_base[i] + send_lo[i][h], n)]
+            back[i].append(add(h, i, "copy", 1 + depth, segs, [last_on[h]]))
+    # Steps M + 2 ..: each source adds its tokens' partials into the output, one per step.
+    for i in range(r):
+        tok = lps[i].unit_token.numpy()
+        if not tok.size:
+            continue
+        # A unit's row: its own node's partials stay in this rank's partial rows.
+        hop_of_unit = np.searchsorted(send_lo[i], np.arange(tok.size), side="right") - 1
+        own = hop_of_unit == i
+        unit_row = o_base[i] + np.arange(tok.size)
+        unit_row[own] = u_base[i] + recv_lo[i][i] + (np.arange(tok.size)[own] - send_lo[i][i])
+        rank_in_token = _rank_within(tok)
+        prev = None
+        for m in range(int(rank_in_token.max()) + 1):
+            q = np.flatnonzero(rank_in_token == m)
+            segs = [("scratch", unit_row[x], "output", tok[x], 1) for x in q]
+            first = back[i] + ([last_on[i]] if own.any() else [])
+            add(i, i, "copy" if m == 0 else "reduce_sum", 2 + depth + m, segs, first if m == 0 else [prev])
+            prev = len(transfers) - 1
+    in_b = np.array([cp.place.size * row_bytes for cp in cps], dtype=np.int64)
+    out_b = np.array([len(ix) * row_bytes for ix in routings], dtype=np.int64)
+    doc = {"algorithm": f"moe_combine_{dedup}" + ("" if balance else "_static"),
+           "collective": {"kind": "all_to_all", "traffic": {"n": r, "data": _declared(in_b, out_b)}},
+           "gpus_per_server": layout.gpus_per_node, "scratch_bytes": scratch, "transfers": transfers,
+           "segments": segments, "deps": deps, "input_hash": 0,
+           "meta": {"moe": "combine", "dedup": dedup, "row_bytes": str(row_bytes), "elem_bytes": str(elem_bytes)}}
+    plan = collsched.Plan.from_json(json.dumps(doc))
+    internode = sum(t_bytes for t_bytes, t in zip(_transfer_bytes(transfers, segments), transfers)
+                    if t["tier"] == "scale_out")
+    return plan, {"input_bytes": in_b.tolist(), "output_bytes": out_b.tolist(), "internode_bytes": int(internode)}
+
+
+def _rank_within(keys: np.ndarray) -> np.ndarray:
+    """For each entry, how many earlier entries share its key (0 for the first)."""
+    order = np.argsort(keys, kind="stable")
+    sk = keys[order]
+    first = np.concatenate([[0], np.flatnonzero(np.diff(sk)) + 1]) if sk.size else np.zeros(0, np.int64)
+    starts = np.repeat(first, np.diff(np.concatenate([first, [sk.size]])))
+    out = np.empty(keys.size, dtype=np.int64)
+    out[order] = np.arange(keys.size) - starts
+    return out
+
+
+def _declared(in_b: np.ndarray, out_b: np.ndarray) -> list:
+    """An all-to-all matrix with at least these input and output sizes (the last rank pads)."""
+    rows, cols = in_b.copy(), out_b.copy()
+    diff = int(cols.sum() - rows.sum())
+    if diff > 0:
+        rows[-1] += diff
+    else:
+        cols[-1] -= diff
+    return _northwest(rows, cols).reshape(-1).tolist()
+
+
+def expected_contributions(routings: list, layout: Layout) -> list:
+    """Per rank, per output row: the sorted list of (expert rank, input row) that the combine
+    of ``routings`` sums there, derived from `expected_rows` (the routing alone)."""
+    want = [[[] for _ in range(len(ix))] for ix in routings]
+    for j, rows in enumerate(expected_rows(routings, layout)):
+        for n, (i, t) in enumerate(rows.tolist()):
+            want[i][t].append((j, n))
+    return [[sorted(c) for c in per_rank] for per_rank in want]
+
+
+def verify_combine_plan(plan, routings: list, layout: Layout, row_bytes: int, elem_bytes: int = 4) -> dict:
+    """Prove that ``plan`` combines ``routings``; raise ``collsched.VerificationError`` if not.
+
+    The core verifier runs every structural, bound, data-flow and hazard check with
+    ``final_state="caller"`` (reduce_sum allowed, in ``elem_bytes`` elements); then symbolic
+    execution over rows, where a row holds a multiset of (expert rank, input row)
+    contributions, in transfer order (which the core proved every valid schedule matches):
+    every output row must hold exactly the contributions the routing defines, each once;
+    rows of tokens without an expert must stay unwritten.
+
+    Returns:
+        dict: ``{"transfers", "rows_checked", "contributions"}``.
+    """
+    plan.verify(final_state="caller", elem_bytes=elem_bytes)
+    doc = json.loads(plan.to_json())
+    r = layout.ranks
+    outs = [[None] * (int(plan.output_sizes[j]) // row_bytes) for j in range(r)]
+    scr = [[None] * (int(doc["scratch_bytes"][j]) // row_bytes) for j in range(r)]
+    segs = doc["segments"]
+    for tid, t in enumerate(doc["transfers"]):
+        for s in segs[t["seg_begin"]:t["seg_end"]]:
+            if s["src_off"] % row_bytes or s["dst_off"] % row_bytes or s["len"] % row_bytes:
+                raise collsched.VerificationError(f"transfer {tid}: a segment is not whole rows of {row_bytes} bytes")
+            a, b, n = s["src_off"] // row_bytes, s["dst_off"] // row_bytes, s["len"] // row_bytes
+            dst = scr[t["dst"]] if s["dst_buf"] == "scratch" else outs[t["dst"]]
+            for x in range(n):
+                if s["src_buf"] == "input":
+                    got = Counter({(t["src"], a + x): 1})
+                else:
+                    got = Counter((scr if s["src_buf"] == "scratch" else outs)[t["src"]][a + x])
+                if t["op"] == "reduce_sum":
+                    dst[b + x] = dst[b + x] + got  # the core proved the destination written
+                else:
+                    dst[b + x] = got
+    want = expected_contributions(routings, layout)
+    total = 0
+    for i in range(r):
+        for t, cells in enumerate(outs[i]):
+            exp = want[i][t] if t < len(want[i]) else []
+            got = sorted((cells or Counter()).elements())
+            if got != exp:
+                raise collsched.VerificationError(
+                    f"final state: output row {t} of rank {i}: expected the sum of {exp} (expert rank, input row), "
+                    f"found {got}")
+            total += len(exp)
+    return {"transfers": len(doc["transfers"]), "rows_checked": sum(len(w) for w in want), "contributions": total}
+
+
+__all__ = ["dispatch_plan", "verify_dispatch_plan", "expected_rows", "combine_plan", "verify_combine_plan",
+           "expected_contributions"]

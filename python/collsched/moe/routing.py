@@ -17,7 +17,7 @@ forwarders and sizes from the same gathered counts.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -74,6 +74,11 @@ class Layout:
     ids_sorted: bool  # owners never decrease with the expert id (contiguous blocks)
     node_key: np.ndarray  # [E + 1]: S (spare key for id -1), then each expert's node
     rank_key: np.ndarray  # [E + 1]: R, then each expert's owner
+    equal_blocks: bool  # ids_sorted and every rank owns E / R experts (the default placement)
+    node_of_rank: np.ndarray  # [R]
+    remote: np.ndarray  # [R, S] bool: node s is not rank i's node
+    # Per-call planning reads these tables instead of rebuilding them (see `_rank_tables`).
+    cache: dict = field(default_factory=dict, compare=False, repr=False)
 
     def id_span(self, dedup: str, which: int):
         """(lo, hi): the expert ids of node/rank ``which`` when they form one range [lo, hi), else None."""
@@ -104,11 +109,29 @@ class Layout:
         sort_pos[order] = np.arange(num_experts)
         owner_of = np.concatenate([[-1], owner]).astype(np.int64)
         node_of = np.concatenate([[-1], owner // gpus_per_node]).astype(np.int64)
+        node_of_rank = np.arange(ranks, dtype=np.int64) // gpus_per_node
+        ids_sorted = bool(np.all(np.diff(owner) >= 0))
         return Layout(ranks, gpus_per_node, num_experts, owner, local_index, experts_of, sort_pos, order,
-                      starts.astype(np.int64), (starts + counts).astype(np.int64), node_of, owner_of,
-                      bool(np.all(np.diff(owner) >= 0)),
+                      starts.astype(np.int64), (starts + counts).astype(np.int64), node_of, owner_of, ids_sorted,
                       np.concatenate([[ranks // gpus_per_node], owner // gpus_per_node]).astype(np.int64),
-                      np.concatenate([[ranks], owner]).astype(np.int64))
+                      np.concatenate([[ranks], owner]).astype(np.int64),
+                      ids_sorted and bool(np.all(counts == num_experts // ranks)), node_of_rank,
+                      node_of_rank[:, None] != np.arange(ranks // gpus_per_node)[None, :])
+
+    def pairs_per_owner(self, n: np.ndarray) -> np.ndarray:
+        """[R', R]: ``n`` [R', E] (pairs per expert) summed over each rank's experts."""
+        r, e = self.ranks, self.num_experts
+        if self.equal_blocks:  # contiguous blocks of b = E / R: b strided adds (numpy's
+            b = e // r             # reduction over a short inner axis is several times slower)
+            if b > 8:
+                return np.add.reduceat(n, self.owner_starts, axis=1)
+            out = n[:, 0::b].copy()
+            for j in range(1, b):
+                out += n[:, j::b]
+            return out
+        cs = np.zeros((n.shape[0], e + 1), dtype=np.int64)
+        np.cumsum(n[:, self.by_owner], axis=1, out=cs[:, 1:])
+        return cs[:, self.owner_ends] - cs[:, self.owner_starts]
 
 
 @dataclass
@@ -149,12 +172,13 @@ def plan_local(idx: torch.Tensor, layout: Layout, dedup: str) -> LocalPlan:
     dev = idx.device
     ix = idx.detach().cpu().numpy()
     t_count, k = ix.shape
-    flat = ix.reshape(-1)
     # Tables indexed by id + 1, so -1 (no expert) needs no masking pass.
-    expert_counts = np.bincount(flat + 1, minlength=layout.num_experts + 1)[1:].astype(np.int64)
+    f1 = ix.reshape(-1) + 1
+    expert_counts = np.bincount(f1, minlength=layout.num_experts + 1)[1:]
     key_counts = np.zeros(layout.ranks, dtype=np.int64)
     if dedup == "none":
-        p = np.flatnonzero(flat >= 0)  # (t, k) row-major: by token, then k
+        flat = f1 - 1
+        p = np.flatnonzero(f1)  # (t, k) row-major: by token, then k
         own = layout.owner[flat[p]]
         order = _stable_order(own, layout.ranks)
         p, keys_np = p[order], own[order]
@@ -165,13 +189,15 @@ def plan_local(idx: torch.Tensor, layout: Layout, dedup: str) -> LocalPlan:
     else:
         # key[e + 1]: the node (or rank) of expert e; masked pairs land in a spare row nkeys.
         table, nkeys = (layout.node_key, layout.nodes) if dedup == "node" else (layout.rank_key, layout.ranks)
-        lin = table[flat + 1] * t_count + _token_of_pair(t_count, k)
+        lin = (table * t_count)[f1]
+        lin += _token_of_pair(t_count, k)
         present = np.zeros((nkeys + 1) * t_count, dtype=bool)
         present[lin] = True
         q = np.flatnonzero(present[:nkeys * t_count])  # units by key, then token
-        key_counts[:nkeys] = np.count_nonzero(present[:nkeys * t_count].reshape(nkeys, t_count), axis=1)
+        # q ascends, so each key's units are one run: its bounds by binary search.
+        key_counts[:nkeys] = np.diff(np.searchsorted(q, np.arange(nkeys + 1) * t_count))
         keys_np = np.repeat(np.arange(nkeys), key_counts[:nkeys])
-        unit_token = q - keys_np * t_count
+        unit_token = q - keys_np * t_count if t_count & (t_count - 1) else q & (t_count - 1)
         ids = None
     return LocalPlan(torch.from_numpy(unit_token).to(dev), None if ids is None else torch.from_numpy(ids).to(dev),
                      keys_np, expert_counts, key_counts)
@@ -202,6 +228,28 @@ class CallPlan:
     matrix1: np.ndarray  # [R, R] hop-1 rows i -> j (every rank's, for a FAST schedule and the byte count)
 
 
+def _rank_tables(layout: Layout, me: int) -> dict:
+    """What `plan_exchange` needs that depends on the layout and the rank alone: built on
+    the first call and kept in ``layout.cache`` (a buffer plans every call with one Layout)."""
+    hit = layout.cache.get(("rank", me))
+    if hit is None:
+        r = layout.ranks
+        mine = layout.experts_of[me]
+        e_loc = mine.size
+        lo = int(mine[0]) if e_loc else 0
+        contiguous = e_loc > 0 and np.array_equal(mine, np.arange(lo, lo + e_loc))
+        src_grid = np.repeat(np.arange(r), e_loc)
+        exp_grid = np.tile(np.arange(e_loc), r)
+        hit = layout.cache[("rank", me)] = {
+            "cols": slice(lo, lo + e_loc) if contiguous else mine,  # my experts' columns of [R, E]
+            "e_loc": e_loc, "src_grid": src_grid, "exp_grid": exp_grid,
+            # Message order when every source arrives through one hop (dedup "rank"/"none").
+            "order_one_hop": np.lexsort((src_grid, exp_grid)),
+            "row_cells": np.arange(r)[:, None] * r,
+        }
+    return hit
+
+
 def plan_exchange(me: int, layout: Layout, dedup: str, balance: bool, expert_counts: np.ndarray,
                   key_counts: np.ndarray) -> CallPlan:
     """From every rank's counts (``expert_counts`` [R, E], ``key_counts`` [R, R]), this rank's sizes.
@@ -212,69 +260,74 @@ def plan_exchange(me: int, layout: Layout, dedup: str, balance: bool, expert_cou
     (source rank, token).
     """
     r, g = layout.ranks, layout.gpus_per_node
-    n = expert_counts
-    mine = layout.experts_of[me]
-    c = n[:, mine]  # [R, E_local] rows of source i for my expert e
-    node_of = np.arange(r) // g
+    tab = _rank_tables(layout, me)
+    c = expert_counts[:, tab["cols"]]  # [R, E_local] rows of source i for my expert e
+    node_of = layout.node_of_rank
     fwd = None
     if dedup == "node":
         s_count = layout.nodes
-        remote = node_of[:, None] != np.arange(s_count)[None, :]
-        load = (key_counts[:, :s_count] * remote).sum(1)
+        load = (key_counts[:, :s_count] * layout.remote).sum(1)
         fwd = balance_forwarders(load, g, balance)
         # Sums of counts through float64 bincount: exact below 2^53.
-        m1 = _bincount2(np.arange(r)[:, None] * r + fwd, key_counts[:, :s_count], r)
+        m1 = _bincount2(tab["row_cells"] + fwd, key_counts[:, :s_count], r)
         # pairs[i, j]: rows of source i for rank j's experts; they travel hop h = F[i, node(j)] -> j.
-        cs = np.zeros((r, n.shape[1] + 1), dtype=np.int64)
-        np.cumsum(n[:, layout.by_owner], axis=1, out=cs[:, 1:])
-        pairs = cs[:, layout.owner_ends] - cs[:, layout.owner_starts]
-        m2 = _bincount2(fwd[:, node_of] * r + np.arange(r)[None, :], pairs, r)
+        pairs = layout.pairs_per_owner(expert_counts)
         hop_of_source = fwd[:, node_of[me]]  # [R] hop through which source i reaches me
-        send2, recv2 = m2[me].tolist(), m2[:, me].tolist()
+        # My row of the hop-2 matrix: I forward source i's rows for rank j iff F[i, node(j)] = me,
+        # so j is on my node and i is one of the sources I forward for on it.
+        mine = hop_of_source == me
+        lo = node_of[me] * g
+        send2 = np.zeros(r, dtype=np.int64)
+        send2[lo:lo + g] = pairs[mine, lo:lo + g].sum(0)
+        send2 = send2.tolist()
+        recv2 = np.rint(np.bincount(hop_of_source, weights=pairs[:, me].astype(np.float64), minlength=r)
+                        ).astype(np.int64).tolist()
+        order = np.lexsort((tab["src_grid"], tab["exp_grid"], hop_of_source[tab["src_grid"]]))
     else:
         m1 = key_counts.copy()
-        hop_of_source = np.full(r, me)
         send2, recv2 = [], []
+        order = tab["order_one_hop"]
     totals = c.sum(0)
-    base = np.concatenate([[0], np.cumsum(totals)[:-1]]).astype(np.int64)  # [E_local]
+    base = np.zeros(totals.size, dtype=np.int64)  # [E_local] first output row of each local expert
+    np.cumsum(totals[:-1], out=base[1:])
     within = np.cumsum(c, axis=0) - c  # [R, E_local] exclusive prefix over sources
-    e_loc = c.shape[1]
     # Blocks in message order: by hop, then local expert, then source.
-    src_grid = np.repeat(np.arange(r), e_loc)
-    exp_grid = np.tile(np.arange(e_loc), r)
-    order = np.lexsort((src_grid, exp_grid, hop_of_source[src_grid]))
     lens = c.reshape(-1)[order]
-    starts = (base[exp_grid] + within.reshape(-1))[order]
-    total = int(lens.sum())
+    starts = (base[tab["exp_grid"]] + within.reshape(-1))[order]
     offs = np.cumsum(lens) - lens
+    total = int(offs[-1] + lens[-1]) if lens.size else 0
     place = np.repeat(starts - offs, lens) + np.arange(total, dtype=np.int64)
     return CallPlan(fwd, m1[me].tolist(), m1[:, me].tolist(), send2, recv2, place, totals.tolist(), m1)
 
 
-def hop_pairs(ids: torch.Tensor, layout: Layout, dedup: str, me: int):
+def hop_pairs(ids: torch.Tensor, layout: Layout, dedup: str, me: int, experts: bool = True):
     """Pairs (unit, k) of the units hop ``me`` holds that it serves (experts on its node with
     ``dedup="node"``, its own experts otherwise), sorted by (owner, local expert); stable, so
     rows of one expert stay in (source rank, token) order. Returns (unit, k) tensors on
-    ``ids``' device and the pairs' expert ids (numpy)."""
+    ``ids``' device and the pairs' expert ids (numpy; None unless ``experts``)."""
     dev = ids.device
     a = ids.detach().cpu().numpy()
     k = a.shape[1] if a.ndim == 2 else 1
     flat = a.reshape(-1)
     mine = me // layout.gpus_per_node if dedup == "node" else me
     span = layout.id_span(dedup, mine)
-    if dedup == "none":
-        p = np.flatnonzero(flat >= 0)
-    elif span is not None:  # contiguous placement: the hop's experts are one id range
-        p = np.flatnonzero((flat - span[0]).view(np.uint32 if flat.dtype.itemsize == 4 else np.uint64)
-                           < span[1] - span[0])
+    if span is not None and dedup != "none":  # contiguous placement: the hop's experts are one id range
+        rel = flat - span[0]  # ids below the range wrap to large unsigned values
+        p = np.flatnonzero(rel.view(np.uint32 if rel.dtype.itemsize == 4 else np.uint64) < span[1] - span[0])
+        rel = rel[p]
+        e = rel + span[0] if experts else None
+        if span[1] - span[0] <= 256:  # one radix pass on 8-bit keys
+            order = np.argsort(rel.astype(np.uint8), kind="stable")
+        else:
+            order = _stable_order(rel, layout.num_experts)
     else:
-        # domain[e + 1]: the node (or rank) of expert e; domain[0] (id -1) matches nothing.
-        domain = layout.node_of_expert if dedup == "node" else layout.owner_of_expert
-        p = np.flatnonzero(domain[flat + 1] == mine)
-    e = flat[p]
-    if span is not None and span[1] - span[0] <= 256:  # one radix pass on 8-bit keys
-        order = np.argsort((e - span[0]).astype(np.uint8), kind="stable")
-    else:
+        if dedup == "none":
+            p = np.flatnonzero(flat >= 0)
+        else:
+            # domain[e + 1]: the node (or rank) of expert e; domain[0] (id -1) matches nothing.
+            domain = layout.node_of_expert if dedup == "node" else layout.owner_of_expert
+            p = np.flatnonzero(domain[flat + 1] == mine)
+        e = flat[p]
         order = _stable_order(e if layout.ids_sorted else layout.sort_pos[e], layout.num_experts)
     p = p[order]
     if k & (k - 1) == 0:  # a power of two: shifts, several times cheaper than numpy's division
@@ -282,7 +335,7 @@ def hop_pairs(ids: torch.Tensor, layout: Layout, dedup: str, me: int):
         pu, pk = p >> shift, p & (k - 1)
     else:
         pu, pk = np.divmod(p, k)
-    return torch.from_numpy(pu).to(dev), torch.from_numpy(pk).to(dev), e[order]
+    return torch.from_numpy(pu).to(dev), torch.from_numpy(pk).to(dev), e[order] if experts else None
 
 
 __all__ = ["DEDUP_MODES", "SCHEDULES", "Layout", "default_placement", "check_placement", "balance_forwarders",

@@ -12,6 +12,11 @@
 //!   earlier), so every schedule that respects either gives the id-order result;
 //! - final state: each Output holds exactly what the collective defines, and for
 //!   the copy collectives every Output byte was written once.
+//!
+//! `verify_with(plan, FinalState::Caller { .. })` keeps every check but the last for
+//! producers whose result none of the four collectives states (an MoE combine sums
+//! rows of different ranks at different offsets): reduce_sum is then allowed in any
+//! plan, and the caller proves the final state itself (e.g. `collsched.moe.plans`).
 mod ancestry;
 mod contents;
 mod final_state;
@@ -39,16 +44,36 @@ pub struct VerifyReport {
     pub ancestor_searches: u64,
 }
 
+/// Who proves what the Outputs hold at the end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FinalState {
+    /// The verifier, against the plan's collective (the default).
+    #[default]
+    Collective,
+    /// The caller: for plans whose result the collective cannot state. The collective
+    /// then only gives the buffer sizes; reduce_sum is allowed in any plan, its segments in
+    /// whole `elem_bytes` elements, and what it adds is not tracked (nor, for copy
+    /// collectives, may a copy land twice on an Output byte). All other checks run.
+    Caller { elem_bytes: u64 },
+}
+
 /// Verify `plan`; the error names the first violating transfer (or the final-state mismatch).
 pub fn verify(plan: &Plan) -> Result<VerifyReport> {
+    verify_with(plan, FinalState::Collective)
+}
+
+/// `verify`, with the final state proven as `final_state` says.
+pub fn verify_with(plan: &Plan, final_state: FinalState) -> Result<VerifyReport> {
     plan.check_shape().map_err(|e| Error::Verification(format!("malformed plan: {e}")))?;
     check_header(plan)?;
-    let mut ex = Executor::new(plan);
+    let mut ex = Executor::new(plan, final_state);
     for id in 0..plan.transfers.len() as u32 {
         ex.execute(id)?;
     }
-    let outputs: Vec<&Region> = (0..plan.num_ranks()).map(|r| &ex.regions[region_index(r, Buf::Output)]).collect();
-    final_state::check_outputs(plan, &outputs)?;
+    if final_state == FinalState::Collective {
+        let outputs: Vec<&Region> = (0..plan.num_ranks()).map(|r| &ex.regions[region_index(r, Buf::Output)]).collect();
+        final_state::check_outputs(plan, &outputs)?;
+    }
     Ok(VerifyReport {
         transfers: plan.transfers.len(),
         segments: plan.segments.len(),
@@ -107,6 +132,8 @@ struct Executor<'p> {
     ranks: u32,
     /// AllToAll and AllGather: plain copies, every Output byte lands once.
     copy_only: bool,
+    /// The caller proves the final state: reduce_sum allowed, its sums not tracked.
+    caller: bool,
     elem_bytes: u64,
     input_sizes: Vec<u64>,
     output_sizes: Vec<u64>,
@@ -121,12 +148,16 @@ struct Executor<'p> {
 }
 
 impl<'p> Executor<'p> {
-    fn new(plan: &'p Plan) -> Executor<'p> {
+    fn new(plan: &'p Plan, final_state: FinalState) -> Executor<'p> {
         let ranks = plan.num_ranks();
-        let (copy_only, elem_bytes) = match &plan.collective {
+        let (copy_only, mut elem_bytes) = match &plan.collective {
             Collective::AllToAll { .. } | Collective::AllGather { .. } => (true, 1),
             Collective::ReduceScatter { elem_bytes, .. } | Collective::AllReduce { elem_bytes, .. } => (false, (*elem_bytes).max(1) as u64),
         };
+        let caller = matches!(final_state, FinalState::Caller { .. });
+        if let FinalState::Caller { elem_bytes: e } = final_state {
+            elem_bytes = e.max(1);
+        }
         let (input_sizes, output_sizes) = match &plan.collective {
             Collective::AllToAll { traffic } => (traffic.input_sizes(), traffic.output_sizes()),
             c => ((0..ranks).map(|r| c.input_size(r)).collect(), (0..ranks).map(|r| c.output_size(r)).collect()),
@@ -135,6 +166,7 @@ impl<'p> Executor<'p> {
             plan,
             ranks,
             copy_only,
+            caller,
             elem_bytes,
             input_sizes,
             output_sizes,
@@ -214,7 +246,7 @@ impl<'p> Executor<'p> {
                 return Err(self.fail(id, None, format!("depends on {}, whose step {ds} is after its own step {}", describe_transfer(plan, d), t.step)));
             }
         }
-        if t.op == Op::ReduceSum && self.copy_only {
+        if t.op == Op::ReduceSum && self.copy_only && !self.caller {
             return Err(self.fail(id, None, format!("reduce_sum in a {} plan (copy collectives only copy)", plan.collective.name())));
         }
         Ok(())
@@ -336,7 +368,7 @@ impl<'p> Executor<'p> {
             }
             Op::ReduceSum => {
                 let cuts: Vec<u64> = self.pieces.iter().map(|p| shift(p.lo)).collect();
-                let (ranks, elem) = (self.ranks, self.elem_bytes);
+                let (ranks, elem, caller) = (self.ranks, self.elem_bytes, self.caller);
                 let mut at = dst_lo;
                 let mut piece = 0;
                 for (&start, run) in self.regions[ri].runs_in(dst_lo, dst_hi, &cuts) {
@@ -347,6 +379,14 @@ impl<'p> Executor<'p> {
                             span(s.dst_buf, at, start),
                             t.dst
                         )));
+                    }
+                    if caller {
+                        // Only the ordering is proven here; the caller checks what the sums hold.
+                        push_write_needs(&mut self.needs, run, k, t.dst, s.dst_buf, start);
+                        run.writer = id;
+                        run.readers.clear();
+                        at = run.end;
+                        continue;
                     }
                     while shift(self.pieces[piece].hi) <= start {
                         piece += 1;
