@@ -9,6 +9,8 @@ use std::sync::OnceLock;
 
 #[path = "rank_plan.rs"]
 mod rank_plan;
+#[path = "rank_program.rs"]
+mod rank_program;
 
 /// A communication plan: transfers of segments between rank buffers.
 #[pyclass(module = "collsched._core", name = "Plan", frozen)]
@@ -278,5 +280,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_core_plan_ns, m)?)?;
     m.add_function(wrap_pyfunction!(_write_floor_ns, m)?)?;
     rank_plan::register(m)?;
+    rank_program::register(m)?;
     Ok(())
 }

@@ -74,6 +74,13 @@ impl Plan {
     /// `rank`'s part of this plan (what `algo::plan_for_rank` expands on its own). Errors
     /// name a rank outside the plan or a transfer whose ranges lie outside its arrays.
     pub fn rank_plan(&self, rank: u32) -> Result<RankPlan> {
+        self.rank_plan_with(rank, true)
+    }
+
+    /// `rank_plan`, with the per-step moving pairs only when `count_pairs` (which reads every
+    /// transfer's segments; without it only this rank's are read and `moving_pairs` is empty:
+    /// point-to-point transports need no steps that other ranks join).
+    pub fn rank_plan_with(&self, rank: u32, count_pairs: bool) -> Result<RankPlan> {
         let n = self.num_ranks();
         if rank >= n {
             return invalid!("rank {rank} is outside the plan's {n} ranks");
@@ -90,11 +97,15 @@ impl Plan {
         let mut per_step: Vec<u32> = Vec::new();
         let mut deps = Vec::new();
         for (id, t) in self.transfers.iter().enumerate() {
+            let on_rank = t.src == rank || t.dst == rank;
+            if !count_pairs && !on_rank {
+                continue;
+            }
             let segs = self.segments.get(t.seg_range()).ok_or_else(|| crate::Error::InvalidInput(format!("transfer {id}'s segments {}..{} lie outside the plan's {} segments", t.seg_begin, t.seg_end, self.segments.len())))?;
             if t.src >= n || t.dst >= n {
                 return invalid!("transfer {id} names rank {} outside the plan's {n} ranks", t.src.max(t.dst));
             }
-            if t.src != t.dst && segs.iter().any(|s| s.len > 0) {
+            if count_pairs && t.src != t.dst && segs.iter().any(|s| s.len > 0) {
                 moving[id / 64] |= 1 << (id % 64);
                 let s = t.step as usize;
                 if s >= super::MAX_STEPS as usize {
@@ -105,7 +116,7 @@ impl Plan {
                 }
                 per_step[s] += 1;
             }
-            if t.src == rank || t.dst == rank {
+            if on_rank {
                 mine[id] = true;
                 let d = self.deps.get(t.dep_range()).ok_or_else(|| crate::Error::InvalidInput(format!("transfer {id}'s deps {}..{} lie outside the plan's {} deps", t.dep_begin, t.dep_end, self.deps.len())))?;
                 deps.clear();
@@ -113,7 +124,9 @@ impl Plan {
                 rp.push(id as u32, t, segs, &deps);
             }
         }
-        rp.moving_pairs = distinct_pairs_per_step(self, &moving, Some(per_step));
+        if count_pairs {
+            rp.moving_pairs = distinct_pairs_per_step(self, &moving, Some(per_step));
+        }
         Ok(rp)
     }
 }
