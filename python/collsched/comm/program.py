@@ -16,8 +16,8 @@ transfer, shared by the steps and the actions) and cuts the steps.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import cached_property, partial
-from itertools import compress
+from functools import cached_property
+from itertools import compress, repeat
 from operator import not_
 from typing import NamedTuple
 
@@ -168,7 +168,8 @@ class RankProgram:
         if self._core is None:
             raise ValueError("this program was built without its plan: compile it with compile_rank_program")
         actions, dependents, staging, early, post_waiters = self._core._overlap(*self._objs)
-        return OverlapProgram(list(map(_new_action, actions)), dependents, staging, early, post_waiters)
+        return OverlapProgram(list(map(tuple.__new__, repeat(Action), actions)), dependents, staging, early,
+                              post_waiters)
 
     @property
     def active_steps(self) -> int:
@@ -191,7 +192,6 @@ def _align(x: int) -> int:
     return (x + STAGING_ALIGN - 1) // STAGING_ALIGN * STAGING_ALIGN
 
 
-_new_message = partial(tuple.__new__, Message)  # a Message from one tuple of its fields
 
 
 def _core_source(plan, rank: int, arrays: PlanArrays | None):
@@ -243,7 +243,9 @@ def compile_rank_program(plan, rank: int, arrays: PlanArrays | None = None, *,
         raise ValueError(f"rank {rank} is outside the plan's {n} ranks")
     core, (raw_msgs, is_send, copies, local_tids, steps, totals) = _core._compile_rank_program(
         _core_source(plan, rank, arrays), rank, collective_steps)
-    msgs = list(map(_new_message, raw_msgs))  # step order: sends and receives share them
+    # Messages from the core's tuples at C speed (tuple.__new__ straight, not through a
+    # partial: a third less per message), in step order: sends and receives share them.
+    msgs = list(map(tuple.__new__, repeat(Message), raw_msgs))
     p2p = list(zip(is_send, msgs))
     sends = list(compress(msgs, is_send))
     recvs = list(compress(msgs, map(not_, is_send)))
@@ -339,7 +341,6 @@ class Action(NamedTuple):
     post_after: tuple = ()
 
 
-_new_action = partial(tuple.__new__, Action)
 
 
 @dataclass
