@@ -16,9 +16,9 @@ from operator import itemgetter
 
 import numpy as np
 
-from collsched.comm.program import (LOCAL, OP_REDUCE_SUM, RECV, SEGMENT_DTYPE, SEND, STAGING_ALIGN, TRANSFER_DTYPE,
-                                    BUF_INPUT, BUF_OUTPUT, BUF_SCRATCH, Action, Message, OverlapProgram, PlanArrays,
-                                    RankProgram, StepProgram)
+from collsched.comm.program import (BUF_INPUT, BUF_OUTPUT, BUF_SCRATCH, LOCAL, OP_REDUCE_SUM, RECV, SEGMENT_DTYPE,
+                                    SEND, STAGING_ALIGN, TRANSFER_DTYPE, Action, Message, OverlapProgram, PlanArrays,
+                                    RankProgram, StepProgram, plan_arrays)
 
 _new_action = partial(tuple.__new__, Action)
 
@@ -46,10 +46,11 @@ class _Columns:
 
 def _rank_view(plan, rank: int, arrays: PlanArrays | None, count_pairs: bool) -> tuple:
     """(ids, transfers, segments, moving pairs, sizes) of the transfers `rank` takes part in,
-    in id order: from a `RankPlan`, from the core's rank view of a whole Plan (without
-    `count_pairs` it skips the other transfers' segments and the moving pairs are empty), or
-    from the whole plan's decoded `arrays` (numpy; the reference for the core's view)."""
+    in id order: from a `RankPlan`'s rows, or from the whole plan's decoded `arrays` (numpy,
+    independent of the core's cut; a whole Plan is decoded here when they are not given)."""
     n = plan.num_ranks
+    if arrays is None and not hasattr(plan, "_rows"):
+        arrays = plan_arrays(plan)
     if arrays is not None:
         t = arrays.transfers
         mine = np.nonzero((t["src"] == rank) | (t["dst"] == rank))[0]
@@ -58,12 +59,9 @@ def _rank_view(plan, rank: int, arrays: PlanArrays | None, count_pairs: bool) ->
                              + t["dst"][moving])
         steps, pairs = np.unique(pair_ids // (n * n), return_counts=True)
         return mine.astype(np.int64), t[mine], arrays.segments, dict(zip(steps.tolist(), pairs.tolist())), None
-    if hasattr(plan, "_rows"):  # a RankPlan
-        if plan.rank != rank:
-            raise ValueError(f"this RankPlan is rank {plan.rank}'s, not rank {rank}'s")
-        v = plan._rows()
-    else:
-        v = plan._rank_view(rank, count_pairs)
+    if plan.rank != rank:
+        raise ValueError(f"this RankPlan is rank {plan.rank}'s, not rank {rank}'s")
+    v = plan._rows()
     moving = np.frombuffer(v["moving_pairs"], dtype="<u4").reshape(-1, 2).tolist()
     return (np.frombuffer(v["ids"], dtype="<u4").astype(np.int64), np.frombuffer(v["transfers"], dtype=TRANSFER_DTYPE),
             np.frombuffer(v["segments"], dtype=SEGMENT_DTYPE), dict(moving), v["sizes"])
@@ -122,7 +120,7 @@ def compile_reference(plan, rank: int, arrays: PlanArrays | None = None, *,
     checked, cut and laid out with numpy; Python builds only the objects the executor reads.
 
     Args:
-        plan: a whole ``Plan`` (read through the core's rank view) or this rank's ``RankPlan``
+        plan: a whole ``Plan`` (decoded and cut in numpy) or this rank's ``RankPlan``
             (``collsched.plan_for_rank``).
         rank: the rank, in ``range(plan.num_ranks)``.
         arrays: the whole plan's decoded arrays (`plan_arrays`): read instead of the core's view.

@@ -142,7 +142,8 @@ def _synthetic_plans(n: int):
 @given(servers=st.integers(1, 4), gpus=st.sampled_from([1, 2, 4]), skew=st.sampled_from([0.0, 0.8, 1.2]),
        seed=st.integers(0, 10_000), algorithm=st.sampled_from(ALGORITHMS))
 def test_programs_from_the_rank_view_equal_those_from_the_whole_plan(servers, gpus, skew, seed, algorithm):
-    """The core's rank view (what the runtime compiles from) against decoding the whole plan."""
+    """The rank's cut in the core (`Plan.rank_plan`, what a whole plan compiles from) against
+    decoding the whole plan."""
     from collsched.comm.program import plan_arrays
 
     n = servers * gpus
@@ -231,10 +232,12 @@ def test_row_checks_equal_their_definition(rows):
     assert all([mo for *_, mo in m.segs] == list(np.cumsum([0] + [ln for _, _, ln, _ in m.segs])[:-1]) for m in sends)
 
 
-def test_the_rank_view_rejects_a_rank_outside_the_plan():
+def test_the_rank_cut_rejects_a_rank_outside_the_plan():
     plan = collsched.plan_all_to_all(collsched.traffic.uniform(4, 100, seed=0), "h200:2,gpus=2", "fanout")
     with pytest.raises(ValueError, match="rank 4 is outside the plan's 4 ranks"):
-        plan._rank_view(4)
+        plan.rank_plan(4)
+    with pytest.raises(ValueError, match="rank 4 is outside the plan's 4 ranks"):
+        compile_rank_program(plan, 4, collective_steps=False)
 
 
 def test_a_p2p_only_program_is_refused_by_the_collective_transports():

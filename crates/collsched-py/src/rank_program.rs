@@ -130,7 +130,7 @@ fn _compile_rank_program<'py>(py: Python<'py>, source: &Bound<'py, PyAny>, rank:
 
 /// Little-endian rows of `W` words of `T` each (`what` names them in errors).
 fn rows<const W: usize, T: Copy + Default, const B: usize>(data: &[u8], what: &str, word: fn([u8; B]) -> T) -> PyResult<Vec<[T; W]>> {
-    if data.len() % (W * B) != 0 {
+    if !data.len().is_multiple_of(W * B) {
         return Err(PyValueError::new_err(format!("{what}: {} bytes is not a whole number of {}-byte rows", data.len(), W * B)));
     }
     Ok(data

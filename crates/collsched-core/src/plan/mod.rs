@@ -8,7 +8,6 @@ pub mod content_hash;
 pub mod hash;
 pub mod rank_plan;
 pub mod rank_program;
-pub mod rank_view;
 pub mod serialize;
 pub mod verify;
 
