@@ -7,6 +7,7 @@ use super::PyPlan;
 use crate::guarded;
 use collsched_core::plan::rank_plan::RankPlan;
 use collsched_core::plan::rank_program::{self, Kind, RankProgram};
+use collsched_core::plan::Segment;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
@@ -35,23 +36,31 @@ impl PyRankProgram {
     /// dense)`; totals `(input, output, scratch, staging, sent, received, uses_reduce)`.
     fn layout<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
         let p = &self.inner;
-        let msgs = PyList::new(
-            py,
-            p.comm_order.iter().map(|&i| {
-                let a = &p.actions[i as usize];
-                let send = a.kind == Kind::Send;
+        let mut msgs = Vec::with_capacity(p.comm_order.len());
+        for &i in &p.comm_order {
+            let a = &p.actions[i as usize];
+            let send = a.kind == Kind::Send;
+            let side = |s: &Segment| if send { (s.src_buf as u8, s.src_off) } else { (s.dst_buf as u8, s.dst_off) };
+            let nbytes = a.nbytes.into_pyobject(py)?;
+            let segs = &p.segments[a.seg_range()];
+            // Most messages have one segment: its length is the message's (one int object for both).
+            let seg_list = if let [s] = segs {
+                let (b, off) = side(s);
+                PyList::new(py, [(b, off, nbytes.clone(), 0u64)])?
+            } else {
                 let mut at = 0u64;
-                let segs: Vec<(u8, u64, u64, u64)> = p.segments[a.seg_range()]
-                    .iter()
-                    .map(|s| {
-                        let off = at;
+                PyList::new(
+                    py,
+                    segs.iter().map(|s| {
+                        let (b, off) = side(s);
                         at += s.len;
-                        if send { (s.src_buf as u8, s.src_off, s.len, off) } else { (s.dst_buf as u8, s.dst_off, s.len, off) }
-                    })
-                    .collect();
-                (a.tid, a.peer, a.op as u8, a.nbytes, segs, a.step_stage)
-            }),
-        )?;
+                        (b, off, s.len, at - s.len)
+                    }),
+                )?
+            };
+            msgs.push((a.tid, a.peer, a.op as u8, nbytes, seg_list, a.step_stage).into_pyobject(py)?);
+        }
+        let msgs = PyList::new(py, msgs)?;
         let is_send = PyList::new(py, p.comm_order.iter().map(|&i| p.actions[i as usize].kind == Kind::Send))?;
         let copies = PyList::new(
             py,
