@@ -90,3 +90,19 @@ def test_synthetic_plans_compile_as_the_reference():
                  syn.direct_reduce_scatter(n, 64, 4, 4), syn.rs_ag_allreduce(n, 64, 4, 4)):
         for rank in range(n):
             _assert_equal_to_reference(plan, rank)
+
+
+def test_bad_sources_are_clear_errors():
+    from collsched import _core
+
+    m = traffic.uniform(4, 100, seed=0)
+    plan = collsched.plan_all_to_all(m, "h200:2,gpus=2", "fanout")
+    with pytest.raises(TypeError, match="expected a Plan or a RankPlan, got list"):
+        _core._compile_rank_program([], 0, False)
+    with pytest.raises(ValueError, match="rank 4 is outside the plan's 4 ranks"):
+        _core._compile_rank_program(plan, 4, False)
+    with pytest.raises(ValueError, match="this RankPlan is rank 1's, not rank 2's"):
+        compile_rank_program(plan.rank_plan(1), 2)
+    prog = compile_rank_program(plan, 0)
+    with pytest.raises(ValueError, match="expected 6 messages and 1 local copies, got 0 and 0"):
+        prog._core._overlap([], [])

@@ -91,7 +91,7 @@ impl PyRankProgram {
         if msgs.len() != p.comm_order.len() || copies.len() != p.local_order.len() {
             return Err(PyValueError::new_err(format!("expected {} messages and {} local copies, got {} and {}", p.comm_order.len(), p.local_order.len(), msgs.len(), copies.len())));
         }
-        let ov = py.allow_threads(|| rank_program::overlap(p));
+        let ov = py.allow_threads(|| guarded(|| Ok(rank_program::overlap(p))))?;
         let n = p.actions.len();
         let (msg_at, copy_at) = (positions(n, &p.comm_order), positions(n, &p.local_order));
         let mut actions = Vec::with_capacity(n);
