@@ -145,8 +145,8 @@ class RankProgram:
     # Whether steps every rank joins are marked (`compile_rank_program`'s `collective_steps`):
     # without, `steps` holds only the steps this rank acts in, and only p2p can run it.
     collective_steps: bool = True
-    # The core's program (`_core.RankPlan`'s compiled layout) and the Messages and local
-    # copies built from it, in step order: `overlap` shares them.
+    # The core's compiled layout (`_core.RankProgram`) and the Messages and local copies
+    # built from it, in step order: `overlap` shares them.
     _core: object = field(default=None, repr=False, compare=False)
     _objs: tuple = field(default=None, repr=False, compare=False)
 
@@ -187,11 +187,8 @@ class RankProgram:
         return max([sp.a2a.staging_bytes for sp in self.steps if sp.dense and sp.a2a is not None] or [0])
 
 
-
 def _align(x: int) -> int:
     return (x + STAGING_ALIGN - 1) // STAGING_ALIGN * STAGING_ALIGN
-
-
 
 
 def _core_source(plan, rank: int, arrays: PlanArrays | None):
