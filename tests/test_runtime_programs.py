@@ -142,7 +142,8 @@ def _synthetic_plans(n: int):
 @given(servers=st.integers(1, 4), gpus=st.sampled_from([1, 2, 4]), skew=st.sampled_from([0.0, 0.8, 1.2]),
        seed=st.integers(0, 10_000), algorithm=st.sampled_from(ALGORITHMS))
 def test_programs_from_the_rank_view_equal_those_from_the_whole_plan(servers, gpus, skew, seed, algorithm):
-    """The core's rank view (what the runtime compiles from) against decoding the whole plan."""
+    """The rank's cut in the core (`Plan.rank_plan`, what a whole plan compiles from) against
+    decoding the whole plan."""
     from collsched.comm.program import plan_arrays
 
     n = servers * gpus
@@ -199,7 +200,10 @@ _seg = st.tuples(st.sampled_from([0, 1, 2, 2, 3]), st.integers(0, 9), st.sampled
 @settings(max_examples=300, deadline=None)
 @given(rows=st.lists(st.tuples(st.sampled_from([0, 1, 1, 1, 4]), st.lists(_seg, max_size=3)), max_size=8))
 def test_row_checks_equal_their_definition(rows):
-    from collsched.comm.program import SEGMENT_DTYPE, TRANSFER_DTYPE, _kept
+    """Rows of a decoded plan go through the core (`_rank_plan_from_rows`, then its program):
+    the same error, naming the transfer, or the kept transfers with their kept segments."""
+    from collsched import _core
+    from collsched.comm.program import SEGMENT_DTYPE, TRANSFER_DTYPE
 
     rows = [(k, 0, 1, op, 0, segs) for k, (op, segs) in enumerate(rows)]
     segs = np.array([x for *_, sg in rows for x in sg], dtype=SEGMENT_DTYPE)
@@ -208,22 +212,32 @@ def test_row_checks_equal_their_definition(rows):
                  dtype=TRANSFER_DTYPE)
     ids = np.arange(len(rows), dtype=np.int64) * 3 + 1  # rows carry their ids: errors name those
     rows = [(int(ids[k]), *r[1:]) for k, r in enumerate(rows)]
+
+    def compiled():
+        rp = _core._rank_plan_from_rows(0, 2, ids.astype("<u4").tobytes(), t.tobytes(), segs.tobytes(), b"", [],
+                                        (100, 0, 0))
+        return compile_rank_program(rp, 0, collective_steps=False)
+
     try:
         want = _checked_by_definition(rows)
     except ValueError as e:
         with pytest.raises(ValueError, match=str(e)):
-            _kept(ids, t, segs)
+            compiled()
         return
-    live, nk, sidx = _kept(ids, t, segs)
-    got = segs[sidx].tolist()
-    at = np.concatenate([[0], np.cumsum(nk)]).tolist()
-    assert [(*rows[i][:5], got[a:b]) for i, a, b in zip(live.tolist(), at[:-1], at[1:])] == want
+    sends = [m for sp in compiled().steps for m in sp.sends]
+    # Rank 0 sends every kept transfer: its side of a segment is the source.
+    assert [(m.tid, 0, m.peer, m.op, 0, [(b, o, ln) for b, o, ln, _ in m.segs]) for m in sends] == [
+        (tid, src, dst, op, step, [(x[0], x[1], x[4]) for x in kept]) for tid, src, dst, op, step, kept in want]
+    # Each message's segments back to back.
+    assert all([mo for *_, mo in m.segs] == list(np.cumsum([0] + [ln for _, _, ln, _ in m.segs])[:-1]) for m in sends)
 
 
-def test_the_rank_view_rejects_a_rank_outside_the_plan():
+def test_the_rank_cut_rejects_a_rank_outside_the_plan():
     plan = collsched.plan_all_to_all(collsched.traffic.uniform(4, 100, seed=0), "h200:2,gpus=2", "fanout")
     with pytest.raises(ValueError, match="rank 4 is outside the plan's 4 ranks"):
-        plan._rank_view(4)
+        plan.rank_plan(4)
+    with pytest.raises(ValueError, match="rank 4 is outside the plan's 4 ranks"):
+        compile_rank_program(plan, 4, collective_steps=False)
 
 
 def test_a_p2p_only_program_is_refused_by_the_collective_transports():

@@ -131,13 +131,15 @@ def test_unknown_option_is_rejected(algorithm):
 @settings(max_examples=30, deadline=None)
 @given(n=st.integers(1, 9), seed=st.integers(0, 1000), algorithm=st.sampled_from(["fanout", "fast", "spreadout"]))
 def test_plan_buffer_sizes_are_the_matrix_row_and_column_sums(n, seed, algorithm):
-    """The plan's per-rank sizes (columns summed in one row-major pass) and one rank's, as the
-    rank view reports them, against numpy."""
+    """The plan's per-rank sizes (columns summed in one row-major pass) and one rank's, as its
+    RankPlan reports them, against numpy."""
     m = collsched.traffic.zipf(n, 0.9, 1000, seed=seed)
     plan = collsched.plan_all_to_all(m, f"h200:1,gpus={n}", algorithm)
     assert list(plan.input_sizes) == m.sum(axis=1).tolist() and list(plan.output_sizes) == m.sum(axis=0).tolist()
     for r in range(n):
-        assert plan._rank_view(r, False)["sizes"] == (plan.input_sizes[r], plan.output_sizes[r], plan.scratch_bytes[r])
+        rp = plan.rank_plan(r)
+        assert (rp.input_bytes, rp.output_bytes, rp.scratch_bytes) == (plan.input_sizes[r], plan.output_sizes[r],
+                                                                       plan.scratch_bytes[r])
 
 
 def test_plan_hash_is_kept_and_safe_to_ask_from_many_threads():

@@ -10,6 +10,8 @@ use std::sync::OnceLock;
 
 #[path = "rank_plan.rs"]
 mod rank_plan;
+#[path = "rank_program.rs"]
+mod rank_program;
 
 /// A communication plan: transfers of segments between rank buffers.
 #[pyclass(module = "collsched._core", name = "Plan", frozen)]
@@ -162,23 +164,6 @@ impl PyPlan {
         d.set_item("deps", PyBytes::new(py, &u32_rows(&p.deps)))?;
         Ok(d)
     }
-    /// What `rank` sends and receives, as `_raw_arrays` rows (`plan::rank_view`): "ids",
-    /// "transfers" (segment ranges into "segments", no deps), "segments", and
-    /// "moving_pairs" as (step, distinct moving rank pairs) u32 pairs.
-    #[pyo3(signature = (rank, count_pairs = true))]
-    fn _rank_view<'py>(&self, py: Python<'py>, rank: u32, count_pairs: bool) -> PyResult<Bound<'py, PyDict>> {
-        let v = py.allow_threads(|| guarded(|| collsched_core::plan::rank_view::rank_view(&self.inner, rank, count_pairs)))?;
-        let d = PyDict::new(py);
-        d.set_item("ids", PyBytes::new(py, &u32_rows(&v.ids)))?;
-        d.set_item("transfers", PyBytes::new(py, &transfer_rows(&v.transfers)))?;
-        d.set_item("segments", PyBytes::new(py, &segment_rows(&v.segments)))?;
-        let flat: Vec<u32> = v.moving_pairs.iter().flat_map(|&(s, k)| [s, k]).collect();
-        d.set_item("moving_pairs", PyBytes::new(py, &u32_rows(&flat)))?;
-        // This rank's buffer sizes (the plan's getters compute every rank's).
-        let c = &self.inner.collective;
-        d.set_item("sizes", (c.input_size(rank), c.output_size(rank), self.inner.scratch_bytes.get(rank as usize).copied().unwrap_or(0)))?;
-        Ok(d)
-    }
     /// `rank`'s part of this plan, the `RankPlan` that `plan_for_rank` expands on its own.
     fn rank_plan(&self, py: Python<'_>, rank: u32) -> PyResult<rank_plan::PyRankPlan> {
         let inner = py.allow_threads(|| guarded(|| self.inner.rank_plan(rank)))?;
@@ -290,5 +275,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_core_plan_ns, m)?)?;
     m.add_function(wrap_pyfunction!(_write_floor_ns, m)?)?;
     rank_plan::register(m)?;
+    rank_program::register(m)?;
     Ok(())
 }

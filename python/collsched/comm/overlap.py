@@ -1,7 +1,7 @@
 """Dependency-driven execution of one rank's program on a backend whose waits block the host (Gloo).
 
 No step barrier: an action starts as soon as the actions it depends on (`rank_deps` and
-conflicting accesses, see `program.overlap_program`) have completed. Sends are posted when
+conflicting accesses, see `program.RankProgram.overlap`) have completed. Sends are posted when
 their deps are done (gathered first when staged); local copies run when their deps are
 done. Receives are posted early: into staging at once (only the scatter waits for the
 deps), into the user's buffer once the earlier accesses to those bytes are done

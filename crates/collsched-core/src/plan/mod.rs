@@ -7,7 +7,7 @@ pub mod floor;
 pub mod content_hash;
 pub mod hash;
 pub mod rank_plan;
-pub mod rank_view;
+pub mod rank_program;
 pub mod serialize;
 pub mod verify;
 

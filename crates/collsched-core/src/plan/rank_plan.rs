@@ -6,7 +6,6 @@
 //! the executor can tag messages by id without seeing the whole plan. Dependencies are kept
 //! only where this rank takes part in the transfer depended on; an executor that follows
 //! deps orders what this rank does, and the peers order theirs.
-use super::rank_view::distinct_pairs_per_step;
 use super::{Plan, Segment, Transfer};
 use crate::error::Result;
 use crate::invalid;
@@ -74,6 +73,13 @@ impl Plan {
     /// `rank`'s part of this plan (what `algo::plan_for_rank` expands on its own). Errors
     /// name a rank outside the plan or a transfer whose ranges lie outside its arrays.
     pub fn rank_plan(&self, rank: u32) -> Result<RankPlan> {
+        self.rank_plan_with(rank, true)
+    }
+
+    /// `rank_plan`, with the per-step moving pairs only when `count_pairs` (which reads every
+    /// transfer's segments; without it only this rank's are read and `moving_pairs` is empty:
+    /// point-to-point transports need no steps that other ranks join).
+    pub fn rank_plan_with(&self, rank: u32, count_pairs: bool) -> Result<RankPlan> {
         let n = self.num_ranks();
         if rank >= n {
             return invalid!("rank {rank} is outside the plan's {n} ranks");
@@ -90,11 +96,15 @@ impl Plan {
         let mut per_step: Vec<u32> = Vec::new();
         let mut deps = Vec::new();
         for (id, t) in self.transfers.iter().enumerate() {
+            let on_rank = t.src == rank || t.dst == rank;
+            if !count_pairs && !on_rank {
+                continue;
+            }
             let segs = self.segments.get(t.seg_range()).ok_or_else(|| crate::Error::InvalidInput(format!("transfer {id}'s segments {}..{} lie outside the plan's {} segments", t.seg_begin, t.seg_end, self.segments.len())))?;
             if t.src >= n || t.dst >= n {
                 return invalid!("transfer {id} names rank {} outside the plan's {n} ranks", t.src.max(t.dst));
             }
-            if t.src != t.dst && segs.iter().any(|s| s.len > 0) {
+            if count_pairs && t.src != t.dst && segs.iter().any(|s| s.len > 0) {
                 moving[id / 64] |= 1 << (id % 64);
                 let s = t.step as usize;
                 if s >= super::MAX_STEPS as usize {
@@ -105,7 +115,7 @@ impl Plan {
                 }
                 per_step[s] += 1;
             }
-            if t.src == rank || t.dst == rank {
+            if on_rank {
                 mine[id] = true;
                 let d = self.deps.get(t.dep_range()).ok_or_else(|| crate::Error::InvalidInput(format!("transfer {id}'s deps {}..{} lie outside the plan's {} deps", t.dep_begin, t.dep_end, self.deps.len())))?;
                 deps.clear();
@@ -113,9 +123,67 @@ impl Plan {
                 rp.push(id as u32, t, segs, &deps);
             }
         }
-        rp.moving_pairs = distinct_pairs_per_step(self, &moving, Some(per_step));
+        if count_pairs {
+            rp.moving_pairs = distinct_pairs_per_step(self, &moving, Some(per_step));
+        }
         Ok(rp)
     }
+}
+
+/// Pair tables up to this many entries (4 MiB of u32 stamps at 1024 ranks), given the moving
+/// transfers per step, are counted in linear time; otherwise pairs are sorted.
+const STAMP_TABLE_MAX: u64 = 1 << 22;
+
+/// `(step, distinct moving pairs)` of `plan`'s moving transfers (bits of `moving`), ascending
+/// step, given how many of them each step has (`per_step`; None: not counted). Buckets the pairs by step and marks them in a table stamped with the
+/// step (linear time), as every planner's plans allow; sorts (step, pair) otherwise.
+fn distinct_pairs_per_step(plan: &Plan, moving: &[u64], per_step: Option<Vec<u32>>) -> Vec<(u32, u32)> {
+    let n = u64::from(plan.num_ranks());
+    let moving = plan.transfers.iter().enumerate().filter(|&(id, _)| moving[id / 64] >> (id % 64) & 1 == 1).map(|(_, t)| t);
+    let mut out = Vec::new();
+    let per_step = match per_step {
+        Some(v) if n * n <= STAMP_TABLE_MAX => v,
+        _ => {
+            let mut keys: Vec<(u32, u64)> = moving.map(|t| (t.step, u64::from(t.src) * n + u64::from(t.dst))).collect();
+            keys.sort_unstable();
+            keys.dedup();
+            for &(step, _) in &keys {
+                match out.last_mut() {
+                    Some((s, k)) if *s == step => *k += 1,
+                    _ => out.push((step, 1)),
+                }
+            }
+            return out;
+        }
+    };
+    let counted: u32 = per_step.iter().sum();
+    let steps = per_step.len();
+    let mut start = vec![0u32; steps + 1];
+    for i in 0..steps {
+        start[i + 1] = start[i] + per_step[i];
+    }
+    let mut fill = start.clone();
+    let mut by_step = vec![0u32; counted as usize];
+    for t in moving {
+        let at = &mut fill[t.step as usize];
+        by_step[*at as usize] = (u64::from(t.src) * n + u64::from(t.dst)) as u32;
+        *at += 1;
+    }
+    let mut stamp = vec![0u32; (n * n) as usize];
+    for step in 0..steps {
+        let mark = step as u32 + 1;
+        let mut k = 0;
+        for &pair in &by_step[start[step] as usize..start[step + 1] as usize] {
+            if stamp[pair as usize] != mark {
+                stamp[pair as usize] = mark;
+                k += 1;
+            }
+        }
+        if k > 0 {
+            out.push((step as u32, k));
+        }
+    }
+    out
 }
 
 /// Distinct ordered rank pairs moving bytes per step, counted as a producer emits transfers
@@ -170,7 +238,88 @@ impl PairCounter {
 
 #[cfg(test)]
 mod tests {
-    use super::PairCounter;
+    use super::*;
+    use crate::algo::plan_all_to_all;
+    use crate::plan::Options;
+    use crate::traffic::generators;
+    use crate::Cluster;
+    use proptest::prelude::*;
+    use std::collections::BTreeSet;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+        /// Against the definition: every transfer touching the rank, with its own non-empty
+        /// segments, and the distinct moving pairs of each step counted by brute force;
+        /// without the counts the same rows and no pairs.
+        #[test]
+        fn a_rank_plan_is_the_plan_restricted_to_the_rank(servers in 1u32..5, gpus in 1u32..5, algo in 0usize..4, seed in 0u64..500) {
+            let c = Cluster::parse(&format!("h200:{servers},gpus={gpus}")).unwrap();
+            let p_ranks = c.num_gpus() as usize;
+            let t = generators::zipf(p_ranks, 0.9, 1 << 16, seed).unwrap();
+            let name = ["fast", "fanout", "spreadout", "balanced_direct"][algo];
+            let plan = plan_all_to_all(&t, &c, name, &Options::new()).unwrap();
+            let mut pairs: std::collections::BTreeMap<u32, BTreeSet<(u32, u32)>> = Default::default();
+            for tr in &plan.transfers {
+                if tr.src != tr.dst && plan.transfer_bytes(tr) > 0 {
+                    pairs.entry(tr.step).or_default().insert((tr.src, tr.dst));
+                }
+            }
+            let expected_pairs: Vec<(u32, u32)> = pairs.iter().map(|(&s, set)| (s, set.len() as u32)).collect();
+            for rank in 0..p_ranks as u32 {
+                let v = plan.rank_plan_with(rank, true).unwrap();
+                prop_assert_eq!(&v.moving_pairs, &expected_pairs);
+                let own = plan.rank_plan_with(rank, false).unwrap();
+                prop_assert_eq!(&own, &RankPlan { moving_pairs: Vec::new(), ..v.clone() });
+                let mine: Vec<u32> = (0..plan.transfers.len() as u32).filter(|&i| { let t = &plan.transfers[i as usize]; t.src == rank || t.dst == rank }).collect();
+                prop_assert_eq!(&v.ids, &mine);
+                for (k, &id) in v.ids.iter().enumerate() {
+                    let (orig, got) = (&plan.transfers[id as usize], &v.transfers[k]);
+                    prop_assert_eq!((got.src, got.dst, got.op, got.tier, got.step), (orig.src, orig.dst, orig.op, orig.tier, orig.step));
+                    let kept: Vec<Segment> = plan.segments_of(orig).iter().copied().filter(|s| s.len > 0).collect();
+                    prop_assert_eq!(v.segments_of(got), &kept[..]);
+                }
+            }
+        }
+    }
+
+    /// Without per-step totals (or past the stamp table's size) the pairs are sorted: same counts.
+    #[test]
+    fn pairs_counted_by_sorting_equal_the_table() {
+        let c = Cluster::parse("h200:2,gpus=2").unwrap();
+        let t = generators::zipf(4, 0.9, 1 << 12, 3).unwrap();
+        let plan = plan_all_to_all(&t, &c, "spreadout", &Options::new()).unwrap();
+        let mut moving = vec![0u64; plan.transfers.len().div_ceil(64)];
+        let mut per_step = Vec::new();
+        for (id, tr) in plan.transfers.iter().enumerate() {
+            if tr.src != tr.dst && plan.transfer_bytes(tr) > 0 {
+                moving[id / 64] |= 1 << (id % 64);
+                per_step.resize(per_step.len().max(tr.step as usize + 1), 0);
+                per_step[tr.step as usize] += 1;
+            }
+        }
+        let table = distinct_pairs_per_step(&plan, &moving, Some(per_step));
+        assert!(table.len() > 1);
+        assert_eq!(distinct_pairs_per_step(&plan, &moving, None), table);
+    }
+
+    #[test]
+    fn bad_ranks_and_corrupt_ranges_are_errors() {
+        let c = Cluster::parse("h200:2,gpus=2").unwrap();
+        let t = generators::uniform(4, 1 << 10, 0).unwrap();
+        let mut plan = plan_all_to_all(&t, &c, "fanout", &Options::new()).unwrap();
+        for count_pairs in [true, false] {
+            assert!(plan.rank_plan_with(4, count_pairs).unwrap_err().to_string().contains("rank 4 is outside the plan's 4 ranks"));
+        }
+        plan.transfers[1].seg_end = plan.segments.len() as u32 + 3;
+        let (src, dst) = (plan.transfers[1].src, plan.transfers[1].dst);
+        for count_pairs in [true, false] {
+            assert!(plan.rank_plan_with(src, count_pairs).unwrap_err().to_string().contains("transfer 1's segments"));
+            assert!(plan.rank_plan_with(dst, count_pairs).unwrap_err().to_string().contains("transfer 1's segments"));
+        }
+        // Without the counts, a rank that does not take part never reads the bad range.
+        let other = (0..4).find(|&r| r != src && r != dst).unwrap();
+        assert!(plan.rank_plan_with(other, false).is_ok());
+    }
 
     /// A pair counts once per step, also when two steps alternate (FAST's scale-out of round
     /// k beside the redistribution of round k − 1); steps without pairs are left out.
