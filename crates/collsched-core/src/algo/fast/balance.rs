@@ -26,6 +26,32 @@ pub struct Piece {
     pub out_off: u64,
 }
 
+/// What a stream carries, byte by byte, in the order of its pieces (see `balance_server`):
+/// the carrier's own bytes for other GPUs ("non-direct", parked at the receiver), its own
+/// bytes for its peer, balanced-in non-direct bytes, balanced-in bytes for its peer. Kept
+/// for every stream, so the counting of what each cut becomes (`Cuts::make_counted`) needs
+/// no walk over the pieces, which one rank's balancing writes for its own server's tiles
+/// only (`balance_for`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StreamSummary {
+    /// End of the own non-direct bytes (they start the stream).
+    pub own_nd: u64,
+    /// End of the own bytes; the balanced-in bytes follow.
+    pub own: u64,
+    /// End of the balanced-in non-direct bytes.
+    pub nd_end: u64,
+    /// The stream's non-direct runs in `Balanced::runs`: own ones `begin..mid` (covering
+    /// `0..own_nd`), balanced-in ones `mid..end` (covering `own..nd_end`).
+    pub runs: (u32, u32, u32),
+}
+
+/// `len` non-direct bytes of one piece, for local receiver `j` (its owner).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Run {
+    pub len: u64,
+    pub j: u32,
+}
+
 /// One balancing move: a piece handed from GPU (s,a) to carrier (s,c) over scale-up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Move {
@@ -65,6 +91,10 @@ pub struct Balanced {
     pub stream_range: Vec<(u32, u32)>,
     /// Scratch bytes each rank uses to hold balanced-in pieces (the start of its receive region).
     pub balance_in: Vec<u64>,
+    /// Per stream (indexed like `stream_range`), its summary.
+    pub summary: Vec<StreamSummary>,
+    /// The server whose tiles (sent or received) have pieces; `None`: every tile has.
+    pub pieces_of: Option<usize>,
     /// Every server's pieces, moves and intra blocks, servers in order.
     lo: Part,
 }
@@ -74,6 +104,8 @@ pub struct Balanced {
 #[derive(Default)]
 struct Part {
     pieces: Vec<Piece>,
+    /// The streams' non-direct runs (`StreamSummary::runs`).
+    runs: Vec<Run>,
     /// Each server's moves ordered by (a, c), then creation order.
     moves: Vec<Move>,
     /// Each server's same-server blocks, row-major.
@@ -102,6 +134,16 @@ impl Balanced {
     /// Pieces with ids `b..e` (one stream's range, or part of it).
     pub fn pieces_in(&self, b: u32, e: u32) -> &[Piece] {
         &self.lo.pieces[b as usize..e as usize]
+    }
+    /// Whether the streams of tile `s → d` have their pieces (see `pieces_of`).
+    #[inline]
+    pub fn has_pieces(&self, s: usize, d: usize) -> bool {
+        self.pieces_of.is_none_or(|x| s == x || d == x)
+    }
+    /// Non-direct runs with ids `b..e` (see `StreamSummary::runs`).
+    #[inline]
+    pub fn runs_in(&self, b: u32, e: u32) -> &[Run] {
+        &self.lo.runs[b as usize..e as usize]
     }
     /// Number of pieces in all streams.
     pub fn num_pieces(&self) -> usize {
@@ -206,6 +248,14 @@ pub fn with_balanced<R>(traffic: &Traffic, cluster: &Cluster, f: impl FnOnce(&Ba
 
 /// `balance`, reusing `out`'s allocations (a caller planning in a loop may keep one).
 pub fn balance_into(traffic: &Traffic, cluster: &Cluster, out: &mut Balanced) {
+    balance_for(traffic, cluster, out, None);
+}
+
+/// `balance_into`, writing pieces only for the tiles server `pieces_of` sends or receives
+/// (all when `None`): one rank's expansion reads no others, and its counting reads the
+/// streams' summaries. Everything else (targets, tile totals, summaries, moves, same-server
+/// blocks) is the same for every `pieces_of`.
+pub fn balance_for(traffic: &Traffic, cluster: &Cluster, out: &mut Balanced, pieces_of: Option<usize>) {
     let shape = Shape::of(cluster);
     let Shape { n, g, .. } = shape;
     let p = n * g;
@@ -216,8 +266,11 @@ pub fn balance_into(traffic: &Traffic, cluster: &Cluster, out: &mut Balanced) {
     refill(&mut out.server, n * n, 0);
     refill(&mut out.stream_range, n * n * g, (0, 0));
     refill(&mut out.balance_in, p, 0);
+    refill(&mut out.summary, n * n * g, StreamSummary::default());
+    out.pieces_of = pieces_of;
     let part = &mut out.lo;
     part.pieces.clear();
+    part.runs.clear();
     part.moves.clear();
     part.intra.clear();
     part.ends.clear();
@@ -226,9 +279,9 @@ pub fn balance_into(traffic: &Traffic, cluster: &Cluster, out: &mut Balanced) {
     if p == 0 {
         return;
     }
-    let servers = out.targets.chunks_exact_mut(n * g).zip(out.server.chunks_exact_mut(n)).zip(out.stream_range.chunks_exact_mut(n * g)).zip(out.balance_in.chunks_exact_mut(g));
-    for (s, (((targets, server), stream_range), balance_in)) in servers.enumerate() {
-        balance_server(data, shape, s, ServerOut { targets, server, stream_range, balance_in }, part, 0);
+    let servers = out.targets.chunks_exact_mut(n * g).zip(out.server.chunks_exact_mut(n)).zip(out.stream_range.chunks_exact_mut(n * g)).zip(out.balance_in.chunks_exact_mut(g)).zip(out.summary.chunks_exact_mut(n * g));
+    for (s, ((((targets, server), stream_range), balance_in), summary)) in servers.enumerate() {
+        balance_server(data, shape, s, ServerOut { targets, server, stream_range, balance_in, summary, pieces_of }, part, 0);
         for row in data[s * g * p..(s + 1) * g * p].chunks_exact(p) {
             for (acc, &v) in part.col_acc.iter_mut().zip(row) {
                 *acc += v;
@@ -260,16 +313,21 @@ struct ServerOut<'a> {
     stream_range: &'a mut [(u32, u32)],
     /// `g`: per local rank.
     balance_in: &'a mut [u64],
+    /// `n·g`, like `targets`.
+    summary: &'a mut [StreamSummary],
+    /// See `balance_for`.
+    pieces_of: Option<usize>,
 }
 
 /// Balance the tiles of source server `s` into `out` and `part`.
 fn balance_server(data: &[u64], shape: Shape, s: usize, out: ServerOut, part: &mut Part, id_tag: u32) {
     let Shape { n, g, nics } = shape;
     let p = n * g;
-    let Part { pieces, moves, intra, ends, col_acc, temps: tmp } = part;
+    let Part { pieces, runs, moves, intra, ends, col_acc, temps: tmp } = part;
     // Upper bounds for one server (each block is cut at most a few times): the lists then
     // grow at most once per server, and not at all once reused.
     pieces.reserve(n * g * g + n * g);
+    runs.reserve(n * g * g + n * g);
     moves.reserve(n * g * g / 2 + g);
     intra.reserve(g * g);
     refill(&mut tmp.row_acc, g, 0); // `row_acc[a]`: input offset of the next block of row (s,a)
@@ -400,18 +458,39 @@ fn balance_server(data: &[u64], shape: Shape, s: usize, out: ServerOut, part: &m
         // Streams: own pieces before balanced-in ones (the first stage need not wait for
         // balancing), and within each, pieces for other GPUs before same-index ones (the
         // last stages then carry fewer bytes that need redistribution).
+        let keep = out.pieces_of.is_none_or(|x| s == x || d == x);
         for (c, classes) in per_carrier.iter().enumerate() {
             let begin = pieces.len() as u32 | id_tag;
-            for class in classes {
-                pieces.extend_from_slice(class);
+            if keep {
+                for class in classes {
+                    pieces.extend_from_slice(class);
+                }
             }
             out.stream_range[d * g + c] = (begin, pieces.len() as u32 | id_tag);
+            // The summary, from the classes (in cache): non-direct runs and the class ends.
+            let r0 = runs.len() as u32;
+            let own_nd = push_runs(&classes[0], runs);
+            let r1 = runs.len() as u32;
+            let own = own_nd + classes[1].iter().map(|pc| pc.len).sum::<u64>();
+            let nd_end = own + push_runs(&classes[2], runs);
+            out.summary[d * g + c] = StreamSummary { own_nd, own, nd_end, runs: (r0, r1, runs.len() as u32) };
         }
     }
     // Group this server's moves by (a, c) so each (a, c) pair is one balancing transfer
     // (counting sort: stable, no comparisons).
     group_moves(moves, server_moves_start, g, move_count, move_tmp);
     ends.push((moves.len(), intra.len()));
+}
+
+/// Append `pieces`' runs (owner and length) to `runs`; their bytes.
+#[inline]
+fn push_runs(pieces: &[Piece], runs: &mut Vec<Run>) -> u64 {
+    let mut bytes = 0;
+    for pc in pieces {
+        runs.push(Run { len: pc.len, j: pc.j });
+        bytes += pc.len;
+    }
+    bytes
 }
 
 /// Where the blocks of the tile being balanced start (read by `take`).

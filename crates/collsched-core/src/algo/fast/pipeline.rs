@@ -254,8 +254,14 @@ pub fn assemble_with(scratch: &mut AssembleScratch, b: PlanBuilder, cluster: &Cl
 /// server the counts do not fit their masks: the whole assembly then runs into `b`.
 pub fn assemble_rank(scratch: &mut AssembleScratch, b: PlanBuilder, cluster: &Cluster, bal: &Balanced, rounds: &[Round], chain_nics: bool) -> PlanBuilder {
     assert!(b.rank().is_some(), "assemble_rank: a one-rank builder");
-    let focused = bal.gpus <= super::cuts::MAX_COUNTED_GPUS && bal.servers > 0;
+    let focused = focuses(cluster);
     assemble_inner(scratch, b, cluster, bal, rounds, chain_nics, focused).0
+}
+
+/// Whether `assemble_rank` writes only the rank's part on `cluster` (else the whole
+/// assembly runs into its builder, and balancing must keep every tile's pieces).
+pub fn focuses(cluster: &Cluster) -> bool {
+    cluster.gpus_per_server as usize <= super::cuts::MAX_COUNTED_GPUS && cluster.servers > 0
 }
 
 fn assemble_inner(scratch: &mut AssembleScratch, mut b: PlanBuilder, cluster: &Cluster, bal: &Balanced, rounds: &[Round], chain_nics: bool, focused: bool) -> (PlanBuilder, Loads) {
@@ -311,11 +317,13 @@ fn assemble_inner(scratch: &mut AssembleScratch, mut b: PlanBuilder, cluster: &C
     *count_ns = 0;
     let focus = if focused {
         let t0 = std::time::Instant::now();
-        cuts.make_counted(bal, rounds);
         let rank = b.rank().expect("a one-rank builder") as usize;
+        cuts.make_counted(bal, rounds, rank / g);
+        crate::timeline::mark("cuts counted");
         let ids = IdScratch { visit_base, owners_in_round, cursor, recv_at };
         let (balancing_base, intra_base, pairs) = count_rank_ids(bal, rounds, cuts, tile_class, intra_step, rank, ids);
         b.set_moving_pairs(pairs);
+        crate::timeline::mark("rank ids counted");
         *count_ns = t0.elapsed().as_nanos() as u64;
         Some(Focus { x: rank / g, i: rank % g, balancing_base, intra_base, visit_base, counts: &cuts.tally, recv_at })
     } else {
