@@ -32,10 +32,31 @@ pub struct Cuts {
     pub visits: Visits,
     /// `cuts[visit * g + c]`: carrier c's cut of the visit.
     pub cuts: Vec<Cut>,
-    /// Filled by `make_counted` only (else empty), per `visit * g + c`: what the assembler
-    /// makes of the cut. One array: the cuts are written in tile order, far apart, so each
-    /// array written costs a cache miss per cut.
+    /// Filled by `make_counted` only, per `visit * g + c`: what the assembler makes of the
+    /// cut, for the visits of the tiles the rank's server sends or receives.
     pub tally: Vec<CutTally>,
+    /// Filled by `make_counted` only, per visit: its cuts' counts summed (see `VisitCount`).
+    pub visit: Vec<VisitCount>,
+    /// Filled by `make_counted` only where a round has two visits into one server, per
+    /// `visit * g + c`: `CutTally::owners` (their union is what the round redistributes).
+    pub owners: Vec<u64>,
+}
+
+/// One visit's cuts, counted (`Cuts::make_counted`): what the ids, the moving pairs and
+/// the receive offsets of the other ranks' transfers need, in one small record per visit
+/// rather than per cut (the visits of a tile lie far apart, so every record written costs a
+/// cache miss).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct VisitCount {
+    /// Transfers its cuts become (`CutTally::count` summed).
+    pub count: u32,
+    /// Owners its cuts park bytes for, counted per cut (`CutTally::owners`' sizes summed):
+    /// the redistribution pairs it adds where its round has no other visit into its server.
+    pub owner_pairs: u32,
+    /// Bit c: carrier c's cut moves bytes.
+    pub busy: u64,
+    /// Bytes the cut of the rank's own carrier index parks at the receiver.
+    pub parked: u64,
 }
 
 /// What the assembler makes of one cut (`Cuts::make_counted`).
@@ -62,21 +83,24 @@ impl Cuts {
         self.make_inner(bal, rounds, None);
     }
 
-    /// `make` for one rank of server `x`, also counting what the assembler writes per cut
+    /// `make` for `rank`, also counting what the assembler writes per cut
     /// (`tally`): the prefix sums of their `count`s are the global ids of the scale-out
     /// transfers, which lets one rank's expansion write only its own. The counts come from
-    /// the streams' summaries (no walk over pieces); where in its stream a cut starts
-    /// (`Cut::at`, `off`) is found only for the tiles server `x` sends or receives (the
-    /// only ones its expansion writes: elsewhere 0). Needs `bal.gpus <= MAX_COUNTED_GPUS`.
-    pub fn make_counted(&mut self, bal: &Balanced, rounds: &[Round], x: usize) {
+    /// the streams' summaries (no walk over pieces). The cuts (`cuts`) and their tallies
+    /// (`tally`) are written only for the visits of the tiles the rank's server `x` sends or
+    /// receives, the only ones its expansion writes (the other entries are left as they
+    /// were); every visit gets its `VisitCount`, and `owners` is filled where rounds are
+    /// not one-to-one (`receivers_unique`). Needs `bal.gpus <= MAX_COUNTED_GPUS`.
+    pub fn make_counted(&mut self, bal: &Balanced, rounds: &[Round], rank: usize) {
         assert!(bal.gpus <= MAX_COUNTED_GPUS, "make_counted: {} GPUs per server", bal.gpus);
+        let x = rank / bal.gpus;
         assert!(bal.pieces_of.is_none_or(|p| p == x), "make_counted: pieces balanced for server {:?}, not {x}", bal.pieces_of);
-        self.make_inner(bal, rounds, Some(x));
+        self.make_inner(bal, rounds, Some(rank));
     }
 
     fn make_inner(&mut self, bal: &Balanced, rounds: &[Round], counted_for: Option<usize>) {
         let (n, g) = (bal.servers, bal.gpus);
-        let Cuts { visits: vs, cuts, tally } = self;
+        let Cuts { visits: vs, cuts, tally, visit, owners } = self;
         vs.bytes.clear();
         refill(&mut vs.first, n * n + 1, 0);
         for round in rounds {
@@ -101,23 +125,36 @@ impl Cuts {
             }
         }
         let visits = vs.bytes.len();
-        refill(cuts, visits * g, Cut::default());
         let (mut carriers, mut given) = (Vec::with_capacity(g), Vec::with_capacity(g));
-        let Some(x) = counted_for else {
+        let Some(rank) = counted_for else {
+            refill(cuts, visits * g, Cut::default());
             tally.clear();
+            owners.clear();
+            visit.clear();
             for tile in 0..n * n {
                 cut_tile(bal, vs, tile, &mut carriers, &mut given, cuts);
             }
             return;
         };
-        refill(tally, visits * g, CutTally::default());
+        // Only the rank's server's visits are written: no need to clear the rest.
+        cuts.resize(visits * g, Cut::default());
+        tally.resize(visits * g, CutTally::default());
+        refill(visit, visits, VisitCount::default());
+        let unique = receivers_unique(rounds, n);
+        if unique {
+            owners.clear();
+        } else {
+            refill(owners, visits * g, 0);
+        }
+        let (x, i) = (rank / g, rank % g);
         let mut walkers = Vec::with_capacity(g);
         for tile in 0..n * n {
             let involved = tile / n == x || tile % n == x;
             if involved {
                 cut_tile(bal, vs, tile, &mut carriers, &mut given, cuts);
             }
-            count_tile(bal, vs, tile, &mut walkers, &mut given, !involved, cuts, tally);
+            let out = CountOut { visit, tally: if involved { Some(&mut tally[..]) } else { None }, owners: if unique { None } else { Some(&mut owners[..]) }, i };
+            count_tile(bal, vs, tile, &mut walkers, &mut given, out);
         }
     }
 }
@@ -174,13 +211,37 @@ fn cut_tile(bal: &Balanced, vs: &Visits, tile: usize, carriers: &mut Vec<(u32, u
     });
 }
 
-/// Count what each cut of `tile` becomes (`CutTally`) from the streams' summaries, and its
-/// bytes. A stream is own non-direct bytes `0..own_nd`, own direct ones up to `own`,
-/// balanced-in non-direct ones up to `nd_end`, then balanced-in direct ones: a cut's own
-/// and parked bytes are overlaps with those ranges, and its owners are those of the
-/// non-direct runs it overlaps (walked with one cursor per carrier, as cuts only advance).
-/// With `write_bytes`, also each cut's `bytes` (where `cut_tile` did not run).
-fn count_tile(bal: &Balanced, vs: &Visits, tile: usize, walkers: &mut Vec<(u32, u64)>, given: &mut Vec<u64>, write_bytes: bool, cuts: &mut [Cut], tally: &mut [CutTally]) {
+/// Whether no round has two visits into one server (then a visit's owners are its
+/// round's for its receiving server, and need no union).
+pub fn receivers_unique(rounds: &[Round], n: usize) -> bool {
+    let mut seen = vec![usize::MAX; n];
+    for (k, round) in rounds.iter().enumerate() {
+        for &(_, d, _) in &round.pairs {
+            if std::mem::replace(&mut seen[d as usize], k) == k {
+                return false;
+            }
+        }
+    }
+    true
+}
+
+/// Where `count_tile` writes.
+struct CountOut<'a> {
+    visit: &'a mut [VisitCount],
+    /// Per cut, where wanted (the rank's server's tiles).
+    tally: Option<&'a mut [CutTally]>,
+    /// Per cut, where wanted (rounds not one-to-one).
+    owners: Option<&'a mut [u64]>,
+    /// The rank's carrier index (whose parked bytes `VisitCount::parked` holds).
+    i: usize,
+}
+
+/// Count what each cut of `tile` becomes (`CutTally`) from the streams' summaries. A
+/// stream is own non-direct bytes `0..own_nd`, own direct ones up to `own`, balanced-in
+/// non-direct ones up to `nd_end`, then balanced-in direct ones: a cut's own and parked
+/// bytes are overlaps with those ranges, and its owners are those of the non-direct runs
+/// it overlaps (walked with one cursor per carrier, as cuts only advance).
+fn count_tile(bal: &Balanced, vs: &Visits, tile: usize, walkers: &mut Vec<(u32, u64)>, given: &mut Vec<u64>, mut out: CountOut) {
     let g = bal.gpus;
     if vs.first[tile] == vs.first[tile + 1] {
         return;
@@ -192,12 +253,6 @@ fn count_tile(bal: &Balanced, vs: &Visits, tile: usize, walkers: &mut Vec<(u32, 
     for_each_cut(bal, vs, tile, given, |v, c, lo, hi| {
         let bytes = hi - lo;
         let e = v * g + c;
-        if write_bytes {
-            cuts[e].bytes = bytes;
-        }
-        if bytes == 0 {
-            return;
-        }
         let sm = &sums[c];
         let overlap = |b: u64, e: u64| hi.min(e).saturating_sub(lo.max(b));
         let own = overlap(0, sm.own);
@@ -222,7 +277,20 @@ fn count_tile(bal: &Balanced, vs: &Visits, tile: usize, walkers: &mut Vec<(u32, 
             *start = if *run == mid { sm.own } else { stop };
         }
         let count = u32::from(own > 0) + own_owners.count_ones() + u32::from(bytes > own) + in_owners.count_ones();
-        tally[e] = CutTally { owners: own_owners | in_owners, parked, count };
+        let owners = own_owners | in_owners;
+        let vc = &mut out.visit[v];
+        vc.count += count;
+        vc.owner_pairs += owners.count_ones();
+        vc.busy |= u64::from(bytes > 0) << c;
+        if c == out.i {
+            vc.parked = parked;
+        }
+        if let Some(t) = out.tally.as_deref_mut() {
+            t[e] = CutTally { owners, parked, count };
+        }
+        if let Some(o) = out.owners.as_deref_mut() {
+            o[e] = owners;
+        }
     });
 }
 
@@ -278,10 +346,10 @@ mod tests {
 
         /// The counts from the streams' summaries are what a walk over the pieces of every
         /// cut gives (own bytes, parked bytes, owners), for one rank's balancing (pieces of
-        /// its server's tiles only), and its cuts where its server sends or receives are
-        /// `make`'s.
+        /// its server's tiles only): per cut where its server sends or receives (with the
+        /// cuts of `make`), per visit elsewhere.
         #[test]
-        fn counted_cuts_match_a_walk_over_the_pieces(servers in 1u32..7, gpus in 1u32..6, nics in 1u32..3, skew in 0usize..3, seed in 0u64..1000, x in 0usize..7) {
+        fn counted_cuts_match_a_walk_over_the_pieces(servers in 1u32..7, gpus in 1u32..6, nics in 1u32..3, skew in 0usize..3, seed in 0u64..1000, rank in 0usize..64, one_round in any::<bool>()) {
             let nics = nics.min(gpus);
             let cluster = Cluster::parse(&format!("h200:{servers},gpus={gpus},nics={nics}")).unwrap();
             let p = cluster.num_gpus() as usize;
@@ -290,21 +358,30 @@ mod tests {
                 1 => generators::zipf(p, 0.99, 3 << 20, seed).unwrap(),
                 _ => generators::zipf(p, 0.8, 1000, seed).unwrap(),
             };
-            let x = x % servers as usize;
+            let rank = rank % p;
+            let (n, g) = (servers as usize, gpus as usize);
+            let (x, i) = (rank / g, rank % g);
             let o = super::super::FastOptions::parse(&Options::new(), &cluster, "fast", &[]).unwrap();
             let full = super::super::balance::balance(&t, &cluster);
-            let rounds = super::super::schedule(&t, &full.server, servers as usize, &cluster, &o).rounds;
+            let rounds = if one_round {
+                // balanced_direct's single round: every pair, several visits into a server.
+                let pairs: Vec<_> = (0..n * n).filter(|&k| full.server[k] > 0).map(|k| ((k / n) as u32, (k % n) as u32, full.server[k])).collect();
+                if pairs.is_empty() { vec![] } else { vec![Round { pairs }] }
+            } else {
+                super::super::schedule(&t, &full.server, n, &cluster, &o).rounds
+            };
             let mut whole = Cuts::default();
             whole.make(&full, &rounds);
             let mut one = super::super::balance::Balanced::default();
             super::super::balance::balance_for(&t, &cluster, &mut one, Some(x));
             let mut counted = Cuts::default();
-            counted.make_counted(&one, &rounds, x);
-            let (n, g) = (servers as usize, gpus as usize);
+            counted.make_counted(&one, &rounds, rank);
+            prop_assert_eq!(counted.owners.is_empty(), receivers_unique(&rounds, n));
             let mut v = 0;
             for round in &rounds {
                 for &(s, d, _) in &round.pairs {
                     let (s, d) = (s as usize, d as usize);
+                    let mut want_visit = VisitCount::default();
                     for c in 0..g {
                         let cut = whole.cuts[v * g + c];
                         let (mut own, mut parked, mut own_owners, mut in_owners) = (0u64, 0u64, 0u64, 0u64);
@@ -329,22 +406,30 @@ mod tests {
                         }
                         let count = u32::from(own > 0) + own_owners.count_ones() + u32::from(cut.bytes > own) + in_owners.count_ones();
                         let want = CutTally { owners: own_owners | in_owners, parked, count };
-                        prop_assert_eq!(counted.tally[v * g + c], want, "visit {} ({} -> {}) carrier {}", v, s, d, c);
-                        prop_assert_eq!(counted.cuts[v * g + c].bytes, cut.bytes);
+                        want_visit.count += count;
+                        want_visit.owner_pairs += want.owners.count_ones();
+                        want_visit.busy |= u64::from(cut.bytes > 0) << c;
+                        if c == i {
+                            want_visit.parked = parked;
+                        }
+                        if !counted.owners.is_empty() {
+                            prop_assert_eq!(counted.owners[v * g + c], want.owners);
+                        }
                         if s == x || d == x {
-                            // Piece ids differ (fewer pieces); the piece itself and the offset agree.
+                            prop_assert_eq!(counted.tally[v * g + c], want, "visit {} ({} -> {}) carrier {}", v, s, d, c);
+                            // Piece ids differ (fewer pieces); the piece itself, the offset and the bytes agree.
                             let mine = counted.cuts[v * g + c];
-                            prop_assert_eq!(mine.off, cut.off);
+                            prop_assert_eq!((mine.off, mine.bytes), (cut.off, cut.bytes));
                             if cut.bytes > 0 {
                                 prop_assert_eq!(one.piece(mine.at), full.piece(cut.at));
                             }
                         }
                     }
+                    prop_assert_eq!(counted.visit[v], want_visit, "visit {} ({} -> {})", v, s, d);
                     v += 1;
                 }
             }
-            prop_assert_eq!(v * g, counted.tally.len());
-            let _ = n;
+            prop_assert_eq!(v, counted.visit.len());
         }
     }
 }
