@@ -161,7 +161,8 @@ impl Balanced {
     pub fn all_moves(&self) -> &[Move] {
         &self.lo.moves
     }
-    /// Server `s`'s moves (ordered by (a, c), then creation order).
+    /// Server `s`'s moves (ordered by (a, c), then creation order; in creation order for a
+    /// server other than `pieces_of`).
     pub fn server_moves(&self, s: usize) -> &[Move] {
         let r = self.server_range(s);
         &self.lo.moves[r.0.0..r.1.0]
@@ -274,7 +275,8 @@ pub fn balance_for(traffic: &Traffic, cluster: &Cluster, out: &mut Balanced, pie
     part.moves.clear();
     part.intra.clear();
     part.ends.clear();
-    // `col_acc[col]` sums the column over the servers already done.
+    // `col_acc[col]` sums the column over the servers already done (each tile's pass adds
+    // its own: the matrix is read once).
     refill(&mut part.col_acc, p, 0);
     if p == 0 {
         return;
@@ -282,11 +284,6 @@ pub fn balance_for(traffic: &Traffic, cluster: &Cluster, out: &mut Balanced, pie
     let servers = out.targets.chunks_exact_mut(n * g).zip(out.server.chunks_exact_mut(n)).zip(out.stream_range.chunks_exact_mut(n * g)).zip(out.balance_in.chunks_exact_mut(g)).zip(out.summary.chunks_exact_mut(n * g));
     for (s, ((((targets, server), stream_range), balance_in), summary)) in servers.enumerate() {
         balance_server(data, shape, s, ServerOut { targets, server, stream_range, balance_in, summary, pieces_of }, part, 0);
-        for row in data[s * g * p..(s + 1) * g * p].chunks_exact(p) {
-            for (acc, &v) in part.col_acc.iter_mut().zip(row) {
-                *acc += v;
-            }
-        }
     }
 }
 
@@ -370,6 +367,7 @@ fn balance_server(data: &[u64], shape: Shape, s: usize, out: ServerOut, part: &m
             row[a] = r;
             total += r;
         }
+        col_acc[d * g..(d + 1) * g].copy_from_slice(col_run);
         if d == s {
             for a in 0..g {
                 for j in 0..g {
@@ -477,8 +475,11 @@ fn balance_server(data: &[u64], shape: Shape, s: usize, out: ServerOut, part: &m
         }
     }
     // Group this server's moves by (a, c) so each (a, c) pair is one balancing transfer
-    // (counting sort: stable, no comparisons).
-    group_moves(moves, server_moves_start, g, move_count, move_tmp);
+    // (counting sort: stable, no comparisons). Only the assembler needs them grouped: one
+    // rank's counting of other servers' moves does not (`pieces_of`).
+    if out.pieces_of.is_none_or(|x| x == s) {
+        group_moves(moves, server_moves_start, g, move_count, move_tmp);
+    }
     ends.push((moves.len(), intra.len()));
 }
 

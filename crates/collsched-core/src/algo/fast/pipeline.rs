@@ -468,24 +468,24 @@ fn count_rank_ids(bal: &Balanced, rounds: &[Round], cuts: &Cuts, tile_class: &[u
     let (n, g) = (bal.servers, bal.gpus);
     let (x, i) = (rank / g, rank % g);
     let mut per_step = vec![0u32; rounds.len() + 2];
-    // Balancing: one transfer per (server, a, c, class) with moves (a server's moves are
-    // grouped by (a, c)); one moving pair per (server, a, c).
+    // Balancing: one transfer per (server, a, c, class) with moves; one moving pair per
+    // (server, a, c). Per (a, c), the classes of its moves (any order: only the rank's own
+    // server's moves are grouped).
     let (mut balancing, mut balancing_base) = (0u32, 0u32);
+    owners_in_round.clear();
+    owners_in_round.resize(g * g, 0);
+    let classes = &mut owners_in_round[..g * g];
     for s in 0..n {
         if s == x {
             balancing_base = balancing;
         }
-        let moves = bal.server_moves(s);
-        let mut at = 0;
-        while at < moves.len() {
-            let (a, c) = (moves[at].a, moves[at].c);
-            let mut classes = 0u32;
-            while at < moves.len() && moves[at].a == a && moves[at].c == c {
-                classes |= 1 << tile_class[s * n + moves[at].d as usize];
-                at += 1;
-            }
-            balancing += classes.count_ones();
+        for m in bal.server_moves(s) {
+            classes[m.a as usize * g + m.c as usize] |= 1 << tile_class[s * n + m.d as usize];
+        }
+        for k in classes.iter_mut().filter(|k| **k != 0) {
+            balancing += k.count_ones();
             per_step[0] += 1;
+            *k = 0;
         }
     }
     // Same-server blocks: one transfer each, in server order; those between two ranks move.
