@@ -108,10 +108,15 @@ struct Part {
     runs: Vec<Run>,
     /// Each server's moves ordered by (a, c), then creation order.
     moves: Vec<Move>,
+    /// The moves of the servers whose moves one rank's balancing keeps only as keys
+    /// (`MoveKey`), servers in order.
+    keys: Vec<u32>,
     /// Each server's same-server blocks, row-major.
     intra: Vec<IntraBlock>,
-    /// Per server, in the order balanced: where its moves and its intra blocks end.
+    /// Per server, in the order balanced: where its moves and its intra blocks end, and
+    /// where its move keys end.
     ends: Vec<(usize, usize)>,
+    key_ends: Vec<usize>,
     /// Column sums of the matrix over the servers before the one being balanced.
     col_acc: Vec<u64>,
     temps: BalanceTemps,
@@ -154,18 +159,25 @@ impl Balanced {
     pub fn moves(&self) -> impl Iterator<Item = &[Move]> {
         std::iter::once(&self.lo.moves[..])
     }
+    /// Number of balancing moves, kept whole or as keys.
     pub fn num_moves(&self) -> usize {
-        self.lo.moves.len()
+        self.lo.moves.len() + self.lo.keys.len()
     }
     /// Every server's balancing moves, servers in order (each server's by (a, c)).
     pub fn all_moves(&self) -> &[Move] {
         &self.lo.moves
     }
-    /// Server `s`'s moves (ordered by (a, c), then creation order; in creation order for a
-    /// server other than `pieces_of`).
+    /// Server `s`'s moves (ordered by (a, c), then creation order); none for a server
+    /// other than `pieces_of` (see `server_move_keys`).
     pub fn server_moves(&self, s: usize) -> &[Move] {
         let r = self.server_range(s);
         &self.lo.moves[r.0.0..r.1.0]
+    }
+    /// One rank's balancing: server `s`'s moves as keys `(a, c, d)` (`MoveKey`) in
+    /// creation order, for a server other than `pieces_of` (else none).
+    pub fn server_move_keys(&self, s: usize) -> impl Iterator<Item = (u32, u32, u32)> + '_ {
+        let begin = if s == 0 { 0 } else { self.lo.key_ends[s - 1] };
+        self.lo.keys[begin..self.lo.key_ends[s]].iter().map(|&k| MoveKey::unpack(k))
     }
     /// The range of server `s`'s same-server blocks in `intra` (row-major).
     pub fn server_intra(&self, s: usize) -> std::ops::Range<usize> {
@@ -273,6 +285,8 @@ pub fn balance_for(traffic: &Traffic, cluster: &Cluster, out: &mut Balanced, pie
     part.pieces.clear();
     part.runs.clear();
     part.moves.clear();
+    part.keys.clear();
+    part.key_ends.clear();
     part.intra.clear();
     part.ends.clear();
     // `col_acc[col]` sums the column over the servers already done (each tile's pass adds
@@ -320,7 +334,7 @@ struct ServerOut<'a> {
 fn balance_server(data: &[u64], shape: Shape, s: usize, out: ServerOut, part: &mut Part, id_tag: u32) {
     let Shape { n, g, nics } = shape;
     let p = n * g;
-    let Part { pieces, runs, moves, intra, ends, col_acc, temps: tmp } = part;
+    let Part { pieces, runs, moves, keys, intra, ends, key_ends, col_acc, temps: tmp } = part;
     // Upper bounds for one server (each block is cut at most a few times): the lists then
     // grow at most once per server, and not at all once reused.
     pieces.reserve(n * g * g + n * g);
@@ -344,6 +358,9 @@ fn balance_server(data: &[u64], shape: Shape, s: usize, out: ServerOut, part: &m
         (&mut row_acc[..], &mut in_off[..], &mut out_off[..], &mut rem[..], &mut off[..], &mut cap[..], &mut row[..], &mut excess[..]);
     let per_carrier = &mut per_carrier[..g];
     let server_moves_start = moves.len();
+    // Whole moves where the assembler reads them; else keys for counting their transfers.
+    let whole = out.pieces_of.is_none_or(|x| x == s) || n > MoveKey::MAX_SERVERS;
+    let mut sink = if whole { MovesOut::Whole(&mut *moves) } else { MovesOut::Keys(&mut *keys) };
     for d in 0..n {
         // One row-major pass over the tile: torch offsets, what is left of each block,
         // row sums. `col_run[j]` is the output offset of the next block into (d,j).
@@ -394,7 +411,7 @@ fn balance_server(data: &[u64], shape: Shape, s: usize, out: ServerOut, part: &m
         for a in 0..g {
             let x = rem[a * g + a].min(cap[a]);
             if x > 0 {
-                take(&tile_ctx, a, a, a, x, rem, off, cap, per_carrier, moves, out.balance_in);
+                take(&tile_ctx, a, a, a, x, rem, off, cap, per_carrier, &mut sink, out.balance_in);
             }
         }
         // Light GPUs (row ≤ target) keep everything: moving their bytes away only adds scale-up traffic.
@@ -404,7 +421,7 @@ fn balance_server(data: &[u64], shape: Shape, s: usize, out: ServerOut, part: &m
                 for j in 0..g {
                     let x = rem[a * g + j];
                     if x > 0 {
-                        take(&tile_ctx, a, j, a, x, rem, off, cap, per_carrier, moves, out.balance_in);
+                        take(&tile_ctx, a, j, a, x, rem, off, cap, per_carrier, &mut sink, out.balance_in);
                     }
                 }
             } else {
@@ -424,7 +441,7 @@ fn balance_server(data: &[u64], shape: Shape, s: usize, out: ServerOut, part: &m
                 let x = rem[a * g + c].min(cap[c]).min(excess[a]);
                 if x > 0 {
                     excess[a] -= x;
-                    take(&tile_ctx, a, c, c, x, rem, off, cap, per_carrier, moves, out.balance_in);
+                    take(&tile_ctx, a, c, c, x, rem, off, cap, per_carrier, &mut sink, out.balance_in);
                 }
             }
         }
@@ -436,7 +453,7 @@ fn balance_server(data: &[u64], shape: Shape, s: usize, out: ServerOut, part: &m
                 }
                 let x = rem[a * g + j].min(cap[a]);
                 if x > 0 {
-                    take(&tile_ctx, a, j, a, x, rem, off, cap, per_carrier, moves, out.balance_in);
+                    take(&tile_ctx, a, j, a, x, rem, off, cap, per_carrier, &mut sink, out.balance_in);
                 }
             }
         }
@@ -449,7 +466,7 @@ fn balance_server(data: &[u64], shape: Shape, s: usize, out: ServerOut, part: &m
                         c += 1;
                     }
                     let x = rem[a * g + j].min(cap[c]);
-                    take(&tile_ctx, a, j, c, x, rem, off, cap, per_carrier, moves, out.balance_in);
+                    take(&tile_ctx, a, j, c, x, rem, off, cap, per_carrier, &mut sink, out.balance_in);
                 }
             }
         }
@@ -475,12 +492,12 @@ fn balance_server(data: &[u64], shape: Shape, s: usize, out: ServerOut, part: &m
         }
     }
     // Group this server's moves by (a, c) so each (a, c) pair is one balancing transfer
-    // (counting sort: stable, no comparisons). Only the assembler needs them grouped: one
-    // rank's counting of other servers' moves does not (`pieces_of`).
-    if out.pieces_of.is_none_or(|x| x == s) {
+    // (counting sort: stable, no comparisons).
+    if whole {
         group_moves(moves, server_moves_start, g, move_count, move_tmp);
     }
     ends.push((moves.len(), intra.len()));
+    key_ends.push(keys.len());
 }
 
 /// Append `pieces`' runs (owner and length) to `runs`; their bytes.
@@ -507,7 +524,7 @@ struct TileCtx<'a> {
 /// and a balancing move when c is not the sender. Inlined: it runs once per piece.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-fn take(t: &TileCtx, a: usize, j: usize, c: usize, len: u64, rem: &mut [u64], off: &mut [u64], cap: &mut [u64], pcs: &mut [[Vec<Piece>; 4]], moves: &mut Vec<Move>, bal_in: &mut [u64]) {
+fn take(t: &TileCtx, a: usize, j: usize, c: usize, len: u64, rem: &mut [u64], off: &mut [u64], cap: &mut [u64], pcs: &mut [[Vec<Piece>; 4]], moves: &mut MovesOut, bal_in: &mut [u64]) {
     debug_assert!(len > 0);
     let g = t.g;
     let k = a * g + j;
@@ -522,11 +539,38 @@ fn take(t: &TileCtx, a: usize, j: usize, c: usize, len: u64, rem: &mut [u64], of
         // `bal_in`: the server's entries, per local rank.
         let o = bal_in[c];
         bal_in[c] += len;
-        moves.push(Move { s: t.s as u32, a: a as u32, c: c as u32, d: t.d as u32, j: j as u32, input_off, len, scratch_off: o });
+        match moves {
+            MovesOut::Whole(m) => m.push(Move { s: t.s as u32, a: a as u32, c: c as u32, d: t.d as u32, j: j as u32, input_off, len, scratch_off: o }),
+            MovesOut::Keys(k) => k.push(MoveKey::pack(a, c, t.d)),
+        }
         o
     };
     let class = usize::from(j == c) + if a == c { 0 } else { 2 };
     pcs[c][class].push(Piece { a: a as u32, j: j as u32, len, src_off, out_off: t.out_off[k] + block_off });
+}
+
+/// Where `take` puts a server's moves.
+enum MovesOut<'a> {
+    Whole(&'a mut Vec<Move>),
+    /// Only which (a, c) pair moves bytes for which destination server: what counting the
+    /// server's balancing transfers reads (`MoveKey`), in a twelfth of a `Move`'s bytes.
+    Keys(&'a mut Vec<u32>),
+}
+
+/// A move `(a, c, d)` packed in 32 bits (local indices below 64, servers below 2^20).
+struct MoveKey;
+
+impl MoveKey {
+    const MAX_SERVERS: usize = 1 << 20;
+    #[inline]
+    fn pack(a: usize, c: usize, d: usize) -> u32 {
+        debug_assert!(a < 64 && c < 64 && d < Self::MAX_SERVERS);
+        (a as u32) << 26 | (c as u32) << 20 | d as u32
+    }
+    #[inline]
+    fn unpack(k: u32) -> (u32, u32, u32) {
+        (k >> 26, k >> 20 & 63, k & ((1 << 20) - 1))
+    }
 }
 
 /// Stable counting sort of `moves[start..]` by (a, c).

@@ -482,6 +482,9 @@ fn count_rank_ids(bal: &Balanced, rounds: &[Round], cuts: &Cuts, tile_class: &[u
         for m in bal.server_moves(s) {
             classes[m.a as usize * g + m.c as usize] |= 1 << tile_class[s * n + m.d as usize];
         }
+        for (a, c, d) in bal.server_move_keys(s) {
+            classes[a as usize * g + c as usize] |= 1 << tile_class[s * n + d as usize];
+        }
         for k in classes.iter_mut().filter(|k| **k != 0) {
             balancing += k.count_ones();
             per_step[0] += 1;
