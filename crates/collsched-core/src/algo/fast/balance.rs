@@ -140,15 +140,10 @@ impl Balanced {
     pub fn pieces_in(&self, b: u32, e: u32) -> &[Piece] {
         &self.lo.pieces[b as usize..e as usize]
     }
-    /// Whether the streams of tile `s → d` have their pieces (see `pieces_of`).
-    #[inline]
-    pub fn has_pieces(&self, s: usize, d: usize) -> bool {
-        self.pieces_of.is_none_or(|x| s == x || d == x)
-    }
-    /// Non-direct runs with ids `b..e` (see `StreamSummary::runs`).
-    #[inline]
-    pub fn runs_in(&self, b: u32, e: u32) -> &[Run] {
-        &self.lo.runs[b as usize..e as usize]
+    /// The non-direct run with id `id` (see `StreamSummary::runs`).
+    #[inline(always)]
+    pub fn run(&self, id: u32) -> Run {
+        self.lo.runs[id as usize]
     }
     /// Number of pieces in all streams.
     pub fn num_pieces(&self) -> usize {
@@ -265,9 +260,10 @@ pub fn balance_into(traffic: &Traffic, cluster: &Cluster, out: &mut Balanced) {
 }
 
 /// `balance_into`, writing pieces only for the tiles server `pieces_of` sends or receives
-/// (all when `None`): one rank's expansion reads no others, and its counting reads the
-/// streams' summaries. Everything else (targets, tile totals, summaries, moves, same-server
-/// blocks) is the same for every `pieces_of`.
+/// (all when `None`), and whole moves only for that server (the others' as keys,
+/// `server_move_keys`): one rank's expansion reads no others, and its counting reads the
+/// streams' summaries and the keys. Everything else (targets, tile totals, summaries,
+/// `balance_in`, the number of moves, same-server blocks) is the same for every `pieces_of`.
 pub fn balance_for(traffic: &Traffic, cluster: &Cluster, out: &mut Balanced, pieces_of: Option<usize>) {
     let shape = Shape::of(cluster);
     let Shape { n, g, .. } = shape;

@@ -261,7 +261,7 @@ fn count_tile(bal: &Balanced, vs: &Visits, tile: usize, walkers: &mut Vec<(u32, 
         let (run, start) = &mut walkers[c];
         let (_, mid, end) = sm.runs;
         while *run < end && *start < hi {
-            let r = bal.runs_in(*run, *run + 1)[0];
+            let r = bal.run(*run);
             let stop = *start + r.len;
             if stop > lo {
                 if *run < mid {
