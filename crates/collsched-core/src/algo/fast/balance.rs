@@ -95,6 +95,8 @@ pub struct Balanced {
     pub summary: Vec<StreamSummary>,
     /// The server whose tiles (sent or received) have pieces; `None`: every tile has.
     pub pieces_of: Option<usize>,
+    /// Whether `summary` holds every stream's summary (see `Keep`).
+    pub summarized: bool,
     /// Every server's pieces, moves and intra blocks, servers in order.
     lo: Part,
 }
@@ -249,22 +251,36 @@ pub fn balance(traffic: &Traffic, cluster: &Cluster) -> Balanced {
     out
 }
 
-/// Balance `traffic` and run `f` on the result.
-pub fn with_balanced<R>(traffic: &Traffic, cluster: &Cluster, f: impl FnOnce(&Balanced) -> R) -> R {
-    f(&balance(traffic, cluster))
+/// What balancing keeps beside the tile totals, carrier targets, `balance_in`, moves and
+/// same-server blocks, which it always makes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Keep {
+    /// Every tile's pieces: what a whole plan's assembly reads.
+    Pieces,
+    /// Every tile's pieces and every stream's summary (`Balanced::summary`), which the
+    /// counting of one rank's expansion reads (`Cuts::make_counted`).
+    PiecesAndSummaries,
+    /// For one rank of server x: every stream's summary, pieces only for the tiles x sends
+    /// or receives, whole moves only for x (the other servers' as keys,
+    /// `Balanced::server_move_keys`): all that its counting and expansion read.
+    Rank(usize),
 }
 
-/// `balance`, reusing `out`'s allocations (a caller planning in a loop may keep one).
+/// `balance`, reusing `out`'s allocations (a caller planning in a loop may keep one):
+/// every tile's pieces and every stream's summary.
 pub fn balance_into(traffic: &Traffic, cluster: &Cluster, out: &mut Balanced) {
-    balance_for(traffic, cluster, out, None);
+    balance_for(traffic, cluster, out, Keep::PiecesAndSummaries);
 }
 
-/// `balance_into`, writing pieces only for the tiles server `pieces_of` sends or receives
-/// (all when `None`), and whole moves only for that server (the others' as keys,
-/// `server_move_keys`): one rank's expansion reads no others, and its counting reads the
-/// streams' summaries and the keys. Everything else (targets, tile totals, summaries,
-/// `balance_in`, the number of moves, same-server blocks) is the same for every `pieces_of`.
-pub fn balance_for(traffic: &Traffic, cluster: &Cluster, out: &mut Balanced, pieces_of: Option<usize>) {
+/// `balance_into`, keeping what `keep` says. The tile totals, targets, `balance_in`, the
+/// number of moves and the same-server blocks are the same for every `keep`, and so are
+/// the pieces and summaries it keeps.
+pub fn balance_for(traffic: &Traffic, cluster: &Cluster, out: &mut Balanced, keep: Keep) {
+    let pieces_of = match keep {
+        Keep::Rank(x) => Some(x),
+        _ => None,
+    };
+    let summaries = keep != Keep::Pieces;
     let shape = Shape::of(cluster);
     let Shape { n, g, .. } = shape;
     let p = n * g;
@@ -275,8 +291,13 @@ pub fn balance_for(traffic: &Traffic, cluster: &Cluster, out: &mut Balanced, pie
     refill(&mut out.server, n * n, 0);
     refill(&mut out.stream_range, n * n * g, (0, 0));
     refill(&mut out.balance_in, p, 0);
-    refill(&mut out.summary, n * n * g, StreamSummary::default());
+    if summaries {
+        refill(&mut out.summary, n * n * g, StreamSummary::default());
+    } else {
+        out.summary.clear();
+    }
     out.pieces_of = pieces_of;
+    out.summarized = summaries;
     let part = &mut out.lo;
     part.pieces.clear();
     part.runs.clear();
@@ -291,8 +312,10 @@ pub fn balance_for(traffic: &Traffic, cluster: &Cluster, out: &mut Balanced, pie
     if p == 0 {
         return;
     }
-    let servers = out.targets.chunks_exact_mut(n * g).zip(out.server.chunks_exact_mut(n)).zip(out.stream_range.chunks_exact_mut(n * g)).zip(out.balance_in.chunks_exact_mut(g)).zip(out.summary.chunks_exact_mut(n * g));
-    for (s, ((((targets, server), stream_range), balance_in), summary)) in servers.enumerate() {
+    let servers = out.targets.chunks_exact_mut(n * g).zip(out.server.chunks_exact_mut(n)).zip(out.stream_range.chunks_exact_mut(n * g)).zip(out.balance_in.chunks_exact_mut(g));
+    let mut summaries = summaries.then(|| out.summary.chunks_exact_mut(n * g));
+    for (s, (((targets, server), stream_range), balance_in)) in servers.enumerate() {
+        let summary = summaries.as_mut().and_then(|it| it.next());
         balance_server(data, shape, s, ServerOut { targets, server, stream_range, balance_in, summary, pieces_of }, part, 0);
     }
 }
@@ -320,14 +343,14 @@ struct ServerOut<'a> {
     stream_range: &'a mut [(u32, u32)],
     /// `g`: per local rank.
     balance_in: &'a mut [u64],
-    /// `n·g`, like `targets`.
-    summary: &'a mut [StreamSummary],
+    /// `n·g`, like `targets`, where summaries are kept.
+    summary: Option<&'a mut [StreamSummary]>,
     /// See `balance_for`.
     pieces_of: Option<usize>,
 }
 
 /// Balance the tiles of source server `s` into `out` and `part`.
-fn balance_server(data: &[u64], shape: Shape, s: usize, out: ServerOut, part: &mut Part, id_tag: u32) {
+fn balance_server(data: &[u64], shape: Shape, s: usize, mut out: ServerOut, part: &mut Part, id_tag: u32) {
     let Shape { n, g, nics } = shape;
     let p = n * g;
     let Part { pieces, runs, moves, keys, intra, ends, key_ends, col_acc, temps: tmp } = part;
@@ -479,12 +502,14 @@ fn balance_server(data: &[u64], shape: Shape, s: usize, out: ServerOut, part: &m
             }
             out.stream_range[d * g + c] = (begin, pieces.len() as u32 | id_tag);
             // The summary, from the classes (in cache): non-direct runs and the class ends.
-            let r0 = runs.len() as u32;
-            let own_nd = push_runs(&classes[0], runs);
-            let r1 = runs.len() as u32;
-            let own = own_nd + classes[1].iter().map(|pc| pc.len).sum::<u64>();
-            let nd_end = own + push_runs(&classes[2], runs);
-            out.summary[d * g + c] = StreamSummary { own_nd, own, nd_end, runs: (r0, r1, runs.len() as u32) };
+            if let Some(summary) = out.summary.as_deref_mut() {
+                let r0 = runs.len() as u32;
+                let own_nd = push_runs(&classes[0], runs);
+                let r1 = runs.len() as u32;
+                let own = own_nd + classes[1].iter().map(|pc| pc.len).sum::<u64>();
+                let nd_end = own + push_runs(&classes[2], runs);
+                summary[d * g + c] = StreamSummary { own_nd, own, nd_end, runs: (r0, r1, runs.len() as u32) };
+            }
         }
     }
     // Group this server's moves by (a, c) so each (a, c) pair is one balancing transfer

@@ -95,6 +95,7 @@ impl Cuts {
         assert!(bal.gpus <= MAX_COUNTED_GPUS, "make_counted: {} GPUs per server", bal.gpus);
         let x = rank / bal.gpus;
         assert!(bal.pieces_of.is_none_or(|p| p == x), "make_counted: pieces balanced for server {:?}, not {x}", bal.pieces_of);
+        assert!(bal.summarized, "make_counted: balanced without the streams' summaries");
         self.make_inner(bal, rounds, Some(rank));
     }
 
@@ -373,7 +374,7 @@ mod tests {
             let mut whole = Cuts::default();
             whole.make(&full, &rounds);
             let mut one = super::super::balance::Balanced::default();
-            super::super::balance::balance_for(&t, &cluster, &mut one, Some(x));
+            super::super::balance::balance_for(&t, &cluster, &mut one, super::super::balance::Keep::Rank(x));
             let mut counted = Cuts::default();
             counted.make_counted(&one, &rounds, rank);
             prop_assert_eq!(counted.owners.is_empty(), receivers_unique(&rounds, n));
