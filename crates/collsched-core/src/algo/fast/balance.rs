@@ -277,7 +277,11 @@ pub fn balance_into(traffic: &Traffic, cluster: &Cluster, out: &mut Balanced) {
 /// the pieces and summaries it keeps.
 pub fn balance_for(traffic: &Traffic, cluster: &Cluster, out: &mut Balanced, keep: Keep) {
     let pieces_of = match keep {
-        Keep::Rank(x) => Some(x),
+        Keep::Rank(x) => {
+            // Move keys and the counting's owner sets hold local indices in 6 bits / 64-bit masks.
+            assert!(cluster.gpus_per_server as usize <= super::cuts::MAX_COUNTED_GPUS, "balance_for: Keep::Rank with {} GPUs per server", cluster.gpus_per_server);
+            Some(x)
+        }
         _ => None,
     };
     let summaries = keep != Keep::Pieces;
