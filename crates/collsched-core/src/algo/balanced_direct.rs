@@ -42,7 +42,12 @@ pub fn plan_rank(ws: &mut Workspace, traffic: &Traffic, cluster: &Cluster, opts:
 fn build(ws: &mut Workspace, traffic: &Traffic, cluster: &Cluster, b: PlanBuilder, one_rank: bool) -> (PlanBuilder, u64, u64) {
     let t0 = std::time::Instant::now();
     let Workspace { bal, assemble } = ws;
-    balance::balance_into(traffic, cluster, bal);
+    // One rank keeps only what its counting and expansion read (see `balance::Keep`).
+    let keep = match b.rank() {
+        Some(r) if one_rank && pipeline::focuses(cluster) => balance::Keep::Rank(r as usize / cluster.gpus_per_server as usize),
+        _ => balance::Keep::Pieces,
+    };
+    balance::balance_for(traffic, cluster, bal, keep);
     let bal = &*bal;
     {
         let mut decide_ns = t0.elapsed().as_nanos() as u64;

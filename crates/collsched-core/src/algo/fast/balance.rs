@@ -26,6 +26,32 @@ pub struct Piece {
     pub out_off: u64,
 }
 
+/// What a stream carries, byte by byte, in the order of its pieces (see `balance_server`):
+/// the carrier's own bytes for other GPUs ("non-direct", parked at the receiver), its own
+/// bytes for its peer, balanced-in non-direct bytes, balanced-in bytes for its peer. Kept
+/// for every stream, so the counting of what each cut becomes (`Cuts::make_counted`) needs
+/// no walk over the pieces, which one rank's balancing writes for its own server's tiles
+/// only (`balance_for`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StreamSummary {
+    /// End of the own non-direct bytes (they start the stream).
+    pub own_nd: u64,
+    /// End of the own bytes; the balanced-in bytes follow.
+    pub own: u64,
+    /// End of the balanced-in non-direct bytes.
+    pub nd_end: u64,
+    /// The stream's non-direct runs in `Balanced::runs`: own ones `begin..mid` (covering
+    /// `0..own_nd`), balanced-in ones `mid..end` (covering `own..nd_end`).
+    pub runs: (u32, u32, u32),
+}
+
+/// `len` non-direct bytes of one piece, for local receiver `j` (its owner).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Run {
+    pub len: u64,
+    pub j: u32,
+}
+
 /// One balancing move: a piece handed from GPU (s,a) to carrier (s,c) over scale-up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Move {
@@ -65,6 +91,12 @@ pub struct Balanced {
     pub stream_range: Vec<(u32, u32)>,
     /// Scratch bytes each rank uses to hold balanced-in pieces (the start of its receive region).
     pub balance_in: Vec<u64>,
+    /// Per stream (indexed like `stream_range`), its summary.
+    pub summary: Vec<StreamSummary>,
+    /// The server whose tiles (sent or received) have pieces; `None`: every tile has.
+    pub pieces_of: Option<usize>,
+    /// Whether `summary` holds every stream's summary (see `Keep`).
+    pub summarized: bool,
     /// Every server's pieces, moves and intra blocks, servers in order.
     lo: Part,
 }
@@ -74,12 +106,19 @@ pub struct Balanced {
 #[derive(Default)]
 struct Part {
     pieces: Vec<Piece>,
+    /// The streams' non-direct runs (`StreamSummary::runs`).
+    runs: Vec<Run>,
     /// Each server's moves ordered by (a, c), then creation order.
     moves: Vec<Move>,
+    /// The moves of the servers whose moves one rank's balancing keeps only as keys
+    /// (`MoveKey`), servers in order.
+    keys: Vec<u32>,
     /// Each server's same-server blocks, row-major.
     intra: Vec<IntraBlock>,
-    /// Per server, in the order balanced: where its moves and its intra blocks end.
+    /// Per server, in the order balanced: where its moves and its intra blocks end, and
+    /// where its move keys end.
     ends: Vec<(usize, usize)>,
+    key_ends: Vec<usize>,
     /// Column sums of the matrix over the servers before the one being balanced.
     col_acc: Vec<u64>,
     temps: BalanceTemps,
@@ -103,6 +142,11 @@ impl Balanced {
     pub fn pieces_in(&self, b: u32, e: u32) -> &[Piece] {
         &self.lo.pieces[b as usize..e as usize]
     }
+    /// The non-direct run with id `id` (see `StreamSummary::runs`).
+    #[inline(always)]
+    pub fn run(&self, id: u32) -> Run {
+        self.lo.runs[id as usize]
+    }
     /// Number of pieces in all streams.
     pub fn num_pieces(&self) -> usize {
         self.lo.pieces.len()
@@ -112,17 +156,25 @@ impl Balanced {
     pub fn moves(&self) -> impl Iterator<Item = &[Move]> {
         std::iter::once(&self.lo.moves[..])
     }
+    /// Number of balancing moves, kept whole or as keys.
     pub fn num_moves(&self) -> usize {
-        self.lo.moves.len()
+        self.lo.moves.len() + self.lo.keys.len()
     }
     /// Every server's balancing moves, servers in order (each server's by (a, c)).
     pub fn all_moves(&self) -> &[Move] {
         &self.lo.moves
     }
-    /// Server `s`'s moves (ordered by (a, c), then creation order).
+    /// Server `s`'s moves (ordered by (a, c), then creation order); none for a server
+    /// other than `pieces_of` (see `server_move_keys`).
     pub fn server_moves(&self, s: usize) -> &[Move] {
         let r = self.server_range(s);
         &self.lo.moves[r.0.0..r.1.0]
+    }
+    /// One rank's balancing: server `s`'s moves as keys `(a, c, d)` (`MoveKey`) in
+    /// creation order, for a server other than `pieces_of` (else none).
+    pub fn server_move_keys(&self, s: usize) -> impl Iterator<Item = (u32, u32, u32)> + '_ {
+        let begin = if s == 0 { 0 } else { self.lo.key_ends[s - 1] };
+        self.lo.keys[begin..self.lo.key_ends[s]].iter().map(|&k| MoveKey::unpack(k))
     }
     /// The range of server `s`'s same-server blocks in `intra` (row-major).
     pub fn server_intra(&self, s: usize) -> std::ops::Range<usize> {
@@ -199,13 +251,40 @@ pub fn balance(traffic: &Traffic, cluster: &Cluster) -> Balanced {
     out
 }
 
-/// Balance `traffic` and run `f` on the result.
-pub fn with_balanced<R>(traffic: &Traffic, cluster: &Cluster, f: impl FnOnce(&Balanced) -> R) -> R {
-    f(&balance(traffic, cluster))
+/// What balancing keeps beside the tile totals, carrier targets, `balance_in`, moves and
+/// same-server blocks, which it always makes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Keep {
+    /// Every tile's pieces: what a whole plan's assembly reads.
+    Pieces,
+    /// Every tile's pieces and every stream's summary (`Balanced::summary`), which the
+    /// counting of one rank's expansion reads (`Cuts::make_counted`).
+    PiecesAndSummaries,
+    /// For one rank of server x: every stream's summary, pieces only for the tiles x sends
+    /// or receives, whole moves only for x (the other servers' as keys,
+    /// `Balanced::server_move_keys`): all that its counting and expansion read.
+    Rank(usize),
 }
 
-/// `balance`, reusing `out`'s allocations (a caller planning in a loop may keep one).
+/// `balance`, reusing `out`'s allocations (a caller planning in a loop may keep one):
+/// every tile's pieces and every stream's summary.
 pub fn balance_into(traffic: &Traffic, cluster: &Cluster, out: &mut Balanced) {
+    balance_for(traffic, cluster, out, Keep::PiecesAndSummaries);
+}
+
+/// `balance_into`, keeping what `keep` says. The tile totals, targets, `balance_in`, the
+/// number of moves and the same-server blocks are the same for every `keep`, and so are
+/// the pieces and summaries it keeps.
+pub fn balance_for(traffic: &Traffic, cluster: &Cluster, out: &mut Balanced, keep: Keep) {
+    let pieces_of = match keep {
+        Keep::Rank(x) => {
+            // Move keys and the counting's owner sets hold local indices in 6 bits / 64-bit masks.
+            assert!(cluster.gpus_per_server as usize <= super::cuts::MAX_COUNTED_GPUS, "balance_for: Keep::Rank with {} GPUs per server", cluster.gpus_per_server);
+            Some(x)
+        }
+        _ => None,
+    };
+    let summaries = keep != Keep::Pieces;
     let shape = Shape::of(cluster);
     let Shape { n, g, .. } = shape;
     let p = n * g;
@@ -216,24 +295,32 @@ pub fn balance_into(traffic: &Traffic, cluster: &Cluster, out: &mut Balanced) {
     refill(&mut out.server, n * n, 0);
     refill(&mut out.stream_range, n * n * g, (0, 0));
     refill(&mut out.balance_in, p, 0);
+    if summaries {
+        refill(&mut out.summary, n * n * g, StreamSummary::default());
+    } else {
+        out.summary.clear();
+    }
+    out.pieces_of = pieces_of;
+    out.summarized = summaries;
     let part = &mut out.lo;
     part.pieces.clear();
+    part.runs.clear();
     part.moves.clear();
+    part.keys.clear();
+    part.key_ends.clear();
     part.intra.clear();
     part.ends.clear();
-    // `col_acc[col]` sums the column over the servers already done.
+    // `col_acc[col]` sums the column over the servers already done (each tile's pass adds
+    // its own: the matrix is read once).
     refill(&mut part.col_acc, p, 0);
     if p == 0 {
         return;
     }
     let servers = out.targets.chunks_exact_mut(n * g).zip(out.server.chunks_exact_mut(n)).zip(out.stream_range.chunks_exact_mut(n * g)).zip(out.balance_in.chunks_exact_mut(g));
+    let mut summaries = summaries.then(|| out.summary.chunks_exact_mut(n * g));
     for (s, (((targets, server), stream_range), balance_in)) in servers.enumerate() {
-        balance_server(data, shape, s, ServerOut { targets, server, stream_range, balance_in }, part, 0);
-        for row in data[s * g * p..(s + 1) * g * p].chunks_exact(p) {
-            for (acc, &v) in part.col_acc.iter_mut().zip(row) {
-                *acc += v;
-            }
-        }
+        let summary = summaries.as_mut().and_then(|it| it.next());
+        balance_server(data, shape, s, ServerOut { targets, server, stream_range, balance_in, summary, pieces_of }, part, 0);
     }
 }
 
@@ -260,16 +347,21 @@ struct ServerOut<'a> {
     stream_range: &'a mut [(u32, u32)],
     /// `g`: per local rank.
     balance_in: &'a mut [u64],
+    /// `n·g`, like `targets`, where summaries are kept.
+    summary: Option<&'a mut [StreamSummary]>,
+    /// See `balance_for`.
+    pieces_of: Option<usize>,
 }
 
 /// Balance the tiles of source server `s` into `out` and `part`.
-fn balance_server(data: &[u64], shape: Shape, s: usize, out: ServerOut, part: &mut Part, id_tag: u32) {
+fn balance_server(data: &[u64], shape: Shape, s: usize, mut out: ServerOut, part: &mut Part, id_tag: u32) {
     let Shape { n, g, nics } = shape;
     let p = n * g;
-    let Part { pieces, moves, intra, ends, col_acc, temps: tmp } = part;
+    let Part { pieces, runs, moves, keys, intra, ends, key_ends, col_acc, temps: tmp } = part;
     // Upper bounds for one server (each block is cut at most a few times): the lists then
     // grow at most once per server, and not at all once reused.
     pieces.reserve(n * g * g + n * g);
+    runs.reserve(n * g * g + n * g);
     moves.reserve(n * g * g / 2 + g);
     intra.reserve(g * g);
     refill(&mut tmp.row_acc, g, 0); // `row_acc[a]`: input offset of the next block of row (s,a)
@@ -289,6 +381,9 @@ fn balance_server(data: &[u64], shape: Shape, s: usize, out: ServerOut, part: &m
         (&mut row_acc[..], &mut in_off[..], &mut out_off[..], &mut rem[..], &mut off[..], &mut cap[..], &mut row[..], &mut excess[..]);
     let per_carrier = &mut per_carrier[..g];
     let server_moves_start = moves.len();
+    // Whole moves where the assembler reads them; else keys for counting their transfers.
+    let whole = out.pieces_of.is_none_or(|x| x == s) || n > MoveKey::MAX_SERVERS;
+    let mut sink = if whole { MovesOut::Whole(&mut *moves) } else { MovesOut::Keys(&mut *keys) };
     for d in 0..n {
         // One row-major pass over the tile: torch offsets, what is left of each block,
         // row sums. `col_run[j]` is the output offset of the next block into (d,j).
@@ -312,6 +407,7 @@ fn balance_server(data: &[u64], shape: Shape, s: usize, out: ServerOut, part: &m
             row[a] = r;
             total += r;
         }
+        col_acc[d * g..(d + 1) * g].copy_from_slice(col_run);
         if d == s {
             for a in 0..g {
                 for j in 0..g {
@@ -338,7 +434,7 @@ fn balance_server(data: &[u64], shape: Shape, s: usize, out: ServerOut, part: &m
         for a in 0..g {
             let x = rem[a * g + a].min(cap[a]);
             if x > 0 {
-                take(&tile_ctx, a, a, a, x, rem, off, cap, per_carrier, moves, out.balance_in);
+                take(&tile_ctx, a, a, a, x, rem, off, cap, per_carrier, &mut sink, out.balance_in);
             }
         }
         // Light GPUs (row ≤ target) keep everything: moving their bytes away only adds scale-up traffic.
@@ -348,7 +444,7 @@ fn balance_server(data: &[u64], shape: Shape, s: usize, out: ServerOut, part: &m
                 for j in 0..g {
                     let x = rem[a * g + j];
                     if x > 0 {
-                        take(&tile_ctx, a, j, a, x, rem, off, cap, per_carrier, moves, out.balance_in);
+                        take(&tile_ctx, a, j, a, x, rem, off, cap, per_carrier, &mut sink, out.balance_in);
                     }
                 }
             } else {
@@ -368,7 +464,7 @@ fn balance_server(data: &[u64], shape: Shape, s: usize, out: ServerOut, part: &m
                 let x = rem[a * g + c].min(cap[c]).min(excess[a]);
                 if x > 0 {
                     excess[a] -= x;
-                    take(&tile_ctx, a, c, c, x, rem, off, cap, per_carrier, moves, out.balance_in);
+                    take(&tile_ctx, a, c, c, x, rem, off, cap, per_carrier, &mut sink, out.balance_in);
                 }
             }
         }
@@ -380,7 +476,7 @@ fn balance_server(data: &[u64], shape: Shape, s: usize, out: ServerOut, part: &m
                 }
                 let x = rem[a * g + j].min(cap[a]);
                 if x > 0 {
-                    take(&tile_ctx, a, j, a, x, rem, off, cap, per_carrier, moves, out.balance_in);
+                    take(&tile_ctx, a, j, a, x, rem, off, cap, per_carrier, &mut sink, out.balance_in);
                 }
             }
         }
@@ -393,25 +489,51 @@ fn balance_server(data: &[u64], shape: Shape, s: usize, out: ServerOut, part: &m
                         c += 1;
                     }
                     let x = rem[a * g + j].min(cap[c]);
-                    take(&tile_ctx, a, j, c, x, rem, off, cap, per_carrier, moves, out.balance_in);
+                    take(&tile_ctx, a, j, c, x, rem, off, cap, per_carrier, &mut sink, out.balance_in);
                 }
             }
         }
         // Streams: own pieces before balanced-in ones (the first stage need not wait for
         // balancing), and within each, pieces for other GPUs before same-index ones (the
         // last stages then carry fewer bytes that need redistribution).
+        let keep = out.pieces_of.is_none_or(|x| s == x || d == x);
         for (c, classes) in per_carrier.iter().enumerate() {
             let begin = pieces.len() as u32 | id_tag;
-            for class in classes {
-                pieces.extend_from_slice(class);
+            if keep {
+                for class in classes {
+                    pieces.extend_from_slice(class);
+                }
             }
             out.stream_range[d * g + c] = (begin, pieces.len() as u32 | id_tag);
+            // The summary, from the classes (in cache): non-direct runs and the class ends.
+            if let Some(summary) = out.summary.as_deref_mut() {
+                let r0 = runs.len() as u32;
+                let own_nd = push_runs(&classes[0], runs);
+                let r1 = runs.len() as u32;
+                let own = own_nd + classes[1].iter().map(|pc| pc.len).sum::<u64>();
+                let nd_end = own + push_runs(&classes[2], runs);
+                summary[d * g + c] = StreamSummary { own_nd, own, nd_end, runs: (r0, r1, runs.len() as u32) };
+            }
         }
     }
     // Group this server's moves by (a, c) so each (a, c) pair is one balancing transfer
     // (counting sort: stable, no comparisons).
-    group_moves(moves, server_moves_start, g, move_count, move_tmp);
+    if whole {
+        group_moves(moves, server_moves_start, g, move_count, move_tmp);
+    }
     ends.push((moves.len(), intra.len()));
+    key_ends.push(keys.len());
+}
+
+/// Append `pieces`' runs (owner and length) to `runs`; their bytes.
+#[inline]
+fn push_runs(pieces: &[Piece], runs: &mut Vec<Run>) -> u64 {
+    let mut bytes = 0;
+    for pc in pieces {
+        runs.push(Run { len: pc.len, j: pc.j });
+        bytes += pc.len;
+    }
+    bytes
 }
 
 /// Where the blocks of the tile being balanced start (read by `take`).
@@ -427,7 +549,7 @@ struct TileCtx<'a> {
 /// and a balancing move when c is not the sender. Inlined: it runs once per piece.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-fn take(t: &TileCtx, a: usize, j: usize, c: usize, len: u64, rem: &mut [u64], off: &mut [u64], cap: &mut [u64], pcs: &mut [[Vec<Piece>; 4]], moves: &mut Vec<Move>, bal_in: &mut [u64]) {
+fn take(t: &TileCtx, a: usize, j: usize, c: usize, len: u64, rem: &mut [u64], off: &mut [u64], cap: &mut [u64], pcs: &mut [[Vec<Piece>; 4]], moves: &mut MovesOut, bal_in: &mut [u64]) {
     debug_assert!(len > 0);
     let g = t.g;
     let k = a * g + j;
@@ -442,11 +564,38 @@ fn take(t: &TileCtx, a: usize, j: usize, c: usize, len: u64, rem: &mut [u64], of
         // `bal_in`: the server's entries, per local rank.
         let o = bal_in[c];
         bal_in[c] += len;
-        moves.push(Move { s: t.s as u32, a: a as u32, c: c as u32, d: t.d as u32, j: j as u32, input_off, len, scratch_off: o });
+        match moves {
+            MovesOut::Whole(m) => m.push(Move { s: t.s as u32, a: a as u32, c: c as u32, d: t.d as u32, j: j as u32, input_off, len, scratch_off: o }),
+            MovesOut::Keys(k) => k.push(MoveKey::pack(a, c, t.d)),
+        }
         o
     };
     let class = usize::from(j == c) + if a == c { 0 } else { 2 };
     pcs[c][class].push(Piece { a: a as u32, j: j as u32, len, src_off, out_off: t.out_off[k] + block_off });
+}
+
+/// Where `take` puts a server's moves.
+enum MovesOut<'a> {
+    Whole(&'a mut Vec<Move>),
+    /// Only which (a, c) pair moves bytes for which destination server: what counting the
+    /// server's balancing transfers reads (`MoveKey`), in a twelfth of a `Move`'s bytes.
+    Keys(&'a mut Vec<u32>),
+}
+
+/// A move `(a, c, d)` packed in 32 bits (local indices below 64, servers below 2^20).
+struct MoveKey;
+
+impl MoveKey {
+    const MAX_SERVERS: usize = 1 << 20;
+    #[inline]
+    fn pack(a: usize, c: usize, d: usize) -> u32 {
+        debug_assert!(a < 64 && c < 64 && d < Self::MAX_SERVERS);
+        (a as u32) << 26 | (c as u32) << 20 | d as u32
+    }
+    #[inline]
+    fn unpack(k: u32) -> (u32, u32, u32) {
+        (k >> 26, k >> 20 & 63, k & ((1 << 20) - 1))
+    }
 }
 
 /// Stable counting sort of `moves[start..]` by (a, c).

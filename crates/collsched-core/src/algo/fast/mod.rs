@@ -287,7 +287,7 @@ pub fn plan_in(ws: &mut Workspace, traffic: &Traffic, cluster: &Cluster, opts: &
     let o = FastOptions::parse(opts, cluster, "fast", &[])?;
     let n = cluster.servers as usize;
     let Workspace { bal, assemble } = ws;
-    balance::balance_into(traffic, cluster, bal);
+    balance::balance_for(traffic, cluster, bal, balance::Keep::Pieces);
     crate::timeline::mark("servers balanced");
     let sched = schedule(traffic, &bal.server, n, cluster, &o);
     crate::timeline::mark("schedule computed");
@@ -322,15 +322,16 @@ impl ScaleoutPreview<'_> {
 pub fn plan_unless<X>(traffic: &Traffic, cluster: &Cluster, opts: &Options, stop: impl FnOnce(&ScaleoutPreview) -> Option<X>) -> Result<std::result::Result<Plan, X>> {
     let o = FastOptions::parse(opts, cluster, "fast", &[])?;
     let n = cluster.servers as usize;
-    Ok(balance::with_balanced(traffic, cluster, |bal| {
-        let sched = schedule(traffic, &bal.server, n, cluster, &o);
-        let preview = ScaleoutPreview { cluster, bal, rounds: &sched.rounds };
-        if let Some(x) = stop(&preview) {
-            return Err(x);
-        }
-        let b = PlanBuilder::new("fast", Collective::AllToAll { traffic: traffic.clone() }, cluster.gpus_per_server);
-        Ok(finish_into(&mut pipeline::AssembleScratch::default(), b, cluster, &o, bal, &sched).finish())
-    }))
+    let mut bal = balance::Balanced::default();
+    balance::balance_for(traffic, cluster, &mut bal, balance::Keep::Pieces);
+    let bal = &bal;
+    let sched = schedule(traffic, &bal.server, n, cluster, &o);
+    let preview = ScaleoutPreview { cluster, bal, rounds: &sched.rounds };
+    if let Some(x) = stop(&preview) {
+        return Ok(Err(x));
+    }
+    let b = PlanBuilder::new("fast", Collective::AllToAll { traffic: traffic.clone() }, cluster.gpus_per_server);
+    Ok(Ok(finish_into(&mut pipeline::AssembleScratch::default(), b, cluster, &o, bal, &sched).finish()))
 }
 
 /// The scale-out rounds and the counts the plan's meta reports.
@@ -413,10 +414,12 @@ fn schedule(traffic: &Traffic, server: &[u64], n: usize, cluster: &Cluster, o: &
     let quantum_floor = o.min_stage_bytes.saturating_mul(cluster.nics_per_server as u64);
     let dec = plan_stages(server, n, quantum_floor, o.exact);
     let decomposed = dec.stages.len();
+    crate::timeline::mark("stages decomposed");
     let mut stages = order_stages(dec, server, n, o.ascending);
     if !o.ascending {
         pick_first_stage(traffic, cluster, server, &mut stages);
     }
+    crate::timeline::mark("stages ordered");
     let birkhoff_stages = stages.len();
     let exact_stages = stages.iter().filter(|s| s.exact).count();
     let line = max_line_sum(server, n);
@@ -456,8 +459,12 @@ pub fn plan_rank(ws: &mut Workspace, traffic: &Traffic, cluster: &Cluster, opts:
     let o = FastOptions::parse(opts, cluster, "fast", &[])?;
     let n = cluster.servers as usize;
     let Workspace { bal, assemble } = ws;
-    balance::balance_into(traffic, cluster, bal);
+    // Pieces only where this rank's expansion reads them (see `pipeline::assemble_rank`).
+    let keep = if pipeline::focuses(cluster) { balance::Keep::Rank(rank as usize / cluster.gpus_per_server as usize) } else { balance::Keep::Pieces };
+    balance::balance_for(traffic, cluster, bal, keep);
+    crate::timeline::mark("servers balanced");
     let sched = schedule(traffic, &bal.server, n, cluster, &o);
+    crate::timeline::mark("schedule computed");
     let decide_ns = t0.elapsed().as_nanos() as u64;
     let r = rank as usize;
     let b = PlanBuilder::for_rank("fast", traffic.n() as u32, cluster.gpus_per_server, rank, traffic.row_sum(r), traffic.col_sum(r));

@@ -217,9 +217,11 @@ struct Focus<'a> {
     balancing_base: u32,
     intra_base: u32,
     /// Per visit, the id of its first scale-out transfer; per `visit * g + c`, what carrier
-    /// c's cut makes (`Cuts::tally`: its `count` of transfers).
+    /// c's cut makes (`Cuts::tally`: its `count` of transfers; the rank's server's visits
+    /// only); per visit, its counts (`Cuts::visit`: which carriers move bytes).
     visit_base: &'a [u32],
     counts: &'a [super::cuts::CutTally],
+    visits: &'a [super::cuts::VisitCount],
     /// Per visit from server x: where the receiving carrier i's Scratch receive region
     /// stands before it (what the visits into that server before it parked there).
     recv_at: &'a [u64],
@@ -254,8 +256,14 @@ pub fn assemble_with(scratch: &mut AssembleScratch, b: PlanBuilder, cluster: &Cl
 /// server the counts do not fit their masks: the whole assembly then runs into `b`.
 pub fn assemble_rank(scratch: &mut AssembleScratch, b: PlanBuilder, cluster: &Cluster, bal: &Balanced, rounds: &[Round], chain_nics: bool) -> PlanBuilder {
     assert!(b.rank().is_some(), "assemble_rank: a one-rank builder");
-    let focused = bal.gpus <= super::cuts::MAX_COUNTED_GPUS && bal.servers > 0;
+    let focused = focuses(cluster);
     assemble_inner(scratch, b, cluster, bal, rounds, chain_nics, focused).0
+}
+
+/// Whether `assemble_rank` writes only the rank's part on `cluster` (else the whole
+/// assembly runs into its builder, and balancing must keep every tile's pieces).
+pub fn focuses(cluster: &Cluster) -> bool {
+    cluster.gpus_per_server as usize <= super::cuts::MAX_COUNTED_GPUS && cluster.servers > 0
 }
 
 fn assemble_inner(scratch: &mut AssembleScratch, mut b: PlanBuilder, cluster: &Cluster, bal: &Balanced, rounds: &[Round], chain_nics: bool, focused: bool) -> (PlanBuilder, Loads) {
@@ -311,13 +319,15 @@ fn assemble_inner(scratch: &mut AssembleScratch, mut b: PlanBuilder, cluster: &C
     *count_ns = 0;
     let focus = if focused {
         let t0 = std::time::Instant::now();
-        cuts.make_counted(bal, rounds);
         let rank = b.rank().expect("a one-rank builder") as usize;
+        cuts.make_counted(bal, rounds, rank);
+        crate::timeline::mark("cuts counted");
         let ids = IdScratch { visit_base, owners_in_round, cursor, recv_at };
         let (balancing_base, intra_base, pairs) = count_rank_ids(bal, rounds, cuts, tile_class, intra_step, rank, ids);
         b.set_moving_pairs(pairs);
+        crate::timeline::mark("rank ids counted");
         *count_ns = t0.elapsed().as_nanos() as u64;
-        Some(Focus { x: rank / g, i: rank % g, balancing_base, intra_base, visit_base, counts: &cuts.tally, recv_at })
+        Some(Focus { x: rank / g, i: rank % g, balancing_base, intra_base, visit_base, counts: &cuts.tally, visits: &cuts.visit, recv_at })
     } else {
         cuts.make(bal, rounds);
         None
@@ -452,30 +462,33 @@ fn assemble_inner(scratch: &mut AssembleScratch, mut b: PlanBuilder, cluster: &C
 /// transfer; per visit, the id of its first scale-out transfer (`visit_base`); and the whole
 /// plan's `(step, distinct moving pairs)`; and, per visit from server x, where the receiving
 /// carrier's Scratch region stands (`recv_at`). Reads every move, same-server block and
-/// counted cut (`Cuts::make_counted`) once; writes no transfer.
+/// visit's counts (`Cuts::make_counted`) once; writes no transfer.
 fn count_rank_ids(bal: &Balanced, rounds: &[Round], cuts: &Cuts, tile_class: &[u8], intra_step: u32, rank: usize, ids: IdScratch) -> (u32, u32, Vec<(u32, u32)>) {
     let IdScratch { visit_base, owners_in_round, cursor, recv_at } = ids;
     let (n, g) = (bal.servers, bal.gpus);
     let (x, i) = (rank / g, rank % g);
     let mut per_step = vec![0u32; rounds.len() + 2];
-    // Balancing: one transfer per (server, a, c, class) with moves (a server's moves are
-    // grouped by (a, c)); one moving pair per (server, a, c).
+    // Balancing: one transfer per (server, a, c, class) with moves; one moving pair per
+    // (server, a, c). Per (a, c), the classes of its moves (any order: only the rank's own
+    // server's moves are grouped).
     let (mut balancing, mut balancing_base) = (0u32, 0u32);
+    owners_in_round.clear();
+    owners_in_round.resize(g * g, 0);
+    let classes = &mut owners_in_round[..g * g];
     for s in 0..n {
         if s == x {
             balancing_base = balancing;
         }
-        let moves = bal.server_moves(s);
-        let mut at = 0;
-        while at < moves.len() {
-            let (a, c) = (moves[at].a, moves[at].c);
-            let mut classes = 0u32;
-            while at < moves.len() && moves[at].a == a && moves[at].c == c {
-                classes |= 1 << tile_class[s * n + moves[at].d as usize];
-                at += 1;
-            }
-            balancing += classes.count_ones();
+        for m in bal.server_moves(s) {
+            classes[m.a as usize * g + m.c as usize] |= 1 << tile_class[s * n + m.d as usize];
+        }
+        for (a, c, d) in bal.server_move_keys(s) {
+            classes[a as usize * g + c as usize] |= 1 << tile_class[s * n + d as usize];
+        }
+        for k in classes.iter_mut().filter(|k| **k != 0) {
+            balancing += k.count_ones();
             per_step[0] += 1;
+            *k = 0;
         }
     }
     // Same-server blocks: one transfer each, in server order; those between two ranks move.
@@ -483,33 +496,43 @@ fn count_rank_ids(bal: &Balanced, rounds: &[Round], cuts: &Cuts, tile_class: &[u
     per_step[intra_step as usize] += bal.intra_in(0..bal.num_intra()).iter().filter(|blk| blk.i != blk.j).count() as u32;
     // Scale-out: per visit, its carriers' counted transfers. Round k moves its carriers'
     // pairs in step k + 1 and redistributes in step k + 2: one pair per (holder, owner),
-    // however many visits into the holder's server the round has.
+    // however many visits into the holder's server the round has (a union of the visits'
+    // owners where a round has several into one server, else the visit's own count).
     let mut id = balancing + bal.num_intra() as u32;
     visit_base.clear();
     recv_at.clear();
-    refill(owners_in_round, n * g, 0);
+    // Per server d, where carrier (d, i)'s receive region stands.
     cursor.clear();
-    cursor.extend_from_slice(&bal.balance_in);
+    cursor.extend((0..n).map(|d| bal.balance_in[d * g + i]));
+    let unions = !cuts.owners.is_empty();
+    if unions {
+        refill(owners_in_round, n * g, 0);
+    }
     let mut v = 0;
     for (k, round) in rounds.iter().enumerate() {
         for &(s, d, _) in &round.pairs {
             visit_base.push(id);
             let d = d as usize;
-            recv_at.push(if s as usize == x { cursor[d * g + i] } else { 0 });
-            for c in 0..g {
-                let e = v * g + c;
-                let t = cuts.tally[e];
-                id += t.count;
-                cursor[d * g + c] += t.parked;
-                per_step[k + 1] += u32::from(cuts.cuts[e].bytes > 0);
-                owners_in_round[d * g + c] |= t.owners;
+            recv_at.push(if s as usize == x { cursor[d] } else { 0 });
+            let vc = cuts.visit[v];
+            id += vc.count;
+            cursor[d] += vc.parked;
+            per_step[k + 1] += vc.busy.count_ones();
+            if unions {
+                for (acc, &o) in owners_in_round[d * g..(d + 1) * g].iter_mut().zip(&cuts.owners[v * g..(v + 1) * g]) {
+                    *acc |= o;
+                }
+            } else {
+                per_step[k + 2] += vc.owner_pairs;
             }
             v += 1;
         }
-        for &(_, d, _) in &round.pairs {
-            for owners in &mut owners_in_round[d as usize * g..(d as usize + 1) * g] {
-                per_step[k + 2] += owners.count_ones();
-                *owners = 0;
+        if unions {
+            for &(_, d, _) in &round.pairs {
+                for owners in &mut owners_in_round[d as usize * g..(d as usize + 1) * g] {
+                    per_step[k + 2] += owners.count_ones();
+                    *owners = 0;
+                }
             }
         }
     }
@@ -612,7 +635,12 @@ fn write_rounds(cx: &RoundCtx, st: &mut RoundState, b: &mut PlanBuilder, range: 
                     _ => (0, 1),
                 };
                 for c in (first..g).step_by(stride) {
-                    if cuts[v * g + c].bytes > 0 {
+                    // One rank has cuts only where it writes: the visit's counts say who moves.
+                    let moves = match focus {
+                        Some(f) => f.visits[v].busy >> c & 1 != 0,
+                        None => cuts[v * g + c].bytes > 0,
+                    };
+                    if moves {
                         send_busy[s * nics + c % nics] = busy_mark;
                         recv_busy[d * nics + c % nics] = busy_mark;
                     }
