@@ -108,13 +108,14 @@ fn debug_case() {
         collsched_core::plan::verify::verify(&h).unwrap();
         let sf = simulate(&f, &c, &SimOptions::default()).unwrap().time_s;
         let sh = simulate(&h, &c, &SimOptions::default()).unwrap().time_s;
-        let ch = choose(t.data(), t.n(), &c, Calibration::defaults(), "gloo", &[true; 8]).unwrap();
+        let backend = std::env::var("BACKEND").unwrap_or("gloo".into());
+        let ch = choose(t.data(), t.n(), &c, Calibration::defaults(), &backend, &[true; 8]).unwrap();
         eprintln!("fanout {} transfers sim {:.1} us; half duplex {} transfers sim {:.1} us; shape {:?}", f.transfers.len(), sf * 1e6, h.transfers.len(), sh * 1e6, plan_shape(&f));
         for p in &ch.candidates {
             eprintln!("  {:16} transfer {:.1} overhead {:.1} {:?}", p.name, p.transfer_s * 1e6, p.overhead_s * 1e6, p.shape);
             if p.name != "native" {
                 let q = plan_all_to_all(&t, &c, p.name, &Options::new()).unwrap();
-                let be = Calibration::defaults().backend("gloo").unwrap();
+                let be = Calibration::defaults().backend(&backend).unwrap();
                 let sh = plan_shape(&q);
                 eprintln!("  {:16} sim      {:.1} overhead {:.1} {:?}", "", simulate(&q, &c, &SimOptions::default()).unwrap().time_s * 1e6, model::overhead_s(p.name, &sh, be, Calibration::defaults().planning_ns_per_transfer[p.name]) * 1e6, sh);
             }

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
 #[path = "rank_plan.rs"]
-mod rank_plan;
+pub(crate) mod rank_plan;
 
 /// A communication plan: transfers of segments between rank buffers.
 #[pyclass(module = "collsched._core", name = "Plan", frozen)]
