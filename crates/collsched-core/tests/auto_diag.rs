@@ -124,3 +124,28 @@ fn native_features() {
         );
     }
 }
+
+/// Data for the balancing candidates' weights (ignored): per case and candidate, the
+/// simulated time and the model's phases (`model::Terms::phases`).
+/// `cargo test --release --test auto_diag -- --ignored --nocapture phase_features > /tmp/p.jsonl`
+#[test]
+#[ignore]
+fn phase_features() {
+    use collsched_core::algo::auto::{model, Loads};
+    let mut rng = Rng::new(std::env::var("SEED").map(|v| v.parse().unwrap()).unwrap_or(20_260_401));
+    let sim = SimOptions::default();
+    for case in 0..CASES {
+        let c = random_cluster(&mut rng);
+        let t = random_traffic(&c, &mut rng);
+        let l = Loads::new(t.data(), t.n(), &c).unwrap();
+        let terms = model::Terms::new(&l, &c);
+        let ph: Vec<String> = terms.phases(&l).iter().map(|(k, v)| format!("\"{k}\":{v}")).collect();
+        let mut cands = Vec::new();
+        for alg in CANDIDATES {
+            let p = plan_all_to_all(&t, &c, alg, &Options::new()).unwrap();
+            let s = simulate(&p, &c, &sim).unwrap().time_s;
+            cands.push(format!("\"{alg}\":{{\"sim\":{s},\"model\":{}}}", terms.transfer_s(alg, &l, 0.0)));
+        }
+        println!("{{\"case\":{case},\"g\":{},\"servers\":{},\"fabric\":\"{}\",{},{}}}", c.gpus_per_server, c.servers, c.fabric_name(), ph.join(","), cands.join(","));
+    }
+}
