@@ -64,9 +64,10 @@ fn square<'a>(matrix: &'a PyReadonlyArray2<'_, u64>) -> PyResult<(usize, &'a [u6
     if shape[0] != shape[1] || shape[0] == 0 {
         return Err(PyValueError::new_err(format!("traffic matrix must be square P×P with P ≥ 1, got shape ({}, {})", shape[0], shape[1])));
     }
+    // `as_slice` also takes Fortran order, which would read the matrix transposed.
     match matrix.as_slice() {
-        Ok(data) => Ok((shape[0], data)),
-        Err(_) => Err(PyValueError::new_err("traffic matrix must be C-contiguous (np.ascontiguousarray)")),
+        Ok(data) if matrix.is_c_contiguous() => Ok((shape[0], data)),
+        _ => Err(PyValueError::new_err("traffic matrix must be C-contiguous (np.ascontiguousarray)")),
     }
 }
 

@@ -160,6 +160,9 @@ pub struct RankChoice {
 /// winner's with auto's inputs (`opts`) mixed in, as the whole `auto` plan records it.
 /// `calibration`: the parsed table to use instead of `opts`' (see `choose_from_options`).
 pub fn plan_rank(ws: &mut Workspace, traffic: &Traffic, cluster: &Cluster, rank: u32, opts: &Options, calibration: Option<&Calibration>, expand_native: bool) -> Result<RankChoice> {
+    if rank as usize >= traffic.n() {
+        return invalid!("rank {rank} is outside the {} ranks of the traffic matrix", traffic.n());
+    }
     let t0 = std::time::Instant::now();
     let (choice, planned) = choose_from_options(traffic, cluster, opts, calibration)?;
     let choose_ns = t0.elapsed().as_nanos() as u64;
