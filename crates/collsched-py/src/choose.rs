@@ -4,7 +4,6 @@ use crate::guarded;
 use collsched_core::algo::auto::{self, Calibration};
 use crate::plan::rank_plan::{in_workspace, PyRankPlan, PyWorkspace};
 use collsched_core::plan::Options;
-use collsched_core::Traffic;
 use pyo3::prelude::*;
 use numpy::{PyReadonlyArray2, PyUntypedArrayMethods};
 use pyo3::exceptions::PyValueError;
@@ -93,8 +92,8 @@ fn choice_tuple(c: &auto::Choice) -> ChoiceTuple {
 
 /// auto on the runtime's path, from the uint64 numpy `matrix` read in place: choose (with `backend` of
 /// `calibration`, among `candidates`), then expand the winner's part for `rank` (nothing when
-/// `native` wins: the runtime calls torch). The choice and the expansion read the same
-/// decoded matrix. Returns `(choice, RankPlan | None, choose_ns, decide_ns, expand_ns)`,
+/// `native` wins: the runtime calls torch). The choice reads the matrix in place; the
+/// expansion reads one copy of it. Returns `(choice, RankPlan | None, choose_ns, decide_ns, expand_ns)`,
 /// `choice` as `choose` returns it; `decide_ns` includes `choose_ns`.
 #[pyfunction]
 #[pyo3(signature = (matrix, cluster, rank, backend, calibration, candidates=None, workspace=None))]
@@ -109,9 +108,8 @@ fn plan_auto_for_rank(py: Python<'_>, matrix: PyReadonlyArray2<'_, u64>, cluster
     let c = &cluster.inner;
     let rc = py.allow_threads(|| {
         guarded(|| {
-            // The one copy: the planners own their matrix.
-            let t = Traffic::new(n, data.to_vec())?;
-            in_workspace(workspace, |ws| auto::plan_rank(ws, &t, c, rank, &opts, Some(&calibration.inner), false))
+            // Read in place; copied once into a `Traffic` only if a plan is expanded.
+            in_workspace(workspace, |ws| auto::plan_rank(ws, data, n, None, c, rank, &opts, Some(&calibration.inner), false))
         })
     })?;
     Ok((choice_tuple(&rc.choice), rc.plan.map(|inner| PyRankPlan { inner }), rc.choose_ns, rc.times.decide_ns, rc.times.expand_ns))

@@ -152,7 +152,7 @@ pub fn plan_for_rank_in(ws: &mut Workspace, traffic: &Traffic, cluster: &Cluster
     }
     if algorithm == "auto" {
         // Choose, then expand the winner's rank part (`auto::plan_rank`; fanout's for native).
-        let auto::RankChoice { plan, times, .. } = auto::plan_rank(ws, traffic, cluster, rank, opts, None, true)?;
+        let auto::RankChoice { plan, times, .. } = auto::plan_rank(ws, traffic.data(), traffic.n(), Some(traffic), cluster, rank, opts, None, true)?;
         return match plan {
             Some(rp) => Ok((rp, times)),
             None => invalid!("auto: no rank plan for native (internal)"),

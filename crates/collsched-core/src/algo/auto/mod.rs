@@ -119,7 +119,7 @@ fn decide(l: &Loads, cluster: &Cluster, calibration: &Calibration, b: &Backend, 
 /// `CANDIDATES`), `calibration` (JSON text in the format of `calibration.json`; default: the
 /// built-in constants, or `calibration` when given: the runtime passes the parsed table).
 /// `plan` plans that producer whole; `plan_rank` expands its rank part only.
-pub fn choose_from_options(traffic: &Traffic, cluster: &Cluster, opts: &Options, calibration: Option<&Calibration>) -> Result<(Choice, &'static str)> {
+pub fn choose_from_options(data: &[u64], n: usize, cluster: &Cluster, opts: &Options, calibration: Option<&Calibration>) -> Result<(Choice, &'static str)> {
     for k in opts.keys() {
         if !["backend", "candidates", "calibration"].contains(&k.as_str()) {
             return invalid!("auto: unknown option '{k}' (known: backend, candidates, calibration)");
@@ -137,7 +137,7 @@ pub fn choose_from_options(traffic: &Traffic, cluster: &Cluster, opts: &Options,
     };
     let backend = opts.get("backend").map_or("nccl", String::as_str);
     let mask = candidate_mask(opts.get("candidates").map(String::as_str))?;
-    let choice = choose(traffic.data(), traffic.n(), cluster, calibration, backend, &mask)?;
+    let choice = choose(data, n, cluster, calibration, backend, &mask)?;
     let planned = if choice.algorithm == "native" { "fanout" } else { choice.algorithm };
     Ok((choice, planned))
 }
@@ -159,17 +159,30 @@ pub struct RankChoice {
 /// expansion both read it). The rank plan is named after the choice; its digest is the
 /// winner's with auto's inputs (`opts`) mixed in, as the whole `auto` plan records it.
 /// `calibration`: the parsed table to use instead of `opts`' (see `choose_from_options`).
-pub fn plan_rank(ws: &mut Workspace, traffic: &Traffic, cluster: &Cluster, rank: u32, opts: &Options, calibration: Option<&Calibration>, expand_native: bool) -> Result<RankChoice> {
-    if rank as usize >= traffic.n() {
-        return invalid!("rank {rank} is outside the {} ranks of the traffic matrix", traffic.n());
+///
+/// `data` (row-major `n × n`) is what `choose` reads; `traffic`, when the caller holds it,
+/// is the same matrix as a `Traffic`, else one is made from `data` only if a plan is
+/// expanded (so a native choice copies nothing).
+#[allow(clippy::too_many_arguments)]
+pub fn plan_rank(ws: &mut Workspace, data: &[u64], n: usize, traffic: Option<&Traffic>, cluster: &Cluster, rank: u32, opts: &Options, calibration: Option<&Calibration>, expand_native: bool) -> Result<RankChoice> {
+    if rank as usize >= n {
+        return invalid!("rank {rank} is outside the {n} ranks of the traffic matrix");
     }
     let t0 = std::time::Instant::now();
-    let (choice, planned) = choose_from_options(traffic, cluster, opts, calibration)?;
+    let (choice, planned) = choose_from_options(data, n, cluster, opts, calibration)?;
     let choose_ns = t0.elapsed().as_nanos() as u64;
     if choice.algorithm == "native" && !expand_native {
         let times = RankTimes { decide_ns: choose_ns, expand_ns: 0 };
         return Ok(RankChoice { choice, plan: None, choose_ns, times });
     }
+    let copied;
+    let traffic = match traffic {
+        Some(t) => t,
+        None => {
+            copied = Traffic::new(n, data.to_vec())?;
+            &copied
+        }
+    };
     let (mut rp, times) = algo::plan_for_rank_in(ws, traffic, cluster, rank, planned, &Options::new())?;
     rp.algorithm = choice.algorithm.to_string();
     rp.digest = algo::decisions_digest(algo::input_hash(traffic, cluster, "auto", opts), rp.digest);
@@ -179,7 +192,7 @@ pub fn plan_rank(ws: &mut Workspace, traffic: &Traffic, cluster: &Cluster, rank:
 
 /// `plan_all_to_all(.., "auto")`: choose, then plan the winner whole (fanout for `native`).
 pub fn plan(traffic: &Traffic, cluster: &Cluster, opts: &Options) -> Result<Plan> {
-    let (choice, planned) = choose_from_options(traffic, cluster, opts, None)?;
+    let (choice, planned) = choose_from_options(traffic.data(), traffic.n(), cluster, opts, None)?;
     let backend = choice.backend.as_str();
     let mut plan = algo::plan_all_to_all(traffic, cluster, planned, &Options::new())?;
     let own = std::mem::take(&mut plan.meta);
