@@ -213,3 +213,25 @@ def test_the_plan_cache_chooses_a_matrix_once_per_calibration(monkeypatch):
     assert not hit and n.choice == "native" and n.plan is None and n.plan_hash == ""
     with pytest.raises(ValueError, match="takes the options 'backend' and 'candidates'"):
         cache.get(tiny, c, "auto", {"backend": "nccl", "refine": "x"}, rank=0, calibration=DEFAULTS)
+
+
+def test_prefetching_the_transposed_demand_chooses_it_in_the_background():
+    """`prefetch_transpose` with auto: the background thread chooses (and, unless native wins,
+    expands and compiles) the transposed matrix, which the next call then finds."""
+    import time
+
+    from collsched.comm.cache import PlanCache
+
+    c = collsched.Cluster.parse("h200:2,gpus=4")
+    for m, native in ((traffic.zipf(8, 1.2, 8 << 20, seed=2), False), (traffic.uniform(8, 64, seed=1), True)):
+        m = m.copy()
+        m[0, 1] += 5  # not symmetric: its transpose is another demand
+        cache = PlanCache()
+        assert cache.prefetch(m, c, "auto", {"backend": "nccl"}, rank=1, per_rank=True, transpose=True,
+                              calibration=DEFAULTS)
+        deadline = time.monotonic() + 30
+        while cache.prefetched == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        e, hit = cache.get(np.ascontiguousarray(m.T), c, "auto", {"backend": "nccl"}, rank=1, calibration=DEFAULTS)
+        assert hit and e.prefetched and (e.choice == "native") == native
+        assert (e.plan is None) == native and len(e.programs) == (0 if native else 1)
