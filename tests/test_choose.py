@@ -91,6 +91,12 @@ def test_matrix_is_read_in_place_and_views_are_made_contiguous():
         _core.plan_auto_for_rank(np.ascontiguousarray(m), c, 8, "nccl", DEFAULTS)
     # The cache key: the matrix's size and entries, read in place.
     assert _core.matrix_hash(m) == _core.matrix_hash(m.copy()) != _core.matrix_hash(m + np.uint64(1))
+    # ... and a hit is confirmed by comparing the matrices in place.
+    other = m.copy()
+    assert _core.matrices_equal(m, other)
+    other[7, 0] += np.uint64(1)
+    assert not _core.matrices_equal(m, other)
+    assert not _core.matrices_equal(m, np.zeros((4, 4), dtype=np.uint64))
 
 
 def test_backend_and_size_move_the_choice():

@@ -90,6 +90,14 @@ fn choice_tuple(c: &auto::Choice) -> ChoiceTuple {
     (c.algorithm.to_string(), c.predicted_s, cands)
 }
 
+/// Whether two square uint64 matrices are equal, read in place (the cache confirms a hit by
+/// it: numpy's `array_equal` first builds a boolean array of P² entries).
+#[pyfunction]
+fn matrices_equal(py: Python<'_>, a: PyReadonlyArray2<'_, u64>, b: PyReadonlyArray2<'_, u64>) -> PyResult<bool> {
+    let ((n, x), (m, y)) = (square(&a)?, square(&b)?);
+    Ok(n == m && py.allow_threads(|| x == y))
+}
+
 /// auto on the runtime's path, from the uint64 numpy `matrix` read in place: choose (with `backend` of
 /// `calibration`, among `candidates`), then expand the winner's part for `rank` (nothing when
 /// `native` wins: the runtime calls torch). The choice reads the matrix in place; the
@@ -127,5 +135,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(auto_candidates, m)?)?;
     m.add_function(wrap_pyfunction!(plan_auto_for_rank, m)?)?;
     m.add_function(wrap_pyfunction!(matrix_hash, m)?)?;
+    m.add_function(wrap_pyfunction!(matrices_equal, m)?)?;
     Ok(())
 }

@@ -28,7 +28,7 @@ import torch
 import torch.distributed as dist
 
 import collsched
-from collsched.comm.cache import DEFAULT_CACHE, PlanCache, fast_matrix_hash
+from collsched.comm.cache import DEFAULT_CACHE, PlanCache, fast_matrix_hash, same_matrix
 from collsched.comm.errors import (CollectiveInputError, CommTimeoutError, PlanMismatchError, TrafficMismatchError,
                                    collapse_rank_messages, name_missing_ranks, resolve_timeout)
 from collsched.comm.executor import byte_view, choose_transport, needs_collective_steps, run_program
@@ -344,7 +344,7 @@ def all_to_all_single(output: torch.Tensor, input: torch.Tensor, output_split_si
     # The key is a 64-bit hash: the matrix itself is compared too (the same verdict on every
     # rank, which all hold the same gathered matrix and the same verified entry).
     if entry is None and last is not None and last[0] == call_key and (gathered[:, _LAST_VERIFIED] == call_key).all() \
-            and np.array_equal(last[1].matrix, matrix):
+            and same_matrix(last[1].matrix, matrix):
         entry = last[1]  # every rank proved this very plan equal before
         stats.cache_hit = True
         _record(stats, entry)

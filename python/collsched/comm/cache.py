@@ -63,6 +63,11 @@ class CacheEntry:
         return prog
 
 
+def same_matrix(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether two u64 matrices are equal, compared in place by the core (no P² temporary)."""
+    return _core.matrices_equal(np.ascontiguousarray(a, dtype=np.uint64), np.ascontiguousarray(b, dtype=np.uint64))
+
+
 def fast_matrix_hash(matrix: np.ndarray) -> str:
     """Cache key of a u64 matrix: a 64-bit word-wise hash of its size and entries, read in
     place, 16 hex digits (no validation pass; the planner validates on a miss). Not
@@ -145,7 +150,7 @@ class PlanCache:
         for waited in (False, True):
             with self._lock:
                 e = self._d.get(key)
-                if e is not None and np.array_equal(e.matrix, matrix):
+                if e is not None and same_matrix(e.matrix, matrix):
                     self._d.move_to_end(key)
                     self.hits += 1
                     return e, True
