@@ -48,6 +48,57 @@ def test_choice_is_the_first_minimum_and_deterministic(p):
     assert choose(m.astype(np.int64), c, backend, calibration=DEFAULTS) == a
 
 
+@settings(max_examples=25, deadline=None)
+@given(problems(), st.integers(0, 63))
+def test_one_call_chooses_and_expands_what_choose_and_plan_for_rank_give(p, pick):
+    """The runtime's path (`_core.plan_auto_for_rank`: one handover, read in place) chooses
+    exactly what `choose` does and expands exactly `plan_for_rank(.., "auto")`'s rank plan;
+    nothing when native wins."""
+    c, m, backend = p
+    rank = pick % c.num_gpus
+    want = choose(m, c, backend, calibration=DEFAULTS)
+    (alg, pred, cands), rp, choose_ns, decide_ns, expand_ns = _core.plan_auto_for_rank(
+        np.ascontiguousarray(m), c, rank, backend, DEFAULTS)
+    assert (alg, pred) == (want.algorithm, want.predicted_s)
+    assert [x[0] for x in cands] == list(want.candidates)
+    assert 0 < choose_ns <= decide_ns and expand_ns >= 0
+    if alg == "native":
+        assert rp is None
+    else:
+        assert rp == collsched.plan_for_rank(m, c, rank, "auto", backend=backend)
+        assert rp.algorithm == alg
+
+
+def test_matrix_is_read_in_place_and_views_are_made_contiguous():
+    c = collsched.Cluster.parse("h200:2,gpus=4")
+    m = traffic.zipf(8, 1.1, 1 << 20, seed=3)
+    a = choose(m, c, "nccl", calibration=DEFAULTS)
+    # A transposed (Fortran-order) view and a strided slice go through one contiguous copy.
+    big = np.zeros((16, 16), dtype=np.uint64)
+    big[::2, ::2] = m
+    assert choose(big[::2, ::2], c, "nccl", calibration=DEFAULTS) == a
+    assert choose(np.asfortranarray(m), c, "nccl", calibration=DEFAULTS) == a
+    assert choose(m.T, c, "nccl", calibration=DEFAULTS) == choose(np.ascontiguousarray(m.T), c, "nccl",
+                                                                  calibration=DEFAULTS)
+    # The binding itself refuses what it cannot read in place, naming the problem.
+    with pytest.raises(ValueError, match="C-contiguous"):
+        _core.choose(np.asfortranarray(m), c, "nccl", DEFAULTS)
+    with pytest.raises(ValueError, match="square"):
+        _core.choose(np.zeros((4, 8), dtype=np.uint64), c, "nccl", DEFAULTS)
+    with pytest.raises(TypeError):
+        _core.choose(m.astype(np.int64), c, "nccl", DEFAULTS)
+    with pytest.raises(ValueError, match="rank 8 is outside"):
+        _core.plan_auto_for_rank(np.ascontiguousarray(m), c, 8, "nccl", DEFAULTS)
+    # The cache key: the matrix's size and entries, read in place.
+    assert _core.matrix_hash(m) == _core.matrix_hash(m.copy()) != _core.matrix_hash(m + np.uint64(1))
+    # ... and a hit is confirmed by comparing the matrices in place.
+    other = m.copy()
+    assert _core.matrices_equal(m, other)
+    other[7, 0] += np.uint64(1)
+    assert not _core.matrices_equal(m, other)
+    assert not _core.matrices_equal(m, np.zeros((4, 4), dtype=np.uint64))
+
+
 def test_backend_and_size_move_the_choice():
     c = collsched.Cluster.parse("h200:4")
     tiny = traffic.uniform(32, 64, seed=1)
@@ -138,3 +189,55 @@ def test_cli_calibrate_show_and_measure(tmp_path, monkeypatch):
     assert t["backends"]["nccl"] == json.loads(DEFAULTS.to_json())["backends"]["nccl"]
     assert "measured by `collsched calibrate`" in t["source"] and "2 local Gloo ranks" in t["source"]
     assert all(v >= 0 for v in t["backends"]["gloo"].values())
+
+
+def test_the_plan_cache_chooses_a_matrix_once_per_calibration(monkeypatch):
+    """auto in the runtime's cache: a miss makes one core call (choice + expansion), a repeated
+    matrix is a hit with no call, and other constants are another key."""
+    from collsched.comm.cache import PlanCache
+
+    calls = []
+    real = _core.plan_auto_for_rank
+    monkeypatch.setattr(_core, "plan_auto_for_rank", lambda *a, **k: calls.append(1) or real(*a, **k))
+    c = collsched.Cluster.parse("h200:2,gpus=4")
+    cache = PlanCache()
+    big = traffic.zipf(8, 1.2, 8 << 20, seed=2)
+    e, hit = cache.get(big, c, "auto", {"backend": "nccl"}, rank=3, calibration=DEFAULTS)
+    assert not hit and e.choice == e.algorithm == e.plan.algorithm != "native" and len(calls) == 1
+    assert e.plan == collsched.plan_for_rank(big, c, 3, "auto", backend="nccl")
+    assert 0 < e.choose_s <= e.decide_s
+    again, hit = cache.get(big.copy(), c, "auto", {"backend": "nccl"}, rank=3, calibration=DEFAULTS)
+    assert hit and again is e and len(calls) == 1
+    other = json.loads(DEFAULTS.to_json())
+    other["backends"]["nccl"]["call_us"] += 1
+    e2, hit = cache.get(big, c, "auto", {"backend": "nccl"}, rank=3,
+                        calibration=_core.Calibration.from_json(json.dumps(other)))
+    assert not hit and len(calls) == 2
+    # native: an entry without a plan, which the runtime runs as torch's own call.
+    tiny = traffic.uniform(8, 64, seed=1)
+    n, hit = cache.get(tiny, c, "auto", {"backend": "nccl"}, rank=0, calibration=DEFAULTS)
+    assert not hit and n.choice == "native" and n.plan is None and n.plan_hash == ""
+    with pytest.raises(ValueError, match="takes the options 'backend' and 'candidates'"):
+        cache.get(tiny, c, "auto", {"backend": "nccl", "refine": "x"}, rank=0, calibration=DEFAULTS)
+
+
+def test_prefetching_the_transposed_demand_chooses_it_in_the_background():
+    """`prefetch_transpose` with auto: the background thread chooses (and, unless native wins,
+    expands and compiles) the transposed matrix, which the next call then finds."""
+    import time
+
+    from collsched.comm.cache import PlanCache
+
+    c = collsched.Cluster.parse("h200:2,gpus=4")
+    for m, native in ((traffic.zipf(8, 1.2, 8 << 20, seed=2), False), (traffic.uniform(8, 64, seed=1), True)):
+        m = m.copy()
+        m[0, 1] += 5  # not symmetric: its transpose is another demand
+        cache = PlanCache()
+        assert cache.prefetch(m, c, "auto", {"backend": "nccl"}, rank=1, per_rank=True, transpose=True,
+                              calibration=DEFAULTS)
+        deadline = time.monotonic() + 30
+        while cache.prefetched == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        e, hit = cache.get(np.ascontiguousarray(m.T), c, "auto", {"backend": "nccl"}, rank=1, calibration=DEFAULTS)
+        assert hit and e.prefetched and (e.choice == "native") == native
+        assert (e.plan is None) == native and len(e.programs) == (0 if native else 1)

@@ -1,6 +1,7 @@
-"""The runtime's `algorithm="auto"`: it calls `collsched.choose` with the group's backend;
-when that picks `native` it calls torch's own all_to_all_single (no plan), otherwise it
-plans the winner. Outputs are byte-identical to torch's on Gloo either way."""
+"""The runtime's `algorithm="auto"`: its plan cache chooses with the group's backend and
+expands the winner in one core call (`_core.plan_auto_for_rank`); when that picks `native`
+it calls torch's own all_to_all_single (no plan). A repeated matrix is a cache hit: nothing
+is chosen again. Outputs are byte-identical to torch's on Gloo either way."""
 import os
 
 import pytest
@@ -18,8 +19,18 @@ def worker() -> dict:
 
     from collsched.comm.api import all_to_all_single, last_call_stats
 
+    from collsched import _core
+    from collsched.comm.cache import PlanCache
+
     rank, world = dist.get_rank(), dist.get_world_size()
     res = {}
+    # Count what the runtime asks the core for: choices (with their expansion) and bare chooses.
+    calls = {"plan_auto_for_rank": 0, "choose": 0}
+    for name in calls:
+        def counted(*a, _f=getattr(_core, name), _n=name, **k):
+            calls[_n] += 1
+            return _f(*a, **k)
+        setattr(_core, name, counted)
     cases = {
         "tiny_native": (lambda: np.full((world, world), 1), {}, torch.float32, ()),
         "forced_native_f16": (lambda: np.random.default_rng(1).integers(0, 50, (world, world)), {"candidates": "native"},
@@ -46,7 +57,26 @@ def worker() -> dict:
             res[f"{name}/{how}"] = {"ok": bool(torch.equal(out.view(torch.uint8) if out.numel() else out,
                                                             want.view(torch.uint8) if want.numel() else want)),
                                     "choice": s.choice, "planned_by": s.planned_by, "choose_s": s.choose_s,
-                                    "algorithm": s.algorithm}
+                                    "algorithm": s.algorithm, "hit": s.cache_hit}
+    # One matrix three times, in a cache of its own: chosen (and expanded) once.
+    cache = PlanCache()
+    rows = np.random.default_rng(4).integers(0, 3000, (world, world)).astype(np.int64)
+    before = dict(calls)
+    repeated = []
+    for _ in range(3):
+        inp = torch.arange(int(rows[rank].sum()) * 4, dtype=torch.float32).reshape(-1, 4) + rank
+        out = torch.empty((int(rows[:, rank].sum()), 4))
+        want = torch.empty_like(out)
+        dist.all_to_all_single(want, inp, rows[:, rank].tolist(), rows[rank].tolist())
+        all_to_all_single(out, inp, rows[:, rank].tolist(), rows[rank].tolist(), algorithm="auto", cache=cache,
+                          options={"candidates": "fast,balanced_direct,fanout"}, cluster=f"h200:2,gpus={world // 2}")
+        s = last_call_stats()
+        repeated.append({"ok": bool(torch.equal(out, want)), "hit": s.cache_hit, "choice": s.choice,
+                         "choose_s": s.choose_s, "decide_s": s.decide_s, "expand_s": s.expand_s,
+                         "plan_hash": s.plan_hash})
+    res["_repeated"] = repeated
+    res["_calls"] = {k: calls[k] - before[k] for k in calls}
+    res["_all_calls"] = dict(calls)
     return res
 
 
@@ -56,11 +86,16 @@ def results():
                      extra_pythonpath=[TESTS_DIR], raise_on_failure=False)
 
 
+def _cases(res: dict) -> dict:
+    return {k: v for k, v in res.items() if not k.startswith("_")}
+
+
 def test_auto_is_byte_identical_to_torch_whatever_it_chooses(results):
     for r, res in enumerate(results):
         assert isinstance(res, dict), f"rank {r}: {res}"
-        bad = {k: v for k, v in res.items() if not v["ok"]}
+        bad = {k: v for k, v in _cases(res).items() if not v["ok"]}
         assert not bad, f"rank {r}: {bad}"
+        assert all(x["ok"] for x in res["_repeated"]), f"rank {r}: {res['_repeated']}"
 
 
 def test_stats_say_what_ran_and_how_long_choosing_took(results):
@@ -71,8 +106,29 @@ def test_stats_say_what_ran_and_how_long_choosing_took(results):
         assert res[f"forced_native_f16/{how}"]["choice"] == "native"
         assert res[f"planned_fast/{how}"]["choice"] in ("fast", "balanced_direct")
         assert res[f"planned_fast/{how}"]["planned_by"] == res[f"planned_fast/{how}"]["choice"]
-    for k, v in res.items():
-        assert v["algorithm"] == "auto" and v["choice"] and 0 < v["choose_s"] < 1, (k, v)
+    for k, v in _cases(res).items():
+        assert v["algorithm"] == "auto" and v["choice"], (k, v)
+        # The first call of a matrix chooses; the two after it (same matrix, same cache) hit.
+        if k.endswith("/checked"):
+            assert not v["hit"] and 0 < v["choose_s"] < 1, (k, v)
+        else:
+            assert v["hit"] and v["choose_s"] == 0, (k, v)
     # Every rank decided the same.
     for other in results[1:]:
-        assert {k: v["choice"] for k, v in other.items()} == {k: v["choice"] for k, v in res.items()}
+        assert {k: v["choice"] for k, v in _cases(other).items()} == {k: v["choice"] for k, v in _cases(res).items()}
+
+
+def test_a_repeated_matrix_is_chosen_once_and_never_through_a_second_path(results):
+    for r, res in enumerate(results):
+        first, *again = res["_repeated"]
+        assert res["_calls"] == {"plan_auto_for_rank": 1, "choose": 0}, (r, res["_calls"])
+        # One core call per new matrix over the whole worker (4 cases + the repeated one).
+        assert res["_all_calls"] == {"plan_auto_for_rank": 5, "choose": 0}, (r, res["_all_calls"])
+        assert not first["hit"] and first["choice"] in ("fast", "balanced_direct", "fanout")
+        assert 0 < first["choose_s"] <= first["decide_s"] and first["expand_s"] > 0, first
+        for x in again:
+            assert x["hit"] and x["choose_s"] == 0 and x["choice"] == first["choice"], x
+            assert x["plan_hash"] == first["plan_hash"]
+    # The same choice and the same decisions' digest on every rank.
+    assert len({res["_repeated"][0]["choice"] for res in results}) == 1
+    assert len({res["_repeated"][0]["plan_hash"] for res in results}) == 1

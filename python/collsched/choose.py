@@ -40,7 +40,9 @@ class Choice:
     overhead_s: dict[str, float] = field(default_factory=dict)
 
 
-def _matrix_bytes(traffic) -> tuple[int, bytes]:
+def _matrix(traffic) -> np.ndarray:
+    """``traffic`` as the C-contiguous uint64 matrix the core reads in place (no copy when it
+    already is one)."""
     m = traffic if isinstance(traffic, np.ndarray) else np.asarray(traffic)
     if m.ndim != 2 or m.shape[0] != m.shape[1]:
         raise ValueError(f"traffic must be a square P×P matrix of bytes, got shape {m.shape}")
@@ -48,7 +50,23 @@ def _matrix_bytes(traffic) -> tuple[int, bytes]:
         if m.dtype.kind not in "iu" or (m.size and m.min() < 0):
             raise ValueError(f"traffic must hold non-negative integer byte counts, got dtype {m.dtype}")
         m = m.astype(np.uint64)
-    return m.shape[0], np.ascontiguousarray(m).astype("<u8", copy=False).tobytes()
+    return np.ascontiguousarray(m)
+
+
+def _choice(backend: str, algorithm: str, predicted: float, cands) -> Choice:
+    """A ``Choice`` from the core's ``(algorithm, predicted_s, [(name, total, transfer, overhead)])``."""
+    name, total, transfer, overhead = zip(*cands)
+    return Choice(algorithm, predicted, backend, dict(zip(name, total)), dict(zip(name, transfer)),
+                  dict(zip(name, overhead)))
+
+
+def candidate_list(candidates) -> str | None:
+    """``candidates`` (a name, a list of names, or a comma-separated string) as the core takes it."""
+    if candidates is None:
+        return None
+    if isinstance(candidates, str):
+        candidates = [candidates]
+    return ",".join(str(c) for c in candidates)
 
 
 def choose(traffic, cluster, backend: str = "nccl", *, candidates=None, calibration=None) -> Choice:
@@ -72,17 +90,12 @@ def choose(traffic, cluster, backend: str = "nccl", *, candidates=None, calibrat
         ValueError: unknown backend (the message names it and the known ones), unknown
             candidate, a matrix that is not P×P for the cluster's P GPUs, negative or
             non-integer entries, sums past 2^64, or a bad calibration file.
+
+    A C-contiguous uint64 matrix is read in place (no copy).
     """
     if not isinstance(backend, str):
         raise ValueError(f"backend must be a string such as 'gloo' or 'nccl', got {backend!r}")
-    n, raw = _matrix_bytes(traffic)
+    m = _matrix(traffic)
     cal = calibration if calibration is not None else load()
-    names = None
-    if candidates is not None:
-        if isinstance(candidates, str):
-            candidates = [candidates]
-        names = ",".join(str(c) for c in candidates)
-    algorithm, predicted, cands = _core.choose(n, raw, as_cluster(cluster), backend, cal, names)
-    name, total, transfer, overhead = zip(*cands)
-    return Choice(algorithm, predicted, backend, dict(zip(name, total)), dict(zip(name, transfer)),
-                  dict(zip(name, overhead)))
+    algorithm, predicted, cands = _core.choose(m, as_cluster(cluster), backend, cal, candidate_list(candidates))
+    return _choice(backend, algorithm, predicted, cands)

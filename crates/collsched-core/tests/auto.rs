@@ -198,12 +198,15 @@ fn choose_cost() {
         let loads = time(&|| {
             std::hint::black_box(Loads::from_le_bytes(&bytes, n, &c).unwrap());
         });
+        let words = time(&|| {
+            std::hint::black_box(Loads::new(t.data(), n, &c).unwrap());
+        });
         let whole = time(&|| {
-            std::hint::black_box(auto::choose_le_bytes(&bytes, n, &c, Calibration::defaults(), "nccl", &[true; 8]).unwrap());
+            std::hint::black_box(auto::choose(t.data(), n, &c, Calibration::defaults(), "nccl", &[true; 8]).unwrap());
         });
         let sum = time(&|| {
             std::hint::black_box(t.data().iter().fold(0u64, |a, &b| a.wrapping_add(b)));
         });
-        eprintln!("{n} GPUs: loads {loads:.1} µs, choose {whole:.1} µs, one summing pass {sum:.1} µs");
+        eprintln!("{n} GPUs: loads {loads:.1} µs from bytes, {words:.1} µs in place; choose {whole:.1} µs in place, one summing pass {sum:.1} µs");
     }
 }

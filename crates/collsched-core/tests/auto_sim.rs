@@ -70,13 +70,14 @@ fn auto_is_within_five_percent_of_the_best_candidate_and_one_percent_on_average(
         let worst = r.iter().cloned().fold(0.0, f64::max);
         eprintln!("{backend}: mean {mean:.4}, worst {worst:.4}, beyond 5%: {}; listed: {over:#?}", r.iter().filter(|&&x| x > 1.05).count());
     }
-    // The issue asks for every case within 5%; the model reaches it on all but a few cases
-    // per backend (docs/auto.md: 2 on Gloo, 5 on NCCL, at most 13% off), so this holds the
-    // line where it stands: the mean within 1%, at most 6 cases beyond 5%, none beyond 15%.
+    // The issue asks for every case within 5%. The model reaches it on Gloo and on all but
+    // one NCCL case (docs/auto.md: FAST against sabre_light on a 2×2 mesh, 11.6%: FAST's
+    // balancing shows more there than its fitted weight says), so this holds the line where
+    // it stands: the mean within 1%, at most one case per backend beyond 5%, none beyond 12%.
     for (backend, r, over) in &all {
         let mean = r.iter().sum::<f64>() / r.len() as f64;
         let worst = r.iter().cloned().fold(0.0, f64::max);
-        assert!(over.len() <= 6 && worst <= 1.15, "{backend}: auto beyond 5% of the best candidate in {} cases (worst {worst:.3}): {over:#?}", over.len());
+        assert!(over.len() <= 1 && worst <= 1.12, "{backend}: auto beyond 5% of the best candidate in {} cases (worst {worst:.3}): {over:#?}", over.len());
         assert!(mean <= 1.01, "{backend}: auto {mean:.4} of the best on average (> 1%)");
     }
 }
@@ -98,7 +99,7 @@ fn other_seeds() {
 #[ignore]
 fn debug_case() {
     let want: u64 = std::env::var("CASE").unwrap().parse().unwrap();
-    let mut rng = Rng::new(20_260_401);
+    let mut rng = Rng::new(std::env::var("SEED").map(|v| v.parse().unwrap()).unwrap_or(20_260_401));
     for case in 0..CASES {
         let c = random_cluster(&mut rng);
         let t = random_traffic(&c, &mut rng);
@@ -108,13 +109,14 @@ fn debug_case() {
         collsched_core::plan::verify::verify(&h).unwrap();
         let sf = simulate(&f, &c, &SimOptions::default()).unwrap().time_s;
         let sh = simulate(&h, &c, &SimOptions::default()).unwrap().time_s;
-        let ch = choose(t.data(), t.n(), &c, Calibration::defaults(), "gloo", &[true; 8]).unwrap();
+        let backend = std::env::var("BACKEND").unwrap_or("gloo".into());
+        let ch = choose(t.data(), t.n(), &c, Calibration::defaults(), &backend, &[true; 8]).unwrap();
         eprintln!("fanout {} transfers sim {:.1} us; half duplex {} transfers sim {:.1} us; shape {:?}", f.transfers.len(), sf * 1e6, h.transfers.len(), sh * 1e6, plan_shape(&f));
         for p in &ch.candidates {
             eprintln!("  {:16} transfer {:.1} overhead {:.1} {:?}", p.name, p.transfer_s * 1e6, p.overhead_s * 1e6, p.shape);
             if p.name != "native" {
                 let q = plan_all_to_all(&t, &c, p.name, &Options::new()).unwrap();
-                let be = Calibration::defaults().backend("gloo").unwrap();
+                let be = Calibration::defaults().backend(&backend).unwrap();
                 let sh = plan_shape(&q);
                 eprintln!("  {:16} sim      {:.1} overhead {:.1} {:?}", "", simulate(&q, &c, &SimOptions::default()).unwrap().time_s * 1e6, model::overhead_s(p.name, &sh, be, Calibration::defaults().planning_ns_per_transfer[p.name]) * 1e6, sh);
             }

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
 #[path = "rank_plan.rs"]
-mod rank_plan;
+pub(crate) mod rank_plan;
 #[path = "rank_program.rs"]
 mod rank_program;
 

@@ -132,18 +132,26 @@ fn plan_for_rank(py: Python<'_>, n: usize, data: &[u8], cluster: &PyCluster, ran
     let (rp, times) = py.allow_threads(|| {
         guarded(|| {
             let t = Traffic::from_le_bytes(n, data)?;
-            // A workspace poisoned by a panic is still only memory: every plan refills it.
-            let held = workspace.map(|w| w.inner.try_lock().or_else(|e| match e {
-                std::sync::TryLockError::Poisoned(p) => Ok(p.into_inner()),
-                std::sync::TryLockError::WouldBlock => Err(()),
-            }));
-            match held {
-                Some(Ok(mut ws)) => collsched_core::algo::plan_for_rank_in(&mut ws, &t, c, rank, algorithm, &opts),
-                _ => collsched_core::algo::plan_for_rank_timed(&t, c, rank, algorithm, &opts),
-            }
+            in_workspace(workspace, |ws| collsched_core::algo::plan_for_rank_in(ws, &t, c, rank, algorithm, &opts))
         })
     })?;
     Ok((PyRankPlan { inner: rp }, times.decide_ns, times.expand_ns))
+}
+
+/// Run `f` in `workspace` when given and free, else in fresh working memory (a call that
+/// finds it in use, e.g. by the prefetch thread, does not wait). A workspace poisoned by a
+/// panic is still only memory: every plan refills it.
+pub(crate) fn in_workspace<T>(workspace: Option<&PyWorkspace>, f: impl FnOnce(&mut collsched_core::algo::Workspace) -> T) -> T {
+    let held = workspace.map(|w| {
+        w.inner.try_lock().or_else(|e| match e {
+            std::sync::TryLockError::Poisoned(p) => Ok(p.into_inner()),
+            std::sync::TryLockError::WouldBlock => Err(()),
+        })
+    });
+    match held {
+        Some(Ok(mut ws)) => f(&mut ws),
+        _ => f(&mut collsched_core::algo::Workspace::default()),
+    }
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {

@@ -7,7 +7,9 @@ One call:
    per row, a hash of (cluster, algorithm, options), the traffic hash when the
    caller passed `traffic=`, input and output split sizes;
 3. every rank checks the gathered descriptors the same way and raises the same
-   error, or builds the byte matrix and plans (cached);
+   error, or builds the byte matrix and plans (cached; `auto` is cached like any
+   algorithm: a new matrix is chosen and its winner expanded in one core call, a
+   repeated one is a hit; when `native` wins torch's own call runs);
 4. ranks compare the digest of the planning decisions (each rank plans only its own part,
    `collsched.plan_for_rank`; fused into step 2 when `traffic=` was given);
 5. the executor moves the data.
@@ -25,7 +27,7 @@ import torch
 import torch.distributed as dist
 
 import collsched
-from collsched.comm.cache import DEFAULT_CACHE, PlanCache, fast_matrix_hash
+from collsched.comm.cache import DEFAULT_CACHE, PlanCache, fast_matrix_hash, same_matrix
 from collsched.comm.errors import (CollectiveInputError, CommTimeoutError, PlanMismatchError, TrafficMismatchError,
                                    collapse_rank_messages, name_missing_ranks, resolve_timeout)
 from collsched.comm.executor import byte_view, choose_transport, needs_collective_steps, run_program
@@ -117,8 +119,8 @@ class CallStats:
     bytes_sent: int = 0
     bytes_received: int = 0
     steps: int = 0
-    choice: str = ""  # algorithm="auto": what `collsched.choose` picked ("native" = torch's own call)
-    choose_s: float = 0.0  # time `choose` took (included in plan_s)
+    choice: str = ""  # algorithm="auto": what it chose ("native" = torch's own call), also on a cache hit
+    choose_s: float = 0.0  # of decide_s: choosing (0 on a cache hit: a repeated matrix is not chosen again)
 
 
 class _Last:
@@ -255,7 +257,8 @@ def all_to_all_single(output: torch.Tensor, input: torch.Tensor, output_split_si
     in_splits = out_splits = [0] * world
     cfg_hash = traffic_hash = plan_hash = 0
     rows = None
-    clus = None
+    clus = calibration = None
+    run_opts = options  # what the cache plans with (auto: the backend and candidates)
     device = torch.device("cpu")
     try:
         if not isinstance(input, torch.Tensor) or not isinstance(output, torch.Tensor) or input.dim() == 0 \
@@ -288,7 +291,11 @@ def all_to_all_single(output: torch.Tensor, input: torch.Tensor, output_split_si
                 except ValueError:
                     pass
             raise _Local(17, gpus, world, text=str(e)) from None
-        cfg_hash = _config_hash(clus, algorithm, _auto_config(algorithm, options), transport)
+        try:
+            run_opts, calibration = _run_options(algorithm, options, group, device)
+        except ValueError as e:
+            raise _Local(20, text=str(e)) from None
+        cfg_hash = _config_hash(clus, algorithm, _auto_config(algorithm, options, calibration), transport)
         if traffic is not None:
             rows = _traffic_rows(traffic, world)
             for j in range(world):
@@ -302,14 +309,14 @@ def all_to_all_single(output: torch.Tensor, input: torch.Tensor, output_split_si
 
     # With the matrix known up front, plan now so the hash check rides on the one all_gather.
     entry = None
-    run, run_opts = algorithm, options  # what runs: auto's choice, or the algorithm asked for
     if problem is None and rows is not None:
         t0 = time.perf_counter()
         try:
             run_matrix = (rows * (row_elems * elem_size)).astype(np.uint64)
-            run, run_opts = _decide(algorithm, options, run_matrix, clus, group, device, stats)
-            if run != "native":
-                entry, stats.cache_hit = cache.get(run_matrix, clus, run, run_opts, wait_s=timeout_s, rank=rank)
+            entry, stats.cache_hit = cache.get(run_matrix, clus, algorithm, run_opts, wait_s=timeout_s, rank=rank,
+                                               calibration=calibration, copy=False)
+            _record(stats, entry)
+            if entry.plan is not None:
                 plan_hash = _i64(entry.plan_hash)
         except ValueError as e:
             problem = _Local(18, text=str(e))
@@ -336,26 +343,31 @@ def all_to_all_single(output: torch.Tensor, input: torch.Tensor, output_split_si
     row_bytes = row_elems * elem_size
     matrix = (in_rows.astype(np.uint64) * np.uint64(row_bytes))
 
-    if rows is None:  # every rank holds the same gathered matrix: the same choice everywhere
-        run, run_opts = _decide(algorithm, options, matrix, clus, group, device, stats)
-    if run == "native":
+    if entry is not None and entry.plan is None:  # auto chose torch's own call (every rank alike)
         return _native(output, input, out_splits, in_splits, row_bytes, group, async_op, stats, t_start)
-    call_key = _i64(hashlib.blake2b(f"{fast_matrix_hash(matrix)}|{cfg_hash}".encode(),
-                                    digest_size=8).digest())
+    mhash = fast_matrix_hash(matrix)
+    call_key = _i64(hashlib.blake2b(f"{mhash}|{cfg_hash}".encode(), digest_size=8).digest())
     # The key is a 64-bit hash: the matrix itself is compared too (the same verdict on every
     # rank, which all hold the same gathered matrix and the same verified entry).
     if entry is None and last is not None and last[0] == call_key and (gathered[:, _LAST_VERIFIED] == call_key).all() \
-            and np.array_equal(last[1].matrix, matrix):
+            and same_matrix(last[1].matrix, matrix):
         entry = last[1]  # every rank proved this very plan equal before
         stats.cache_hit = True
+        _record(stats, entry)
     elif entry is None:
         t0 = time.perf_counter()
         try:
-            entry, stats.cache_hit = cache.get(matrix, clus, run, run_opts, wait_s=timeout_s, rank=rank)
+            entry, stats.cache_hit = cache.get(matrix, clus, algorithm, run_opts, wait_s=timeout_s, rank=rank,
+                                               calibration=calibration, matrix_hash=mhash, copy=False)
+            _record(stats, entry)
             err = ""
         except ValueError as e:
             err = str(e)
         stats.plan_s = time.perf_counter() - t0
+        # Every rank holds the same gathered matrix and constants (the configuration hash
+        # covers the calibration): auto chose the same on every rank.
+        if not err and entry.plan is None:
+            return _native(output, input, out_splits, in_splits, row_bytes, group, async_op, stats, t_start)
         # 4. compare plan hashes (a planning failure also travels here so nobody is left waiting).
         t0 = time.perf_counter()
         mine = -1 if err else _i64(entry.plan_hash)
@@ -381,7 +393,7 @@ def all_to_all_single(output: torch.Tensor, input: torch.Tensor, output_split_si
     # 5. move the data (the transposed demand planned beside it, when asked).
     transport = choose_transport(transport, group, input.device)
     if prefetch_transpose:
-        _prefetch_transpose(cache, matrix, clus, run, run_opts, rank, transport)
+        _prefetch_transpose(cache, matrix, clus, algorithm, run_opts, rank, transport, calibration)
     prog = _program(entry, rank, transport, stats)
     t0 = time.perf_counter()
     ex = run_program(prog, byte_view(input, "input"), byte_view(output, "output"), group, input.dtype, timeout_s,
@@ -449,11 +461,11 @@ def _program(entry, rank: int, transport: str, stats: CallStats):
 
 
 def _prefetch_transpose(cache: PlanCache, matrix: np.ndarray, clus, algorithm: str, options: dict, rank: int,
-                        transport: str) -> None:
+                        transport: str, calibration=None) -> None:
     """Queue the transposed demand on the cache's background planner (which transposes it, and
-    plans nothing for a symmetric matrix)."""
+    plans nothing for a symmetric matrix; auto chooses for it there too)."""
     cache.prefetch(matrix, clus, algorithm, options, rank, needs_collective_steps(transport), transpose=True,
-                   per_rank=True)
+                   per_rank=True, calibration=calibration)
 
 
 def _unchecked(output, input, output_split_sizes, input_split_sizes, group, async_op, algorithm, cluster, traffic,
@@ -488,20 +500,22 @@ def _unchecked(output, input, output_split_sizes, input_split_sizes, group, asyn
         raise CollectiveInputError(f"collsched.all_to_all_single (checks=False) on rank {rank}: "
                                    + _PROBLEMS[e.code](e.d1, e.d2) + (f" ({e.text})" if e.text else "")) from None
     clus = resolve_cluster(cluster, world)
+    run_opts, calibration = _run_options(algorithm, options, group, input.device)
     t0 = time.perf_counter()
     matrix = (rows * (row_elems * input.element_size())).astype(np.uint64)
-    run, run_opts = _decide(algorithm, options, matrix, clus, group, input.device, stats)
-    if run == "native":
+    entry, stats.cache_hit = cache.get(matrix, clus, algorithm, run_opts, wait_s=timeout_s, rank=rank,
+                                       calibration=calibration, copy=False)
+    stats.plan_s = time.perf_counter() - t0
+    _record(stats, entry)
+    if entry.plan is None:
         return _native(output, input, out_splits, in_splits, row_elems * input.element_size(), group, async_op,
                        stats, t_start)
-    entry, stats.cache_hit = cache.get(matrix, clus, run, run_opts, wait_s=timeout_s, rank=rank)
-    stats.plan_s = time.perf_counter() - t0
     stats.planned_by, stats.plan_hash, stats.note = entry.algorithm, entry.plan_hash, entry.note
     stats.prefetched = stats.cache_hit and entry.prefetched
     t0 = time.perf_counter()
     transport = choose_transport(transport, group, input.device)
     if prefetch_transpose:
-        _prefetch_transpose(cache, matrix, clus, run, run_opts, rank, transport)
+        _prefetch_transpose(cache, matrix, clus, algorithm, run_opts, rank, transport, calibration)
     ex = run_program(_program(entry, rank, transport, stats), byte_view(input, "input"),
                      byte_view(output, "output"), group, input.dtype, timeout_s, DEFAULT_POOL, transport)
     stats.execute_s = time.perf_counter() - t0
@@ -511,14 +525,12 @@ def _unchecked(output, input, output_split_sizes, input_split_sizes, group, asyn
     return CompletedWork() if async_op else None
 
 
-def _auto_config(algorithm: str, options: dict) -> dict:
+def _auto_config(algorithm: str, options: dict, calibration) -> dict:
     """What the configuration hash covers: for auto also the calibration's digest, so ranks
     whose constants differ (and could choose differently) fail together instead of hanging."""
-    if algorithm != "auto":
+    if algorithm != "auto" or calibration is None:
         return options
-    from collsched.calibration import load
-
-    return dict(options, _calibration=load().digest)
+    return dict(options, _calibration=calibration.digest)
 
 
 def _backend_name(group, device: torch.device) -> str:
@@ -529,20 +541,29 @@ def _backend_name(group, device: torch.device) -> str:
     return "gloo" if "gloo" in b else b
 
 
-def _decide(algorithm: str, options: dict, matrix: np.ndarray, clus, group, device, stats: CallStats):
-    """(algorithm, options) to run: auto's choice for this matrix, or what was asked for."""
+def _run_options(algorithm: str, options: dict, group, device) -> tuple[dict, object]:
+    """(options, calibration) the cache plans `algorithm` with: for auto its backend (the
+    group's) and candidates, and the constants of `collsched.calibration.load()`; for any
+    other algorithm its own options and None."""
     if algorithm != "auto":
-        return algorithm, options
+        return options, None
     unknown = set(options) - {"candidates"}
     if unknown:
         raise ValueError(f"algorithm='auto' in the runtime takes only the option 'candidates', got {sorted(unknown)}")
-    from collsched.choose import choose
+    from collsched.calibration import load
+    from collsched.choose import candidate_list
 
-    t0 = time.perf_counter()
-    choice = choose(matrix, clus, _backend_name(group, device), candidates=options.get("candidates"))
-    stats.choose_s = time.perf_counter() - t0
-    stats.choice = stats.planned_by = choice.algorithm
-    return choice.algorithm, {}
+    opts = {"backend": _backend_name(group, device)}
+    if options.get("candidates") is not None:
+        opts["candidates"] = candidate_list(options["candidates"])
+    return opts, load()
+
+
+def _record(stats: CallStats, entry) -> None:
+    """What auto chose for this call (from the cache entry: on a hit nothing was chosen now)."""
+    if entry.choice:
+        stats.choice = stats.planned_by = entry.choice
+        stats.choose_s = 0.0 if stats.cache_hit else entry.choose_s
 
 
 def _native(output, input, out_splits, in_splits, row_bytes: int, group, async_op: bool, stats: CallStats,

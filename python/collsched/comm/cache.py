@@ -4,6 +4,12 @@ With a rank (what the runtime asks for), an entry holds only that rank's `RankPl
 (`collsched.plan_for_rank`) and its `plan_hash` is the decisions' digest the ranks compare;
 without, it holds the whole Plan and its content hash.
 
+`auto` is cached like any algorithm (its key also holds the backend, in `options`, and the
+calibration's digest): a repeated matrix is a hit, with no `choose`. A miss chooses and
+expands the winner's rank part in one core call that reads the numpy matrix in place
+(`_core.plan_auto_for_rank`); when `native` wins the entry holds no plan (`choice`
+"native": the runtime calls torch).
+
 MoE routing repeats: the same matrix shows up again whenever the router is
 stable, and balanced/equal-split calls repeat exactly. A hit skips planning and
 program compilation; the stored matrix is compared on a hit, so a 64-bit hash
@@ -27,12 +33,12 @@ import numpy as np
 import collsched
 from collsched import _core
 from collsched.comm.program import RankProgram, compile_rank_program
-from collsched.planning import _plan_for_rank_timed
+from collsched.planning import _plan_for_rank_timed, as_cluster
 
 @dataclass
 class CacheEntry:
-    plan: object  # a whole Plan, or one rank's RankPlan
-    plan_hash: str  # the Plan's content hash, or the RankPlan's decisions digest
+    plan: object  # a whole Plan, or one rank's RankPlan; None when auto chose native
+    plan_hash: str  # the Plan's content hash, or the RankPlan's decisions digest ("" for native)
     matrix: np.ndarray
     algorithm: str  # the producer that made the plan
     plan_seconds: float
@@ -42,6 +48,8 @@ class CacheEntry:
     decide_s: float = 0.0  # of `plan_seconds`: deciding (a whole plan: all of it)
     expand_s: float = 0.0  # of `plan_seconds`: expanding the rank's transfers
     compile_s: float = 0.0  # the last program compiled
+    choice: str = ""  # auto: what `choose` picked ("native": torch's own call, no plan)
+    choose_s: float = 0.0  # auto: of `decide_s`, choosing
 
     def program(self, rank: int, collective_steps: bool = True) -> RankProgram:
         """This rank's program; one compiled with `collective_steps` also serves a request
@@ -55,12 +63,16 @@ class CacheEntry:
         return prog
 
 
+def same_matrix(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether two u64 matrices are equal, compared in place by the core (no P² temporary)."""
+    return _core.matrices_equal(np.ascontiguousarray(a, dtype=np.uint64), np.ascontiguousarray(b, dtype=np.uint64))
+
+
 def fast_matrix_hash(matrix: np.ndarray) -> str:
-    """Cache key of a u64 matrix: a 64-bit word-wise hash of its little-endian bytes, 16 hex
-    digits (no validation pass; the planner validates on a miss). Not collision-proof: every
-    use confirms a match by comparing the matrices."""
-    m = np.ascontiguousarray(matrix, dtype="<u8")
-    return f"{_core.bytes_hash(m.tobytes()):016x}"
+    """Cache key of a u64 matrix: a 64-bit word-wise hash of its size and entries, read in
+    place, 16 hex digits (no validation pass; the planner validates on a miss). Not
+    collision-proof: every use confirms a match by comparing the matrices."""
+    return f"{_core.matrix_hash(np.ascontiguousarray(matrix, dtype=np.uint64)):016x}"
 
 
 # Prefetches waiting for the background planner; more are dropped (a later call plans them).
@@ -114,22 +126,31 @@ class PlanCache:
             self._start_prefetching()
 
     @staticmethod
-    def key(matrix: np.ndarray, cluster, algorithm: str, options: dict, rank: int | None = None) -> tuple:
-        return (fast_matrix_hash(matrix), matrix.shape[0], cluster.spec(), algorithm,
-                tuple(sorted((str(k), str(v)) for k, v in options.items())), rank)
+    def key(matrix: np.ndarray, cluster, algorithm: str, options: dict, rank: int | None = None,
+            calibration=None, matrix_hash: str | None = None) -> tuple:
+        return (matrix_hash or fast_matrix_hash(matrix), matrix.shape[0], cluster.spec(), algorithm,
+                tuple(sorted((str(k), str(v)) for k, v in options.items())), rank,
+                calibration.digest if calibration is not None else "")
 
     def get(self, matrix: np.ndarray, cluster, algorithm: str, options: dict,
-            wait_s: float = 60.0, rank: int | None = None) -> tuple[CacheEntry, bool]:
+            wait_s: float = 60.0, rank: int | None = None, calibration=None, matrix_hash: str | None = None,
+            copy: bool = True) -> tuple[CacheEntry, bool]:
         """The entry for this demand, planning it on a miss: only `rank`'s part when given
         (`collsched.plan_for_rank`), the whole plan otherwise. Returns (entry, hit). A demand
-        being prefetched is waited for, at most `wait_s`, then planned here."""
+        being prefetched is waited for, at most `wait_s`, then planned here.
+
+        `calibration` (`_core.Calibration`): auto's constants (default: the built-in table
+        for a whole plan, `collsched.calibration.load()` per rank); part of the key.
+        `matrix_hash`: `fast_matrix_hash(matrix)` when the caller has it already. `copy`:
+        False when the caller hands the matrix over and never changes it (the entry keeps it
+        to confirm later hits)."""
         self._after_fork()
-        matrix = np.ascontiguousarray(matrix, dtype="<u8")
-        key = self.key(matrix, cluster, algorithm, options, rank)
+        matrix = np.ascontiguousarray(matrix, dtype=np.uint64)
+        key = self.key(matrix, cluster, algorithm, options, rank, calibration, matrix_hash)
         for waited in (False, True):
             with self._lock:
                 e = self._d.get(key)
-                if e is not None and np.array_equal(e.matrix, matrix):
+                if e is not None and same_matrix(e.matrix, matrix):
                     self._d.move_to_end(key)
                     self.hits += 1
                     return e, True
@@ -137,14 +158,16 @@ class PlanCache:
             if waited or pending is None:
                 break
             pending.wait(timeout=wait_s)
-        e = self._plan(matrix, cluster, algorithm, options, rank, self._workspace)
+        e = self._plan(matrix if not copy else matrix.copy(), cluster, algorithm, options, rank, self._workspace,
+                       calibration)
         with self._lock:
             self.misses += 1
             self._insert(key, e)
         return e, False
 
     def prefetch(self, matrix: np.ndarray, cluster, algorithm: str, options: dict, rank: int | None = None,
-                 collective_steps: bool = True, transpose: bool = False, per_rank: bool = False) -> bool:
+                 collective_steps: bool = True, transpose: bool = False, per_rank: bool = False,
+                 calibration=None) -> bool:
         """Plan this demand on the background thread, and compile `rank`'s program (see
         `compile_rank_program`) when given; with `per_rank`, plan only `rank`'s part (what
         `get(..., rank=rank)` finds). With `transpose`, the demand is the transposed
@@ -152,14 +175,15 @@ class PlanCache:
         is planned for a symmetric one; a `get` for it waits for it only once that thread has
         taken it up (before, it plans it itself). False when the queue is full or, without
         `transpose`, when the demand is cached or already being prefetched. Planning errors
-        are dropped here: the call that needs the plan plans it again and raises them itself."""
+        are dropped here: the call that needs the plan plans it again and raises them itself.
+        `calibration`: as for `get`."""
         self._after_fork()
-        matrix = np.ascontiguousarray(matrix, dtype="<u8")
+        matrix = np.ascontiguousarray(matrix, dtype=np.uint64)
         # Hashed before taking the lock (a millisecond at 1024 ranks; `get`s wait on the lock).
         if per_rank and rank is None:
             raise ValueError("prefetch(per_rank=True) needs the rank")
         part = rank if per_rank else None
-        key = None if transpose else self.key(matrix, cluster, algorithm, options, part)
+        key = None if transpose else self.key(matrix, cluster, algorithm, options, part, calibration)
         done = None  # with `transpose`, both are known once transposed
         with self._lock:
             if key is not None:
@@ -168,7 +192,7 @@ class PlanCache:
                 done = self._inflight[key] = threading.Event()
             try:
                 self._queue.put_nowait((key, matrix, cluster, algorithm, dict(options), rank, collective_steps, done,
-                                        self._generation, part))
+                                        self._generation, part, calibration))
             except queue.Full:
                 if key is not None:
                     del self._inflight[key]
@@ -184,24 +208,27 @@ class PlanCache:
             self._prefetch_one(*q.get())
 
     def _prefetch_one(self, key, matrix, cluster, algorithm, options, rank, collective_steps, done,
-                      generation, part=None) -> None:
+                      generation, part=None, calibration=None) -> None:
         if generation != self._generation:  # cleared since it was queued: its plan would be dropped
             if done is not None:
                 done.set()
             return
+        fresh = key is None
         if key is None:  # `transpose`: the demand is known from here on
             t = np.ascontiguousarray(matrix.T)
             if np.array_equal(t, matrix):
                 return
-            matrix, key = t, self.key(t, cluster, algorithm, options, part)
+            matrix, key = t, self.key(t, cluster, algorithm, options, part, calibration)
             with self._lock:
                 if key in self._d or key in self._inflight:
                     return
                 done = self._inflight[key] = threading.Event()
         try:
-            e = self._plan(matrix, cluster, algorithm, options, part, self._workspace)
+            # The transposed matrix is this thread's own; the caller's may change after the call.
+            e = self._plan(matrix if fresh else matrix.copy(), cluster, algorithm, options, part, self._workspace,
+                           calibration)
             e.prefetched = True
-            if rank is not None:
+            if rank is not None and e.plan is not None:
                 e.program(rank, collective_steps)
             with self._lock:
                 if generation == self._generation:  # not cleared since it was queued
@@ -217,18 +244,23 @@ class PlanCache:
 
     @staticmethod
     def _plan(matrix: np.ndarray, cluster, algorithm: str, options: dict, rank: int | None = None,
-              workspace=None) -> CacheEntry:
+              workspace=None, calibration=None) -> CacheEntry:
+        """Plan the demand into a new entry, which keeps `matrix` (the caller's to hand over)."""
         t0 = time.perf_counter()
+        if rank is not None and algorithm == "auto":
+            return _plan_auto(matrix, cluster, options, rank, workspace, calibration, t0)
         if rank is not None:
             rp, decide_s, expand_s = _plan_for_rank_timed(matrix, cluster, rank, algorithm, options, workspace)
-            note = f"auto chose {rp.algorithm}" if algorithm == "auto" else ""
-            return CacheEntry(plan=rp, plan_hash=rp.digest, matrix=matrix.copy(), algorithm=rp.algorithm,
-                              plan_seconds=time.perf_counter() - t0, note=note, decide_s=decide_s, expand_s=expand_s)
+            return CacheEntry(plan=rp, plan_hash=rp.digest, matrix=matrix, algorithm=rp.algorithm,
+                              plan_seconds=time.perf_counter() - t0, decide_s=decide_s, expand_s=expand_s)
+        if algorithm == "auto" and calibration is not None:
+            options = dict(options, calibration=calibration.to_json())
         plan = collsched.plan_all_to_all(matrix, cluster, algorithm, **options)
-        note = f"auto chose {plan.meta['choice']}" if algorithm == "auto" and "choice" in plan.meta else ""
+        choice = plan.meta.get("choice", "") if algorithm == "auto" else ""
+        note = f"auto chose {choice}" if choice else ""
         dt = time.perf_counter() - t0
-        return CacheEntry(plan=plan, plan_hash=plan.hash, matrix=matrix.copy(), algorithm=plan.algorithm,
-                          plan_seconds=dt, note=note, decide_s=dt)
+        return CacheEntry(plan=plan, plan_hash=plan.hash, matrix=matrix, algorithm=plan.algorithm,
+                          plan_seconds=dt, note=note, decide_s=dt, choice=choice)
 
     def _insert(self, key: tuple, e: CacheEntry) -> None:
         """Under the lock: store `e` as the newest entry, dropping the oldest past the bounds."""
@@ -256,9 +288,29 @@ class PlanCache:
             self.hits = self.misses = self.prefetched = 0
 
 
+def _plan_auto(matrix: np.ndarray, cluster, options: dict, rank: int, workspace, calibration,
+               t0: float) -> CacheEntry:
+    """auto for `rank`: one core call chooses (backend and candidates from `options`) and
+    expands the winner's rank part; nothing to expand when `native` wins."""
+    from collsched.calibration import load
+    from collsched.choose import candidate_list
+
+    opts = dict(options)
+    backend = str(opts.pop("backend", "nccl"))
+    candidates = candidate_list(opts.pop("candidates", None))
+    if opts:
+        raise ValueError(f"algorithm='auto' takes the options 'backend' and 'candidates' here, got {sorted(opts)}")
+    cal = calibration if calibration is not None else load()
+    (choice, _, _), rp, choose_ns, decide_ns, expand_ns = _core.plan_auto_for_rank(
+        matrix, as_cluster(cluster), rank, backend, cal, candidates, workspace)
+    return CacheEntry(plan=rp, plan_hash=rp.digest if rp is not None else "", matrix=matrix, algorithm=choice,
+                      plan_seconds=time.perf_counter() - t0, note=f"auto chose {choice}", decide_s=decide_ns * 1e-9,
+                      expand_s=expand_ns * 1e-9, choice=choice, choose_s=choose_ns * 1e-9)
+
+
 def _entry_bytes(e: CacheEntry) -> int:
     """What an entry holds: the plan's arrays and the matrix (programs are small beside them)."""
-    return int(e.plan.nbytes) + int(e.matrix.nbytes)
+    return (int(e.plan.nbytes) if e.plan is not None else 0) + int(e.matrix.nbytes)
 
 
 DEFAULT_CACHE = PlanCache()

@@ -151,14 +151,12 @@ pub fn plan_for_rank_in(ws: &mut Workspace, traffic: &Traffic, cluster: &Cluster
         return Ok((rp, RankTimes { decide_ns, expand_ns: total.saturating_sub(decide_ns) }));
     }
     if algorithm == "auto" {
-        // Choose, then expand the winner's rank part. The whole plan's digest is its
-        // winner's digest with auto's inputs mixed in (`plan_all_to_all_in`): the same here.
-        let (choice, planned) = auto::choose_from_options(traffic, cluster, opts)?;
-        let chosen_ns = ns(t0);
-        let (mut rp, times) = plan_for_rank_in(ws, traffic, cluster, rank, planned, &Options::new())?;
-        rp.algorithm = choice.algorithm.to_string();
-        rp.digest = decisions_digest(input_hash(traffic, cluster, algorithm, opts), rp.digest);
-        return Ok((rp, RankTimes { decide_ns: chosen_ns + times.decide_ns, expand_ns: times.expand_ns }));
+        // Choose, then expand the winner's rank part (`auto::plan_rank`; fanout's for native).
+        let auto::RankChoice { plan, times, .. } = auto::plan_rank(ws, traffic.data(), traffic.n(), Some(traffic), cluster, rank, opts, None, true)?;
+        return match plan {
+            Some(rp) => Ok((rp, times)),
+            None => invalid!("auto: no rank plan for native (internal)"),
+        };
     }
     if !PER_RANK.contains(&algorithm) {
         return unknown(algorithm);

@@ -16,9 +16,10 @@ pub mod model;
 pub use backend::{Backend, Calibration};
 pub use loads::{plan_nic_loads, Loads};
 
-use crate::algo;
+use crate::algo::{self, RankTimes, Workspace};
 use crate::error::Result;
 use crate::invalid;
+use crate::plan::rank_plan::RankPlan;
 use crate::plan::{Options, Plan};
 use crate::topology::Cluster;
 use crate::traffic::Traffic;
@@ -112,36 +113,86 @@ fn decide(l: &Loads, cluster: &Cluster, calibration: &Calibration, b: &Backend, 
     Ok(Choice { algorithm: best.name, predicted_s: best.total_s, backend: backend.to_string(), candidates })
 }
 
-/// `plan_all_to_all(.., "auto")`: choose, then plan the winner (fanout for `native`).
-/// Options: `backend` (`nccl`, the default, or `gloo`, or any backend of the calibration),
-/// `candidates` (comma-separated subset of `CANDIDATES`), `calibration` (JSON text in the
-/// format of `calibration.json`; default: the built-in constants).
 /// auto's decision from its options: the choice, and the producer that plans it (fanout
-/// for `native`, whose data movement is fanout's). `plan` plans that producer whole;
-/// `algo::plan_for_rank(.., "auto")` expands its rank part only.
-pub fn choose_from_options(traffic: &Traffic, cluster: &Cluster, opts: &Options) -> Result<(Choice, &'static str)> {
+/// for `native`, whose data movement is fanout's). Options: `backend` (`nccl`, the default,
+/// or `gloo`, or any backend of the calibration), `candidates` (comma-separated subset of
+/// `CANDIDATES`), `calibration` (JSON text in the format of `calibration.json`; default: the
+/// built-in constants, or `calibration` when given: the runtime passes the parsed table).
+/// `plan` plans that producer whole; `plan_rank` expands its rank part only.
+pub fn choose_from_options(data: &[u64], n: usize, cluster: &Cluster, opts: &Options, calibration: Option<&Calibration>) -> Result<(Choice, &'static str)> {
     for k in opts.keys() {
         if !["backend", "candidates", "calibration"].contains(&k.as_str()) {
             return invalid!("auto: unknown option '{k}' (known: backend, candidates, calibration)");
         }
     }
     let parsed;
-    let calibration = match opts.get("calibration") {
-        Some(text) => {
+    let calibration = match (opts.get("calibration"), calibration) {
+        (Some(_), Some(_)) => return invalid!("auto: the calibration is given twice (as the option 'calibration' and as a table)"),
+        (Some(text), None) => {
             parsed = Calibration::from_json(text)?;
             &parsed
         }
-        None => Calibration::defaults(),
+        (None, Some(c)) => c,
+        (None, None) => Calibration::defaults(),
     };
     let backend = opts.get("backend").map_or("nccl", String::as_str);
     let mask = candidate_mask(opts.get("candidates").map(String::as_str))?;
-    let choice = choose(traffic.data(), traffic.n(), cluster, calibration, backend, &mask)?;
+    let choice = choose(data, n, cluster, calibration, backend, &mask)?;
     let planned = if choice.algorithm == "native" { "fanout" } else { choice.algorithm };
     Ok((choice, planned))
 }
 
+/// auto's part for one rank, from one matrix: the choice and the winner's rank plan.
+#[derive(Debug, Clone)]
+pub struct RankChoice {
+    pub choice: Choice,
+    /// The winner's rank part (fanout's for `native`), or None when `native` won and the
+    /// caller runs torch's own call (`expand_native` false).
+    pub plan: Option<RankPlan>,
+    /// Of `times.decide_ns`: choosing.
+    pub choose_ns: u64,
+    pub times: RankTimes,
+}
+
+/// Choose, then expand the winner's rank part (`algo::plan_for_rank(.., "auto")`, and the
+/// runtime's one path: the matrix is read once into `traffic`, and the choice and the
+/// expansion both read it). The rank plan is named after the choice; its digest is the
+/// winner's with auto's inputs (`opts`) mixed in, as the whole `auto` plan records it.
+/// `calibration`: the parsed table to use instead of `opts`' (see `choose_from_options`).
+///
+/// `data` (row-major `n × n`) is what `choose` reads; `traffic`, when the caller holds it,
+/// is the same matrix as a `Traffic`, else one is made from `data` only if a plan is
+/// expanded (so a native choice copies nothing).
+#[allow(clippy::too_many_arguments)]
+pub fn plan_rank(ws: &mut Workspace, data: &[u64], n: usize, traffic: Option<&Traffic>, cluster: &Cluster, rank: u32, opts: &Options, calibration: Option<&Calibration>, expand_native: bool) -> Result<RankChoice> {
+    if rank as usize >= n {
+        return invalid!("rank {rank} is outside the {n} ranks of the traffic matrix");
+    }
+    let t0 = std::time::Instant::now();
+    let (choice, planned) = choose_from_options(data, n, cluster, opts, calibration)?;
+    let choose_ns = t0.elapsed().as_nanos() as u64;
+    if choice.algorithm == "native" && !expand_native {
+        let times = RankTimes { decide_ns: choose_ns, expand_ns: 0 };
+        return Ok(RankChoice { choice, plan: None, choose_ns, times });
+    }
+    let copied;
+    let traffic = match traffic {
+        Some(t) => t,
+        None => {
+            copied = Traffic::new(n, data.to_vec())?;
+            &copied
+        }
+    };
+    let (mut rp, times) = algo::plan_for_rank_in(ws, traffic, cluster, rank, planned, &Options::new())?;
+    rp.algorithm = choice.algorithm.to_string();
+    rp.digest = algo::decisions_digest(algo::input_hash(traffic, cluster, "auto", opts), rp.digest);
+    let times = RankTimes { decide_ns: choose_ns + times.decide_ns, expand_ns: times.expand_ns };
+    Ok(RankChoice { choice, plan: Some(rp), choose_ns, times })
+}
+
+/// `plan_all_to_all(.., "auto")`: choose, then plan the winner whole (fanout for `native`).
 pub fn plan(traffic: &Traffic, cluster: &Cluster, opts: &Options) -> Result<Plan> {
-    let (choice, planned) = choose_from_options(traffic, cluster, opts)?;
+    let (choice, planned) = choose_from_options(traffic.data(), traffic.n(), cluster, opts, None)?;
     let backend = choice.backend.as_str();
     let mut plan = algo::plan_all_to_all(traffic, cluster, planned, &Options::new())?;
     let own = std::mem::take(&mut plan.meta);
