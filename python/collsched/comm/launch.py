@@ -313,15 +313,19 @@ def use_gpu_for_nccl(rank: int, world: int) -> None:
 
 
 def _drain(store, rank: int, world: int, timeout_s: float) -> None:
-    """Before a rank exits: its queued GPU work done, and every rank at this point (bounded).
+    """Before a rank exits: its queued GPU work done, and every rank at this point; both bounded
+    (after a fault test the queued work may wait on a dead peer forever).
 
     NCCL calls return once queued, so a rank can finish its function while its last transfers
     still run; exiting then kills its side of them and the peers' watchdogs abort the peers."""
     import torch
 
-    torch.cuda.synchronize()
-    store.add("collsched/drained", 1)
     deadline = time.monotonic() + timeout_s
+    done = torch.cuda.Event()
+    done.record()
+    while not done.query() and time.monotonic() < deadline:
+        time.sleep(0.005)
+    store.add("collsched/drained", 1)
     while int(store.add("collsched/drained", 0)) < world and time.monotonic() < deadline:
         time.sleep(0.01)
 
@@ -345,7 +349,7 @@ def _worker(jobdir: str, rank: int) -> None:
         fn = _resolve(job["fn"])
         result = ("ok", fn(*job["args"], **job["kwargs"]))
         if "nccl" in job["backend"].lower():
-            _drain(store, rank, world, min(30.0, job["pg_timeout_s"]))
+            _drain(store, rank, world, min(10.0, job["pg_timeout_s"]))
     except BaseException as e:  # report everything, including SystemExit from a scenario
         result = ("error", (type(e).__name__, str(e), traceback.format_exc()))
     tmp = out + ".tmp"
