@@ -93,13 +93,14 @@ def _torch_moe(x, idx, w, owner, group=None):
     return out.to(x.dtype)
 
 
-def worker(tokens, hidden, topk, experts, iters, kind, seed, gpn=GPN, cluster=None):
+def worker(tokens, hidden, topk, experts, iters, kind, seed, gpn=GPN, cluster=None, fast=False):
     """One rank: check every method against the baseline, then time them in interleaved rounds.
 
     Args:
         tokens, hidden, topk, experts: per-rank tokens, row width (bf16), experts per token, experts.
         iters: timed rounds; kind: ``uniform | single-node``; seed: the routing's and data's seed.
         gpn: ranks per node; cluster: the Cluster spec MoEBuffer plans for (default ``h100:<nodes>``).
+        fast: also time dedup="node" with ``schedule="fast"`` (hop 1 on collsched's own transport).
 
     Returns:
         This rank's median seconds per method, exactness, cross-node payload bytes sent, per-call
@@ -122,6 +123,8 @@ def worker(tokens, hidden, topk, experts, iters, kind, seed, gpn=GPN, cluster=No
     owner = torch.arange(experts) // (experts // world)
     cluster = cluster or f"h100:{nodes},gpus={gpn}"
     bufs = {f"collsched dedup={d}": moe.MoEBuffer(None, experts, cluster=cluster, dedup=d) for d in ("node", "rank", "none")}
+    if fast:
+        bufs["collsched node+fast"] = moe.MoEBuffer(None, experts, cluster=cluster, dedup="node", schedule="fast")
 
     hop1 = {}  # each buffer's last hop-1 row matrix (every rank's rows, the same on every rank)
 
@@ -188,7 +191,7 @@ def _run_testbed(a, args):
     if warn:
         print(warn, file=sys.stderr)
     with teardown_on_signals(), Fabric(spec) as fabric:
-        res = run_ranks(fabric, worker, args + (a.gpus, cluster), env={"COLLSCHED_TIMEOUT_S": "120"},
+        res = run_ranks(fabric, worker, args + (a.gpus, cluster, a.fast), env={"COLLSCHED_TIMEOUT_S": "120"},
                         timeout_s=600, on_progress=lambda line: print(f"  {line}", file=sys.stderr))
     return res, spec, cluster
 
@@ -208,6 +211,8 @@ def main(argv=None):
     ap.add_argument("--nic", default="200Mbps", help="--testbed: every emulated NIC's rate per direction")
     ap.add_argument("--servers", type=int, default=2, help="--testbed: emulated servers (nodes)")
     ap.add_argument("--gpus", type=int, default=GPN, help="--testbed: ranks per server")
+    ap.add_argument("--fast", action="store_true",
+                    help="also time dedup=node with schedule=fast (hop 1 on collsched's full-duplex transport)")
     a = ap.parse_args(argv)
     args = (a.tokens, a.hidden, a.topk, a.experts, a.iters, a.routing, a.seed)
     world, gpn = (a.servers * a.gpus, a.gpus) if a.testbed else (WORLD, GPN)
@@ -229,7 +234,7 @@ def main(argv=None):
         from collsched.comm.launch import run_local
 
         here = os.path.dirname(os.path.abspath(__file__))
-        res = run_local("moe_gloo:worker", WORLD, args, gpus_per_server=GPN, timeout_s=600,
+        res = run_local("moe_gloo:worker", WORLD, args + (GPN, None, a.fast), gpus_per_server=GPN, timeout_s=600,
                         extra_pythonpath=[here])
         executed = "8 Gloo ranks on one CPU host (2 emulated nodes x 4), loopback"
     names = list(res[0]["times"])
