@@ -163,17 +163,10 @@ def dispatch_plan(routings: list, layout: Layout, row_bytes: int, dedup: str = "
                 add(h, int(j), 1, segs, into_hop[h] if bname == "scratch" else [])
     in_b = np.array([len(ix) * row_bytes for ix in routings], dtype=np.int64)
     out_b = np.array([cp.place.size * row_bytes for cp in cps], dtype=np.int64)
-    rows_decl, cols_decl = in_b.copy(), out_b.copy()
-    diff = int(out_b.sum() - in_b.sum())
-    if diff > 0:
-        rows_decl[-1] += diff
-    else:
-        cols_decl[-1] -= diff
-    matrix = _northwest(rows_decl, cols_decl)
     internode = sum(t_bytes for t_bytes, t in zip(_transfer_bytes(transfers, segments), transfers)
                     if t["tier"] == "scale_out")
     doc = {"algorithm": f"moe_dispatch_{dedup}" + ("" if balance else "_static"),
-           "collective": {"kind": "all_to_all", "traffic": {"n": r, "data": matrix.reshape(-1).tolist()}},
+           "collective": {"kind": "all_to_all", "traffic": {"n": r, "data": _declared(in_b, out_b)}},
            "gpus_per_server": g, "scratch_bytes": scratch, "transfers": transfers, "segments": segments,
            "deps": deps, "input_hash": 0, "meta": {"moe": "dispatch", "dedup": dedup, "row_bytes": str(row_bytes)}}
     plan = collsched.Plan.from_json(json.dumps(doc))
