@@ -55,20 +55,30 @@ def _routing(rng, t, k, e, masked):
     return idx.astype(np.int64)
 
 
-@given(st.sampled_from([(2, 2), (2, 4), (4, 2), (3, 2)]), st.integers(1, 4), st.integers(1, 4),
-       st.sampled_from(["node", "rank", "none"]), st.booleans(), st.booleans(), st.integers(0, 2**31 - 1),
-       st.booleans())
-@settings(max_examples=40, deadline=None)
-def test_every_small_dispatch_plan_verifies_and_counts_distinct_token_node_pairs(
-        shape, experts_per_rank, k, dedup, balance, masked, seed, custom):
+def _small_case(shape, experts_per_rank, k, masked, seed, custom):
+    """(layout, per-rank routings) of a random small case: up to 6 tokens per rank, a custom
+    placement when `custom`, some expert slots masked when `masked`."""
     nodes, gpn = shape
     r = nodes * gpn
     e = r * experts_per_rank
     k = min(k, e)
     rng = np.random.default_rng(seed)
-    placement = rng.integers(0, r, size=e) if custom else None
-    layout = Layout.build(r, gpn, e, placement)
-    routings = [_routing(rng, int(rng.integers(0, 7)), k, e, masked) for _ in range(r)]
+    layout = Layout.build(r, gpn, e, rng.integers(0, r, size=e) if custom else None)
+    return layout, [_routing(rng, int(rng.integers(0, 7)), k, e, masked) for _ in range(r)]
+
+
+def SMALL_CASES(test):
+    """40 random small cases: (shape, experts per rank, top-k, dedup, balance, masked, seed, custom placement)."""
+    return settings(max_examples=40, deadline=None)(given(
+        st.sampled_from([(2, 2), (2, 4), (4, 2), (3, 2)]), st.integers(1, 4), st.integers(1, 4),
+        st.sampled_from(["node", "rank", "none"]), st.booleans(), st.booleans(), st.integers(0, 2**31 - 1),
+        st.booleans())(test))
+
+
+@SMALL_CASES
+def test_every_small_dispatch_plan_verifies_and_counts_distinct_token_node_pairs(
+        shape, experts_per_rank, k, dedup, balance, masked, seed, custom):
+    layout, routings = _small_case(shape, experts_per_rank, k, masked, seed, custom)
     row = 12
     plan, info = dispatch_plan(routings, layout, row, dedup, balance)
     rep = verify_dispatch_plan(plan, routings, layout, row)
@@ -93,19 +103,10 @@ def _crossing_rows(routings, layout, dedup):
     return pairs
 
 
-@given(st.sampled_from([(2, 2), (2, 4), (4, 2), (3, 2)]), st.integers(1, 4), st.integers(1, 4),
-       st.sampled_from(["node", "rank", "none"]), st.booleans(), st.booleans(), st.integers(0, 2**31 - 1),
-       st.booleans())
-@settings(max_examples=40, deadline=None)
+@SMALL_CASES
 def test_every_small_combine_plan_verifies_and_returns_one_row_per_token_and_node(
         shape, experts_per_rank, k, dedup, balance, masked, seed, custom):
-    nodes, gpn = shape
-    r = nodes * gpn
-    e = r * experts_per_rank
-    k = min(k, e)
-    rng = np.random.default_rng(seed)
-    layout = Layout.build(r, gpn, e, rng.integers(0, r, size=e) if custom else None)
-    routings = [_routing(rng, int(rng.integers(0, 7)), k, e, masked) for _ in range(r)]
+    layout, routings = _small_case(shape, experts_per_rank, k, masked, seed, custom)
     row = 8
     plan, info = combine_plan(routings, layout, row, dedup, balance, elem_bytes=4)
     rep = verify_combine_plan(plan, routings, layout, row, elem_bytes=4)

@@ -196,17 +196,12 @@ def verify_dispatch_plan(plan, routings: list, layout: Layout, row_bytes: int) -
     r = layout.ranks
     outs = [np.full((int(plan.output_sizes[j]) // row_bytes, 2), -1, dtype=np.int64) for j in range(r)]
     scr = [np.full((int(doc["scratch_bytes"][j]) // row_bytes, 2), -1, dtype=np.int64) for j in range(r)]
-    segs = doc["segments"]
-    for tid, t in enumerate(doc["transfers"]):
-        for s in segs[t["seg_begin"]:t["seg_end"]]:
-            if s["src_off"] % row_bytes or s["dst_off"] % row_bytes or s["len"] % row_bytes:
-                raise collsched.VerificationError(f"transfer {tid}: a segment is not whole rows of {row_bytes} bytes")
-            a, b, n = s["src_off"] // row_bytes, s["dst_off"] // row_bytes, s["len"] // row_bytes
-            if s["src_buf"] == "input":
-                prov = np.stack([np.full(n, t["src"]), np.arange(a, a + n)], axis=1)
-            else:
-                prov = (scr if s["src_buf"] == "scratch" else outs)[t["src"]][a:a + n].copy()
-            (scr if s["dst_buf"] == "scratch" else outs)[t["dst"]][b:b + n] = prov
+    for t, s, a, b, n in _row_segments(doc, row_bytes):
+        if s["src_buf"] == "input":
+            prov = np.stack([np.full(n, t["src"]), np.arange(a, a + n)], axis=1)
+        else:
+            prov = (scr if s["src_buf"] == "scratch" else outs)[t["src"]][a:a + n].copy()
+        (scr if s["dst_buf"] == "scratch" else outs)[t["dst"]][b:b + n] = prov
     want = expected_rows(routings, layout)
     for j in range(r):
         got = outs[j][:want[j].shape[0]]
@@ -380,6 +375,21 @@ def _rank_within(keys: np.ndarray) -> np.ndarray:
     return out
 
 
+def _row_segments(doc: dict, row_bytes: int):
+    """A plan document's segments in transfer order as whole rows: (transfer, segment, source
+    row, destination row, rows), for the symbolic final-state checks.
+
+    Raises:
+        VerificationError: a segment is not whole rows of `row_bytes` bytes.
+    """
+    segs = doc["segments"]
+    for tid, t in enumerate(doc["transfers"]):
+        for s in segs[t["seg_begin"]:t["seg_end"]]:
+            if s["src_off"] % row_bytes or s["dst_off"] % row_bytes or s["len"] % row_bytes:
+                raise collsched.VerificationError(f"transfer {tid}: a segment is not whole rows of {row_bytes} bytes")
+            yield t, s, s["src_off"] // row_bytes, s["dst_off"] // row_bytes, s["len"] // row_bytes
+
+
 def _declared(in_b: np.ndarray, out_b: np.ndarray) -> list:
     """An all-to-all matrix with at least these input and output sizes (the last rank pads)."""
     rows, cols = in_b.copy(), out_b.copy()
@@ -419,22 +429,17 @@ def verify_combine_plan(plan, routings: list, layout: Layout, row_bytes: int, el
     r = layout.ranks
     outs = [[None] * (int(plan.output_sizes[j]) // row_bytes) for j in range(r)]
     scr = [[None] * (int(doc["scratch_bytes"][j]) // row_bytes) for j in range(r)]
-    segs = doc["segments"]
-    for tid, t in enumerate(doc["transfers"]):
-        for s in segs[t["seg_begin"]:t["seg_end"]]:
-            if s["src_off"] % row_bytes or s["dst_off"] % row_bytes or s["len"] % row_bytes:
-                raise collsched.VerificationError(f"transfer {tid}: a segment is not whole rows of {row_bytes} bytes")
-            a, b, n = s["src_off"] // row_bytes, s["dst_off"] // row_bytes, s["len"] // row_bytes
-            dst = scr[t["dst"]] if s["dst_buf"] == "scratch" else outs[t["dst"]]
-            for x in range(n):
-                if s["src_buf"] == "input":
-                    got = Counter({(t["src"], a + x): 1})
-                else:
-                    got = Counter((scr if s["src_buf"] == "scratch" else outs)[t["src"]][a + x])
-                if t["op"] == "reduce_sum":
-                    dst[b + x] = dst[b + x] + got  # the core proved the destination written
-                else:
-                    dst[b + x] = got
+    for t, s, a, b, n in _row_segments(doc, row_bytes):
+        dst = scr[t["dst"]] if s["dst_buf"] == "scratch" else outs[t["dst"]]
+        for x in range(n):
+            if s["src_buf"] == "input":
+                got = Counter({(t["src"], a + x): 1})
+            else:
+                got = Counter((scr if s["src_buf"] == "scratch" else outs)[t["src"]][a + x])
+            if t["op"] == "reduce_sum":
+                dst[b + x] = dst[b + x] + got  # the core proved the destination written
+            else:
+                dst[b + x] = got
     want = expected_contributions(routings, layout)
     total = 0
     for i in range(r):
