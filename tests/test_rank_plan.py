@@ -9,21 +9,14 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import collsched
+from _matrices import matrix_of_kind
 from collsched import traffic
 
 ALGOS = [a for a, _ in collsched.all_to_all_algorithms()]
 
 
 def matrix(p, kind, seed):
-    if kind == "zipf":
-        return traffic.zipf(p, 0.9, 1 << 16, seed=seed)
-    if kind == "empty":
-        return np.zeros((p, p), dtype=np.uint64)
-    if kind == "hot":
-        m = np.zeros((p, p), dtype=np.uint64)
-        m[seed % p, (seed // 7) % p] = 3 << 20
-        return m
-    return traffic.uniform(p, 1 << 14, seed=seed)
+    return matrix_of_kind(p, kind, seed, unit=1 << 14)
 
 
 @settings(max_examples=25, deadline=None)

@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import _program_reference as ref
+from _matrices import matrix_of_kind
 import collsched
 from collsched import traffic
 from collsched.collectives import plan_collective
@@ -21,15 +22,7 @@ ALGORITHMS = [name for name, _ in collsched.all_to_all_algorithms()]
 
 
 def _matrix(p: int, kind: str, seed: int) -> np.ndarray:
-    if kind == "zipf":
-        return traffic.zipf(p, 0.9, 1 << 14, seed=seed)
-    if kind == "empty":
-        return np.zeros((p, p), dtype=np.uint64)
-    if kind == "hot":
-        m = np.zeros((p, p), dtype=np.uint64)
-        m[seed % p, (seed // 7) % p] = 3 << 16
-        return m
-    return traffic.uniform(p, 1 << 12, seed=seed)
+    return matrix_of_kind(p, kind, seed, unit=1 << 12)
 
 
 def _assert_equal_to_reference(plan, rank: int, rank_plan=None) -> None:
