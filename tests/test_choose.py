@@ -85,7 +85,7 @@ def test_matrix_is_read_in_place_and_views_are_made_contiguous():
         _core.choose(np.asfortranarray(m), c, "nccl", DEFAULTS)
     with pytest.raises(ValueError, match="square"):
         _core.choose(np.zeros((4, 8), dtype=np.uint64), c, "nccl", DEFAULTS)
-    with pytest.raises(TypeError):
+    with pytest.raises(ValueError, match=r"matrix: .*uint64, got dtype int64"):
         _core.choose(m.astype(np.int64), c, "nccl", DEFAULTS)
     with pytest.raises(ValueError, match="rank 8 is outside"):
         _core.plan_auto_for_rank(np.ascontiguousarray(m), c, 8, "nccl", DEFAULTS)

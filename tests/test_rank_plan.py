@@ -10,7 +10,7 @@ from hypothesis import given, settings, strategies as st
 
 import collsched
 from _matrices import matrix_of_kind
-from collsched import traffic
+from collsched import _core, traffic
 
 ALGOS = [a for a, _ in collsched.all_to_all_algorithms()]
 
@@ -87,6 +87,66 @@ def test_bad_input_is_a_clear_error():
         collsched.plan_for_rank(m, "h200:2", 0, "fanout")
     with pytest.raises(ValueError, match="rank 9 is outside the plan's 8 ranks"):
         collsched.plan_all_to_all(m, "h200:1", "fanout").rank_plan(9)
+
+
+BIG = 2**63
+
+
+@pytest.mark.parametrize("bad, words", [
+    (np.ones((8, 8), dtype=np.int64), r"matrix: traffic matrix must be a 2-D numpy array of dtype uint64, got dtype int64"),
+    (np.ones((8, 8)), r"matrix: .*dtype uint64, got dtype float64"),
+    (np.ones(64, dtype=np.uint64), r"matrix: .*2-D.*shape \(64,\)"),
+    ([[1] * 8] * 8, r"matrix: .*got type list"),
+    (np.asfortranarray(np.arange(64, dtype=np.uint64).reshape(8, 8)), r"matrix: traffic matrix must be C-contiguous"),
+    (np.ones((16, 16), dtype=np.uint64)[::2, ::2], r"matrix: traffic matrix must be C-contiguous"),
+    (np.ones((8, 4), dtype=np.uint64), r"matrix: traffic matrix must be square P×P with P ≥ 1, got shape \(8, 4\)"),
+    (np.ones((0, 0), dtype=np.uint64), r"matrix: traffic matrix must be square P×P with P ≥ 1"),
+])
+@pytest.mark.parametrize("call", ["fanout", "fast", "auto"])
+def test_the_core_names_a_matrix_it_cannot_read_in_place(bad, words, call):
+    c = collsched.Cluster.parse("h200:1")
+    with pytest.raises(ValueError, match=words):
+        if call == "auto":
+            _core.plan_auto_for_rank(bad, c, 0, "nccl", _core.Calibration.defaults())
+        else:
+            _core.plan_for_rank(bad, c, 0, call, {})
+
+
+@pytest.mark.parametrize("cells, words", [
+    ([(0, 0), (0, 1)], "row 0 sums past 2\\^64"),
+    ([(0, 5), (3, 5)], "column 5 sums past 2\\^64"),
+    ([(0, 0), (1, 1)], "total sums past 2\\^64"),
+])
+@pytest.mark.parametrize("algo", ["fanout", "fast", "auto"])
+def test_sums_past_2_64_are_refused_on_the_in_place_path(cells, words, algo):
+    m = np.zeros((8, 8), dtype=np.uint64)
+    for i, j in cells:
+        m[i, j] = BIG
+    for rank in (0, 7):  # every rank gets the same error
+        with pytest.raises(ValueError, match=words):
+            collsched.plan_for_rank(m, "h200:1", rank, algo)
+        with pytest.raises(ValueError, match=words):
+            _core.plan_for_rank(m, collsched.Cluster.parse("h200:1"), rank, algo, {})
+    # Just fitting (total 2^64 - 1): the exact check, not the fast path, lets it plan.
+    m[:] = 0
+    m[0, 0], m[1, 1] = BIG - 1, BIG
+    assert collsched.plan_for_rank(m, "h200:1", 1, "fanout") == collsched.plan_all_to_all(m, "h200:1", "fanout").rank_plan(1)
+
+
+def test_the_matrix_is_read_in_place_whatever_its_flags():
+    c = collsched.Cluster.parse("h200:2,gpus=4")
+    m = traffic.zipf(8, 0.8, 1 << 20, seed=5)
+    want = collsched.plan_all_to_all(m, c, "fast").rank_plan(3)
+    frozen = m.copy()
+    frozen.setflags(write=False)  # numpy's read-only arrays are read as they are
+    assert _core.plan_for_rank(frozen, c, 3, "fast", {})[0] == want
+    # The public function converts what the core cannot read in place (same plan).
+    assert collsched.plan_for_rank(m.astype(">u8"), c, 3, "fast") == want
+    assert collsched.plan_for_rank(np.asfortranarray(m), c, 3, "fast") == want
+    assert collsched.plan_for_rank(m.astype(np.int64), c, 3, "fast") == want
+    # The matrix is not changed, and its hash is the cache's key (same function, in place).
+    assert np.array_equal(m, frozen)
+    assert _core.matrix_hash(m) == int(traffic.matrix_hash(m), 16)
 
 
 def test_the_cache_plans_one_rank_and_keys_by_it():

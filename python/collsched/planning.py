@@ -76,7 +76,7 @@ def _plan_for_rank_timed(traffic, cluster, rank: int, algorithm: str, options: d
     if not isinstance(rank, int) or isinstance(rank, bool) or rank < 0:
         raise ValueError(f"rank must be a non-negative int, got {rank!r}")
     opts = {str(k): str(v) for k, v in options.items()}
-    rp, decide_ns, expand_ns = _core.plan_for_rank(m.shape[0], m.tobytes(), c, rank, algorithm, opts, workspace)
+    rp, decide_ns, expand_ns = _core.plan_for_rank(m, c, rank, algorithm, opts, workspace)  # read in place
     return rp, decide_ns * 1e-9, expand_ns * 1e-9
 
 

@@ -22,7 +22,7 @@ fn cluster(servers: u32, gpus: u32, fabric: usize, nics: u32) -> Cluster {
 
 /// kind 0: all zeros; 1: one hot pair; 2: random sizes (a quarter zero) up to a scale
 /// picked from small, medium and "sums just fit u64".
-fn matrix(n: usize, kind: u8, seed: u64) -> Traffic {
+fn matrix(n: usize, kind: u8, seed: u64) -> Traffic<'static> {
     let mut rng = Rng::new(seed);
     let mut t = Traffic::zeros(n);
     let huge = (1u64 << 60) / (n * n) as u64;

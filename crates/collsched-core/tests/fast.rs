@@ -89,7 +89,7 @@ fn cluster(servers: u32, gpus: u32, nics: u32, fabric: u8) -> Cluster {
     c
 }
 
-fn arb_case() -> impl Strategy<Value = (Cluster, Traffic)> {
+fn arb_case() -> impl Strategy<Value = (Cluster, Traffic<'static>)> {
     (1u32..=5, 1u32..=6, 1u32..=6, 0u8..4, 0u8..5, any::<u64>()).prop_map(|(servers, gpus, nics, fabric, kind, seed)| {
         let c = cluster(servers, gpus, nics, fabric);
         let n = c.num_gpus() as usize;
@@ -360,7 +360,7 @@ mod theorem3 {
     use collsched_core::bound::lower_bound;
     use collsched_core::sim::{simulate, SimOptions};
 
-    fn arb_bound_case() -> impl Strategy<Value = (Cluster, Traffic)> {
+    fn arb_bound_case() -> impl Strategy<Value = (Cluster, Traffic<'static>)> {
         (2u32..=5, 2u32..=8, 1u32..=8, 0u8..2, 1u64..=20, 0u8..3, any::<u64>()).prop_map(|(servers, gpus, nics, fabric, ratio, kind, seed)| {
             let mut c = cluster(servers, gpus, nics, fabric);
             c.nic_bw = 25_000_000_000;

@@ -9,7 +9,7 @@ use collsched_core::{Cluster, Traffic};
 use proptest::prelude::*;
 
 /// A matrix of one of five kinds: Zipf-skewed, uniform, empty, one hot pair, sparse.
-fn matrix(p: usize, kind: usize, seed: u64) -> Traffic {
+fn matrix(p: usize, kind: usize, seed: u64) -> Traffic<'static> {
     match kind {
         0 => generators::zipf(p, 0.9, 1 << 16, seed).unwrap(),
         1 => generators::uniform(p, 1 << 14, seed).unwrap(),

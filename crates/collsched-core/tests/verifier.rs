@@ -11,7 +11,7 @@ fn cluster() -> Cluster {
     Cluster::parse("h200:2,gpus=4").unwrap()
 }
 
-fn traffic() -> Traffic {
+fn traffic() -> Traffic<'static> {
     let n = 8;
     let data = (0..n * n).map(|k| (((k * 7 + 3) % 5) as u64 + 1) * 16).collect();
     Traffic::new(n, data).unwrap()

@@ -3,6 +3,7 @@
 use super::{segment_rows, transfer_rows, u32_rows};
 use crate::cluster::PyCluster;
 use crate::guarded;
+use crate::traffic::{readonly_matrix, square};
 use collsched_core::plan::rank_plan::RankPlan;
 use collsched_core::plan::Options;
 use collsched_core::Traffic;
@@ -120,22 +121,28 @@ impl PyRankPlan {
     }
 }
 
-/// `rank`'s part of the all-to-all plan of the row-major little-endian u64 matrix `data`,
-/// with the nanoseconds spent deciding and expanding: `(RankPlan, decide_ns, expand_ns)`.
-/// `workspace`: working memory to reuse (see `Workspace`).
+/// `rank`'s part of the all-to-all plan of the P×P C-contiguous uint64 numpy `matrix`, read
+/// in place (no copy), with the nanoseconds spent deciding and expanding:
+/// `(RankPlan, decide_ns, expand_ns)`. `workspace`: working memory to reuse (see `Workspace`).
 #[pyfunction]
-#[pyo3(signature = (n, data, cluster, rank, algorithm, options=None, workspace=None))]
+#[pyo3(signature = (matrix, cluster, rank, algorithm, options=None, workspace=None))]
 #[allow(clippy::too_many_arguments)]
-fn plan_for_rank(py: Python<'_>, n: usize, data: &[u8], cluster: &PyCluster, rank: u32, algorithm: &str, options: Option<BTreeMap<String, String>>, workspace: Option<&PyWorkspace>) -> PyResult<(PyRankPlan, u64, u64)> {
+fn plan_for_rank(py: Python<'_>, matrix: &Bound<'_, PyAny>, cluster: &PyCluster, rank: u32, algorithm: &str, options: Option<BTreeMap<String, String>>, workspace: Option<&PyWorkspace>) -> PyResult<(PyRankPlan, u64, u64)> {
     let opts: Options = options.unwrap_or_default();
+    let matrix = readonly_matrix(matrix, "matrix")?;
+    let (n, data) = square(&matrix, "matrix")?;
     let c = &cluster.inner;
-    let (rp, times) = py.allow_threads(|| {
+    let (rp, times, check_ns) = py.allow_threads(|| {
         guarded(|| {
-            let t = Traffic::from_le_bytes(n, data)?;
-            in_workspace(workspace, |ws| collsched_core::algo::plan_for_rank_in(ws, &t, c, rank, algorithm, &opts))
+            // The one pass that checks the sums also hashes the matrix for the digest: timed as deciding.
+            let t0 = std::time::Instant::now();
+            let t = Traffic::borrowed(n, data)?;
+            let check_ns = t0.elapsed().as_nanos() as u64;
+            let (rp, times) = in_workspace(workspace, |ws| collsched_core::algo::plan_for_rank_in(ws, &t, c, rank, algorithm, &opts))?;
+            Ok((rp, times, check_ns))
         })
     })?;
-    Ok((PyRankPlan { inner: rp }, times.decide_ns, times.expand_ns))
+    Ok((PyRankPlan { inner: rp }, check_ns + times.decide_ns, times.expand_ns))
 }
 
 /// Run `f` in `workspace` when given and free, else in fresh working memory (a call that

@@ -1,7 +1,39 @@
 use crate::guarded;
 use collsched_core::traffic::generators as gen;
+use numpy::{PyArray2, PyArrayMethods, PyReadonlyArray2, PyUntypedArrayMethods};
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
+
+/// The numpy matrix passed as `param`, borrowed read-only: a 2-D uint64 array, else a
+/// ValueError naming `param` and what it got (`collsched.traffic.wire_matrix` converts
+/// anything else before calling the core).
+pub(crate) fn readonly_matrix<'py>(obj: &Bound<'py, PyAny>, param: &str) -> PyResult<PyReadonlyArray2<'py, u64>> {
+    match obj.downcast::<PyArray2<u64>>() {
+        Ok(a) => a.try_readonly().map_err(|e| PyValueError::new_err(format!("{param}: traffic matrix cannot be read ({e})"))),
+        Err(_) => {
+            let what = match (obj.getattr("dtype"), obj.getattr("shape")) {
+                (Ok(d), Ok(s)) => format!("dtype {d}, shape {s}"),
+                _ => format!("type {}", obj.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "?".into())),
+            };
+            Err(PyValueError::new_err(format!("{param}: traffic matrix must be a 2-D numpy array of dtype uint64, got {what}")))
+        }
+    }
+}
+
+/// The entries of a square C-contiguous matrix, in place (P and the row-major entries),
+/// else a ValueError naming `param`.
+pub(crate) fn square<'a>(matrix: &'a PyReadonlyArray2<'_, u64>, param: &str) -> PyResult<(usize, &'a [u64])> {
+    let shape = matrix.shape();
+    if shape[0] != shape[1] || shape[0] == 0 {
+        return Err(PyValueError::new_err(format!("{param}: traffic matrix must be square P×P with P ≥ 1, got shape ({}, {})", shape[0], shape[1])));
+    }
+    // `as_slice` also takes Fortran order, which would read the matrix transposed.
+    match matrix.as_slice() {
+        Ok(data) if matrix.is_c_contiguous() => Ok((shape[0], data)),
+        _ => Err(PyValueError::new_err(format!("{param}: traffic matrix must be C-contiguous (np.ascontiguousarray)"))),
+    }
+}
 
 fn out<'py>(py: Python<'py>, t: collsched_core::Traffic) -> Bound<'py, PyBytes> {
     PyBytes::new(py, &t.to_le_bytes())

@@ -23,7 +23,7 @@ pub fn plan(traffic: &Traffic, cluster: &Cluster, opts: &Options) -> Result<Plan
 /// `plan` in the caller's workspace.
 pub fn plan_in(ws: &mut Workspace, traffic: &Traffic, cluster: &Cluster, opts: &Options) -> Result<Plan> {
     reject_options(opts)?;
-    let b = PlanBuilder::new("balanced_direct", Collective::AllToAll { traffic: traffic.clone() }, cluster.gpus_per_server);
+    let b = PlanBuilder::new("balanced_direct", Collective::AllToAll { traffic: traffic.owned() }, cluster.gpus_per_server);
     Ok(build(ws, traffic, cluster, b, false).0.finish())
 }
 

@@ -23,7 +23,7 @@ pub fn plan(traffic: &Traffic, cluster: &Cluster, _opts: &Options) -> Result<Pla
     let n = traffic.n();
     let send = traffic.send_offsets();
     let recv = traffic.recv_offsets();
-    let mut b = PlanBuilder::new("fanout", Collective::AllToAll { traffic: traffic.clone() }, cluster.gpus_per_server);
+    let mut b = PlanBuilder::new("fanout", Collective::AllToAll { traffic: traffic.owned() }, cluster.gpus_per_server);
     b.reserve(n * n, n * n);
     for i in 0..n {
         for j in 0..n {

@@ -24,7 +24,7 @@ pub fn plan(traffic: &Traffic, cluster: &Cluster, opts: &Options) -> Result<Plan
     let send = traffic.send_offsets();
     let recv = traffic.recv_offsets();
     let rank = |s: usize, l: usize| s * g + l;
-    let mut b = PlanBuilder::new("hierarchical", Collective::AllToAll { traffic: traffic.clone() }, cluster.gpus_per_server);
+    let mut b = PlanBuilder::new("hierarchical", Collective::AllToAll { traffic: traffic.owned() }, cluster.gpus_per_server);
     // Upper bounds, so the plan's arrays come from the recycled pool (or are allocated once)
     // instead of growing: one gather message per ordered GPU pair of a server and at most
     // one scale-out message per (aggregator, other server) or per block; a block is a

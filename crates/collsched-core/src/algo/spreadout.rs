@@ -14,7 +14,7 @@ pub fn plan(traffic: &Traffic, cluster: &Cluster, opts: &Options) -> Result<Plan
     let n = traffic.n();
     let send = traffic.send_offsets();
     let recv = traffic.recv_offsets();
-    let mut b = PlanBuilder::new("spreadout", Collective::AllToAll { traffic: traffic.clone() }, cluster.gpus_per_server);
+    let mut b = PlanBuilder::new("spreadout", Collective::AllToAll { traffic: traffic.owned() }, cluster.gpus_per_server);
     b.reserve(n * n, n * n);
     // Latest non-empty send and receive of each rank: MPI posts round r's pair only
     // after round r-1's send and receive completed on that rank.

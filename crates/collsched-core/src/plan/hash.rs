@@ -31,19 +31,29 @@ impl Fnv64 {
     /// Hash a word slice (lane k takes words k, k+4, ...), then its length.
     #[inline]
     pub fn write_u64s(&mut self, words: &[u64]) {
+        self.write_u64s_or(words);
+    }
+    /// `write_u64s`, returning the bitwise OR of the words: a bound on the largest that
+    /// costs nothing beside the multiply chains (a traffic matrix's overflow check).
+    #[inline]
+    pub fn write_u64s_or(&mut self, words: &[u64]) -> u64 {
         let mut l = self.lanes;
+        let mut or = 0;
         let mut chunks = words.chunks_exact(LANES);
         for c in &mut chunks {
             l[0] = mix(l[0], c[0]);
             l[1] = mix(l[1], c[1]);
             l[2] = mix(l[2], c[2]);
             l[3] = mix(l[3], c[3]);
+            or |= c[0] | c[1] | c[2] | c[3];
         }
         for (k, &w) in chunks.remainder().iter().enumerate() {
             l[k] = mix(l[k], w);
+            or |= w;
         }
         l[0] = mix(l[0], words.len() as u64);
         self.lanes = l;
+        or
     }
     /// Hash bytes as little-endian words (the last one zero-padded), then the length.
     pub fn write(&mut self, bytes: &[u8]) {

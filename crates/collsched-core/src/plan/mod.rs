@@ -108,7 +108,7 @@ impl Transfer {
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Collective {
     /// `all_to_all_single` with the given matrix.
-    AllToAll { traffic: Traffic },
+    AllToAll { traffic: Traffic<'static> },
     /// Every rank contributes `shard_bytes`; output is all shards in rank order.
     AllGather { ranks: u32, shard_bytes: u64 },
     /// Input is `ranks × shard_bytes`; rank r's output is the element-wise sum of shard r over ranks.

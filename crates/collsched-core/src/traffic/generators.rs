@@ -64,13 +64,13 @@ fn check_n(n: usize) -> Result<()> {
 }
 
 /// Every pair (including self) exchanges exactly `bytes`.
-pub fn balanced(n: usize, bytes: u64) -> Result<Traffic> {
+pub fn balanced(n: usize, bytes: u64) -> Result<Traffic<'static>> {
     check_n(n)?;
     Traffic::new(n, vec![bytes; n * n])
 }
 
 /// Scale non-negative weights so the mean entry is `mean` bytes (rounded per entry).
-fn scale_to_mean(n: usize, weights: Vec<f64>, mean: u64) -> Result<Traffic> {
+fn scale_to_mean(n: usize, weights: Vec<f64>, mean: u64) -> Result<Traffic<'static>> {
     check_mean(mean)?;
     let sum: f64 = weights.iter().sum();
     if sum <= 0.0 {
@@ -81,7 +81,7 @@ fn scale_to_mean(n: usize, weights: Vec<f64>, mean: u64) -> Result<Traffic> {
 }
 
 /// FAST/FLASH "random" workload: i.i.d. uniform pair sizes, scaled to `mean`.
-pub fn uniform(n: usize, mean: u64, seed: u64) -> Result<Traffic> {
+pub fn uniform(n: usize, mean: u64, seed: u64) -> Result<Traffic<'static>> {
     check_n(n)?;
     let mut rng = Rng::new(seed);
     let w = (0..n * n).map(|_| rng.next_f64()).collect();
@@ -117,7 +117,7 @@ impl ZipfTable {
 pub const ZIPF_RANGE: usize = 1000;
 
 /// FAST/FLASH "skewed" workload: i.i.d. Zipf(s) pair sizes over [1, R], scaled to `mean`.
-pub fn zipf(n: usize, s: f64, mean: u64, seed: u64) -> Result<Traffic> {
+pub fn zipf(n: usize, s: f64, mean: u64, seed: u64) -> Result<Traffic<'static>> {
     if !(s.is_finite() && s >= 0.0) {
         return invalid!("zipf exponent must be a non-negative number, got {s}");
     }
@@ -154,7 +154,7 @@ impl Default for MoeRouting {
 /// popularity shared by all ranks (hot experts ⇒ hot columns, as real gates produce).
 /// Popularity order is a seeded permutation so hot experts land on random GPUs.
 /// `experts == 0` means 8 experts per GPU.
-pub fn hot_experts(n: usize, routing: &MoeRouting, seed: u64) -> Result<Traffic> {
+pub fn hot_experts(n: usize, routing: &MoeRouting, seed: u64) -> Result<Traffic<'static>> {
     check_n(n)?;
     let experts = if routing.experts == 0 { 8 * n as u32 } else { routing.experts };
     if experts as usize % n != 0 {

@@ -14,7 +14,7 @@ pub fn random_cluster(rng: &mut Rng) -> Cluster {
 }
 
 /// A hot-receiver matrix: uniform noise with `hot` columns scaled by `k` on remote senders.
-pub fn hot(n: usize, g: usize, mean: u64, k: u64, hot: usize, rng: &mut Rng) -> Traffic {
+pub fn hot(n: usize, g: usize, mean: u64, k: u64, hot: usize, rng: &mut Rng) -> Traffic<'static> {
     let mut t = generators::uniform(n, mean, rng.next_u64()).unwrap();
     for _ in 0..hot {
         let c = rng.below(n as u64) as usize;
@@ -27,7 +27,7 @@ pub fn hot(n: usize, g: usize, mean: u64, k: u64, hot: usize, rng: &mut Rng) -> 
     t
 }
 
-pub fn random_traffic(c: &Cluster, rng: &mut Rng) -> Traffic {
+pub fn random_traffic(c: &Cluster, rng: &mut Rng) -> Traffic<'static> {
     let n = c.num_gpus() as usize;
     let g = c.gpus_per_server as usize;
     let per_gpu = [64u64 << 10, 1 << 20, 8 << 20, 64 << 20][rng.below(4) as usize];

@@ -103,7 +103,7 @@ pub fn cluster(servers: u32, gpus: u32, nics: u32) -> Cluster {
     Cluster::parse(&format!("h200:{servers},gpus={gpus},nics={nics}")).unwrap()
 }
 
-pub fn sparse_matrix(n: usize, max: u64, density_pct: u64, seed: u64) -> Traffic {
+pub fn sparse_matrix(n: usize, max: u64, density_pct: u64, seed: u64) -> Traffic<'static> {
     let mut rng = Rng::new(seed);
     let data = (0..n * n).map(|_| if rng.below(100) < density_pct { rng.below(max + 1) } else { 0 }).collect();
     Traffic::new(n, data).unwrap()

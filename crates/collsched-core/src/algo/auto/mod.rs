@@ -155,14 +155,14 @@ pub struct RankChoice {
 }
 
 /// Choose, then expand the winner's rank part (`algo::plan_for_rank(.., "auto")`, and the
-/// runtime's one path: the matrix is read once into `traffic`, and the choice and the
-/// expansion both read it). The rank plan is named after the choice; its digest is the
-/// winner's with auto's inputs (`opts`) mixed in, as the whole `auto` plan records it.
+/// runtime's one path: the choice and the expansion both read `data` in place). The rank
+/// plan is named after the choice; its digest is the winner's with auto's inputs (`opts`)
+/// mixed in, as the whole `auto` plan records it.
 /// `calibration`: the parsed table to use instead of `opts`' (see `choose_from_options`).
 ///
 /// `data` (row-major `n × n`) is what `choose` reads; `traffic`, when the caller holds it,
-/// is the same matrix as a `Traffic`, else one is made from `data` only if a plan is
-/// expanded (so a native choice copies nothing).
+/// is the same matrix as a `Traffic`, else one borrowing `data` is made (and checked) only
+/// if a plan is expanded.
 #[allow(clippy::too_many_arguments)]
 pub fn plan_rank(ws: &mut Workspace, data: &[u64], n: usize, traffic: Option<&Traffic>, cluster: &Cluster, rank: u32, opts: &Options, calibration: Option<&Calibration>, expand_native: bool) -> Result<RankChoice> {
     if rank as usize >= n {
@@ -175,18 +175,20 @@ pub fn plan_rank(ws: &mut Workspace, data: &[u64], n: usize, traffic: Option<&Tr
         let times = RankTimes { decide_ns: choose_ns, expand_ns: 0 };
         return Ok(RankChoice { choice, plan: None, choose_ns, times });
     }
-    let copied;
+    let borrowed;
     let traffic = match traffic {
         Some(t) => t,
         None => {
-            copied = Traffic::new(n, data.to_vec())?;
-            &copied
+            // Checking the sums hashes the matrix too (for the digest): timed as deciding.
+            borrowed = Traffic::borrowed(n, data)?;
+            &borrowed
         }
     };
+    let check_ns = (t0.elapsed().as_nanos() as u64).saturating_sub(choose_ns);
     let (mut rp, times) = algo::plan_for_rank_in(ws, traffic, cluster, rank, planned, &Options::new())?;
     rp.algorithm = choice.algorithm.to_string();
     rp.digest = algo::decisions_digest(algo::input_hash(traffic, cluster, "auto", opts), rp.digest);
-    let times = RankTimes { decide_ns: choose_ns + times.decide_ns, expand_ns: times.expand_ns };
+    let times = RankTimes { decide_ns: choose_ns + check_ns + times.decide_ns, expand_ns: times.expand_ns };
     Ok(RankChoice { choice, plan: Some(rp), choose_ns, times })
 }
 

@@ -291,7 +291,7 @@ pub fn plan_in(ws: &mut Workspace, traffic: &Traffic, cluster: &Cluster, opts: &
     crate::timeline::mark("servers balanced");
     let sched = schedule(traffic, &bal.server, n, cluster, &o);
     crate::timeline::mark("schedule computed");
-    let b = PlanBuilder::new("fast", Collective::AllToAll { traffic: traffic.clone() }, cluster.gpus_per_server);
+    let b = PlanBuilder::new("fast", Collective::AllToAll { traffic: traffic.owned() }, cluster.gpus_per_server);
     let plan = finish_into(assemble, b, cluster, &o, bal, &sched).finish();
     crate::timeline::mark("plan finished");
     Ok(plan)
@@ -330,7 +330,7 @@ pub fn plan_unless<X>(traffic: &Traffic, cluster: &Cluster, opts: &Options, stop
     if let Some(x) = stop(&preview) {
         return Ok(Err(x));
     }
-    let b = PlanBuilder::new("fast", Collective::AllToAll { traffic: traffic.clone() }, cluster.gpus_per_server);
+    let b = PlanBuilder::new("fast", Collective::AllToAll { traffic: traffic.owned() }, cluster.gpus_per_server);
     Ok(Ok(finish_into(&mut pipeline::AssembleScratch::default(), b, cluster, &o, bal, &sched).finish()))
 }
 

@@ -230,7 +230,7 @@ struct Focus<'a> {
 /// Assemble the plan. `chain_nics` orders successive rounds per NIC (FAST); without it all
 /// rounds may overlap (balanced_direct has a single round anyway).
 pub fn assemble(name: &str, traffic: &Traffic, cluster: &Cluster, bal: &Balanced, rounds: &[Round], chain_nics: bool) -> (PlanBuilder, Loads) {
-    assemble_collective(name, Collective::AllToAll { traffic: traffic.clone() }, cluster, bal, rounds, chain_nics)
+    assemble_collective(name, Collective::AllToAll { traffic: traffic.owned() }, cluster, bal, rounds, chain_nics)
 }
 
 /// `assemble` with the plan's collective (`AllToAll` of the balanced matrix) built by the

@@ -308,6 +308,6 @@ pub(super) fn plan_into(traffic: &Traffic, cluster: &Cluster, alpha_permille: u6
 }
 
 pub(super) fn plan(traffic: &Traffic, cluster: &Cluster, alpha_permille: u64, name: &str) -> Result<Plan> {
-    let b = PlanBuilder::new(name, Collective::AllToAll { traffic: traffic.clone() }, cluster.gpus_per_server);
+    let b = PlanBuilder::new(name, Collective::AllToAll { traffic: traffic.owned() }, cluster.gpus_per_server);
     Ok(plan_into(traffic, cluster, alpha_permille, b)?.finish())
 }
