@@ -48,9 +48,9 @@ def median_plan_us(mats, cluster, algo):
 
 
 def median_core_us(mats, cluster, algo):
-    """Core only: buffer → Traffic → Plan timed inside Rust (no Python call or wrapping)."""
-    _core._core_plan_ns(mats[0].shape[0], mats[0].tobytes(), cluster, algo, {})  # warm-up, untimed
-    return statistics.median(_core._core_plan_ns(m.shape[0], m.tobytes(), cluster, algo, {}) / 1e3 for m in mats)
+    """Core only: matrix (read in place) → Traffic → Plan timed inside Rust (no Python call or wrapping)."""
+    _core._core_plan_ns(mats[0], cluster, algo, {})  # warm-up, untimed
+    return statistics.median(_core._core_plan_ns(m, cluster, algo, {}) / 1e3 for m in mats)
 
 
 def main():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 
+import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
@@ -217,7 +218,7 @@ def test_long_threadblocks_spill_to_another_channel():
 
 
 def test_unexportable_plans_are_named():
-    a2a = _core.plan_all_to_all(2, (b"\x08" + b"\x00" * 7) * 4, _core.Cluster.parse("h100:1,gpus=2"), "fanout")
+    a2a = _core.plan_all_to_all(np.full((2, 2), 8, dtype=np.uint64), _core.Cluster.parse("h100:1,gpus=2"), "fanout")
     with pytest.raises(ValueError, match="allgather, reduce_scatter and allreduce"):
         to_xml(a2a)
     d = json.loads(plan("allreduce", "ring", 1, 40000, 1).to_json())

@@ -107,12 +107,14 @@ BIG = 2**63
     (np.ones((8, 4), dtype=np.uint64), r"matrix: traffic matrix must be square P×P with P ≥ 1, got shape \(8, 4\)"),
     (np.ones((0, 0), dtype=np.uint64), r"matrix: traffic matrix must be square P×P with P ≥ 1"),
 ])
-@pytest.mark.parametrize("call", ["fanout", "fast", "auto"])
+@pytest.mark.parametrize("call", ["fanout", "fast", "auto", "whole"])
 def test_the_core_names_a_matrix_it_cannot_read_in_place(bad, words, call):
     c = collsched.Cluster.parse("h200:1")
     with pytest.raises(ValueError, match=words):
         if call == "auto":
             _core.plan_auto_for_rank(bad, c, 0, "nccl", _core.Calibration.defaults())
+        elif call == "whole":
+            _core.plan_all_to_all(bad, c, "fanout")
         else:
             _core.plan_for_rank(bad, c, 0, call, {})
 
@@ -132,6 +134,8 @@ def test_sums_past_2_64_are_refused_on_the_in_place_path(cells, words, algo):
             collsched.plan_for_rank(m, "h200:1", rank, algo)
         with pytest.raises(ValueError, match=words):
             _core.plan_for_rank(m, collsched.Cluster.parse("h200:1"), rank, algo, {})
+    with pytest.raises(ValueError, match=words):
+        collsched.plan_all_to_all(m, "h200:1", algo)
     # Just fitting (total 2^64 - 1): the exact check, not the fast path, lets it plan.
     m[:] = 0
     m[0, 0], m[1, 1] = BIG - 1, BIG

@@ -24,7 +24,7 @@ def plan_all_to_all(traffic, cluster, algorithm: str = "auto", options: dict | N
     m = wire_matrix(traffic)  # the core checks that sums fit u64 (same errors)
     c = _cluster(cluster)
     opts = _merged_options(options, knobs)
-    return _core.plan_all_to_all(m.shape[0], m.tobytes(), c, algorithm, opts)
+    return _core.plan_all_to_all(m, c, algorithm, opts)  # read in place; the plan keeps one copy
 
 
 def _merged_options(options, knobs: dict) -> dict[str, str]:

@@ -1,5 +1,6 @@
 use crate::cluster::PyCluster;
 use crate::guarded;
+use crate::traffic::{readonly_matrix, square};
 use collsched_core::plan::Options;
 use collsched_core::{Plan, Traffic};
 use pyo3::exceptions::PyValueError;
@@ -217,33 +218,38 @@ fn u32_rows(v: &[u32]) -> Vec<u8> {
     v.iter().flat_map(|d| d.to_le_bytes()).collect()
 }
 
-/// Plan an all-to-all(v). `data` is the row-major little-endian u64 matrix.
+/// Plan an all-to-all(v) of the P×P C-contiguous uint64 numpy `matrix`, read in place (the
+/// plan keeps one copy of it).
 #[pyfunction]
-#[pyo3(signature = (n, data, cluster, algorithm, options=None))]
-fn plan_all_to_all(py: Python<'_>, n: usize, data: &[u8], cluster: &PyCluster, algorithm: &str, options: Option<BTreeMap<String, String>>) -> PyResult<PyPlan> {
+#[pyo3(signature = (matrix, cluster, algorithm, options=None))]
+fn plan_all_to_all(py: Python<'_>, matrix: &Bound<'_, PyAny>, cluster: &PyCluster, algorithm: &str, options: Option<BTreeMap<String, String>>) -> PyResult<PyPlan> {
     let opts: Options = options.unwrap_or_default();
+    let matrix = readonly_matrix(matrix, "matrix")?;
+    let (n, data) = square(&matrix, "matrix")?;
     let c = &cluster.inner;
-    // `data` borrows the (immutable) bytes object: one copy, straight into the Traffic.
     let plan = py.allow_threads(|| {
         guarded(|| {
-            let t = Traffic::from_le_bytes(n, data)?;
+            let t = Traffic::borrowed(n, data)?;
             collsched_core::algo::plan_all_to_all(&t, c, algorithm, &opts)
         })
     })?;
     Ok(PyPlan::new(plan))
 }
 
-/// Benchmark helper: nanoseconds the core takes to plan (buffer → Traffic → Plan, the
-/// plan dropped (recycled, as a Python Plan is) outside the timed part), without the Python call and wrapping around it.
+/// Benchmark helper: nanoseconds the core takes to plan (numpy matrix read in place →
+/// Traffic → Plan, the plan dropped (recycled, as a Python Plan is) outside the timed part),
+/// without the Python call and wrapping around it.
 #[pyfunction]
-#[pyo3(signature = (n, data, cluster, algorithm, options=None))]
-fn _core_plan_ns(py: Python<'_>, n: usize, data: &[u8], cluster: &PyCluster, algorithm: &str, options: Option<BTreeMap<String, String>>) -> PyResult<u64> {
+#[pyo3(signature = (matrix, cluster, algorithm, options=None))]
+fn _core_plan_ns(py: Python<'_>, matrix: &Bound<'_, PyAny>, cluster: &PyCluster, algorithm: &str, options: Option<BTreeMap<String, String>>) -> PyResult<u64> {
     let opts: Options = options.unwrap_or_default();
+    let matrix = readonly_matrix(matrix, "matrix")?;
+    let (n, data) = square(&matrix, "matrix")?;
     let c = &cluster.inner;
     py.allow_threads(|| {
         guarded(|| {
             let t0 = std::time::Instant::now();
-            let t = Traffic::from_le_bytes(n, data)?;
+            let t = Traffic::borrowed(n, data)?;
             let plan = collsched_core::algo::plan_all_to_all(&t, c, algorithm, &opts)?;
             let ns = t0.elapsed().as_nanos() as u64;
             collsched_core::plan::recycle(plan); // what dropping a Python Plan does
