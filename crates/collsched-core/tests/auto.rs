@@ -82,7 +82,7 @@ fn loads_by_definition(m: &[u64], n: usize, c: &Cluster) -> Loads {
     let nic = |r: usize| c.global_nic_of(r as u32) as usize;
     let at = |i: usize, j: usize| m[i * n + j];
     let v = |len: usize| vec![0u64; len];
-    let mut l = Loads { n, g, servers, so_out: v(n), so_in: v(n), su_out: v(n), su_in: v(n), diag: v(n), nic_up: v(nics), nic_down: v(nics), rail_up: v(nics), up_first: v(nics), up_second: v(nics), down_first: v(nics), down_second: v(nics), server_out: v(servers), server_in: v(servers), bal_out: v(n), bal_in: v(n), gather_out: v(n), gather_in: v(n), ..Loads::default() };
+    let mut l = Loads { n, g, servers, so_out: v(n), so_in: v(n), su_out: v(n), su_in: v(n), diag: v(n), nic_up: v(nics), nic_down: v(nics), rail_up: v(nics), group_direct: v(nics), fwd_msg_max: v(nics), fwd_in_max: v(nics), up_first: v(nics), up_second: v(nics), down_first: v(nics), down_second: v(nics), server_out: v(servers), server_in: v(servers), bal_out: v(n), bal_in: v(n), gather_out: v(n), gather_in: v(n), ..Loads::default() };
     let mut col = v(n);
     let mut row_nz_max = 0;
     for i in 0..n {
@@ -117,6 +117,16 @@ fn loads_by_definition(m: &[u64], n: usize, c: &Cluster) -> Loads {
                 l.rail_up[nic(s * g + j % g)] += b;
             }
         }
+        // sabre_light: remote bytes to local index k leave on the NIC of GPU (s, k), straight
+        // when that is i's own NIC, else forwarded to that proxy first.
+        for k in 0..g {
+            let (q, remote) = (nic(s * g + k), (0..servers).filter(|&d| d != s).map(|d| at(i, d * g + k)).sum::<u64>());
+            if q == nic(i) {
+                l.group_direct[q] += remote;
+            } else {
+                l.fwd_msg_max[q] = l.fwd_msg_max[q].max(remote);
+            }
+        }
         row_nz_max = row_nz_max.max(nz_off);
         for k in (0..g).filter(|&k| k != a) {
             let to_index: u64 = (0..servers).map(|d| at(i, d * g + k)).sum();
@@ -124,6 +134,11 @@ fn loads_by_definition(m: &[u64], n: usize, c: &Cluster) -> Loads {
             l.gather_in[s * g + k] += to_index;
             l.gather_max = l.gather_max.max(to_index);
         }
+    }
+    for p in 0..n {
+        let (s, k) = (p / g, p % g);
+        let forwarded = (0..g).filter(|&a| nic(s * g + a) != nic(p)).map(|a| (0..servers).filter(|&d| d != s).map(|d| at(s * g + a, d * g + k)).sum::<u64>()).sum::<u64>();
+        l.fwd_in_max[nic(p)] = l.fwd_in_max[nic(p)].max(forwarded);
     }
     let tile = |i: usize, d: usize| (0..g).map(|k| at(i, d * g + k)).sum::<u64>();
     for s in 0..servers {

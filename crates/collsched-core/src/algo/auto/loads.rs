@@ -26,6 +26,14 @@ pub struct Loads {
     /// Per global NIC: bytes sent with rail-aligned routes (through the local GPU with the
     /// destination's local index: hierarchical, sabre_light); received as `nic_down`.
     pub rail_up: Vec<u64>,
+    /// Per global NIC, for sabre_light's rail routes: the part of `rail_up` its GPUs send
+    /// straight to remote GPUs of their own NIC group (the rest waits at a local proxy for
+    /// its forwarding over scale-up), the largest forwarded message into one of its proxies
+    /// (one mesh link carries it) and the most bytes forwarded into one of its proxies (its
+    /// scale-up port receives them).
+    pub group_direct: Vec<u64>,
+    pub fwd_msg_max: Vec<u64>,
+    pub fwd_in_max: Vec<u64>,
     /// Per global NIC, for torch's Gloo all-to-all (a pair's lower rank sends first, the
     /// higher rank's reply waits for it): bytes sent to higher / lower ranks, and received
     /// from lower / higher ranks (remote only).
@@ -75,6 +83,9 @@ impl Loads {
             nic_up: vec![0; nics],
             nic_down: vec![0; nics],
             rail_up: vec![0; nics],
+            group_direct: vec![0; nics],
+            fwd_msg_max: vec![0; nics],
+            fwd_in_max: vec![0; nics],
             up_first: vec![0; nics],
             up_second: vec![0; nics],
             down_first: vec![0; nics],
@@ -100,6 +111,7 @@ impl Loads {
         let mut tiles = vec![0u64; g * servers];
         let mut fold = vec![0u64; g * g];
         let mut nz = vec![0u64; g];
+        let mut fwd_in = vec![0u64; g];
         let mut server_means = vec![0u64; servers];
         let mut row_nz_max = 0u64;
         // Sums wrap until the entries show they cannot have (checked after the rows): `largest`
@@ -142,8 +154,20 @@ impl Loads {
                     }
                     // Rail: the remote part of it leaves through the NIC of local GPU k.
                     let at = nic(s * g + k);
-                    l.rail_up[at] = l.rail_up[at].wrapping_add(b.wrapping_sub(own[k]));
+                    let remote = b.wrapping_sub(own[k]);
+                    l.rail_up[at] = l.rail_up[at].wrapping_add(remote);
+                    // sabre_light: within the NIC group straight, else via the proxy with index k.
+                    if at == nic(i) {
+                        l.group_direct[at] = l.group_direct[at].wrapping_add(remote);
+                    } else {
+                        fwd_in[k] = fwd_in[k].wrapping_add(remote);
+                        l.fwd_msg_max[at] = l.fwd_msg_max[at].max(remote);
+                    }
                 }
+            }
+            for (k, x) in fwd_in.iter_mut().enumerate() {
+                let at = nic(s * g + k);
+                l.fwd_in_max[at] = l.fwd_in_max[at].max(std::mem::take(x));
             }
             l.finish_server(s, &tiles, &mut server_means);
         }
