@@ -219,6 +219,27 @@ impl Terms {
         }
     }
 
+    /// FAST with one other server: a GPU that balancing tops up has nothing else to send
+    /// meanwhile, so it sends its own scale-out bytes while the balancing arrives and the
+    /// balanced ones after (its NIC share each): per such GPU max(own, balancing in) +
+    /// balanced, and the two alphas. With more servers other tiles' stages fill the wait.
+    fn balanced_after_arrival(&self, l: &Loads) -> f64 {
+        let f = &self.f;
+        if l.servers != 2 {
+            return 0.0;
+        }
+        let share = f.nic * f.nics / l.g as f64;
+        let mut worst = 0.0f64;
+        for (&own, &topped) in l.so_out.iter().zip(&l.bal_in).filter(|x| *x.1 > 0) {
+            worst = worst.max((own as f64 / share).max(topped as f64 / f.gpu_up) + topped as f64 / share);
+        }
+        if worst > 0.0 {
+            worst + f.a_up + f.a_out
+        } else {
+            0.0
+        }
+    }
+
     /// On a mesh a GPU's balancing and redistribution moves each ride one pair's link, not
     /// the GPU's whole scale-up bandwidth: the extra time if one link carried them.
     fn mesh_excess(&self) -> (f64, f64) {
@@ -265,11 +286,12 @@ impl Terms {
                 if self.direct == 0.0 { 0.0 } else { self.direct + rounds * alpha }
             }
             "hierarchical" => self.gather(l) + nic_time(f, &l.rail_up, &l.nic_down),
-            "balanced_direct" => balanced(&BALANCED_DIRECT),
+            "balanced_direct" => balanced(&BALANCED_DIRECT).max(self.balanced_after_arrival(l)),
             "sabre_skewed" => balanced(&SABRE_SKEWED),
             "fast" => {
                 let w = FAST;
-                self.srv.max(self.srv + w[0] * self.bal + w[1] * f.a_up + w[2] * f.a_out + w[3] * fast_rounds(f, l) * f.a_out)
+                let fitted = self.srv.max(self.srv + w[0] * self.bal + w[1] * f.a_up + w[2] * f.a_out + w[3] * fast_rounds(f, l) * f.a_out);
+                fitted.max(self.balanced_after_arrival(l))
             }
             // Its scale-up exchange is fanout's; its scale-out is rail-aligned only.
             "sabre_light" => self.rail_after_forwarding(l).max(self.inside),
