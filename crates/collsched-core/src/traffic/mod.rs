@@ -29,7 +29,7 @@ impl PartialEq for Traffic<'_> {
 impl Eq for Traffic<'_> {}
 
 impl Traffic<'static> {
-    /// Build from row-major bytes; rejects wrong sizes and any row, column or total sum that overflows u64.
+    /// Build from row-major entries; rejects wrong sizes and any row, column or total sum that overflows u64.
     pub fn new(n: usize, data: Vec<u64>) -> Result<Traffic<'static>> {
         let hash = check(n, &data)?;
         Ok(Traffic { n, data: Cow::Owned(data), hash: Some(hash) })
@@ -37,7 +37,7 @@ impl Traffic<'static> {
     pub fn zeros(n: usize) -> Traffic<'static> {
         Traffic { n, data: Cow::Owned(vec![0; n * n]), hash: None }
     }
-    /// Parse little-endian u64 bytes (the whole-plan bindings pass numpy's buffer as bytes).
+    /// Parse little-endian u64 bytes (for the bindings that take a matrix as bytes).
     pub fn from_le_bytes(n: usize, bytes: &[u8]) -> Result<Traffic<'static>> {
         if bytes.len() != n * n * 8 {
             return invalid!("traffic matrix buffer for {n} ranks needs {} bytes, got {}", n * n * 8, bytes.len());
@@ -58,8 +58,8 @@ fn check(n: usize, data: &[u64]) -> Result<u64> {
         return invalid!("traffic matrix for {n} ranks needs {} entries, got {}", n * n, data.len());
     }
     // Fast path: the OR of the entries bounds the largest, so if P² copies of it fit, no
-    // sum can overflow. The OR rides along the hash's pass (a separate `max` pass took
-    // longer than the hash at 1024 ranks: docs/architecture.md, Per-rank planning).
+    // sum can overflow. The OR rides along the hash's pass, where a separate `max` pass
+    // cost more than the hash (docs/runtime.md, "The matrix, read in place").
     let (hash, or) = hash_entries(n, data);
     if (or as u128) * (data.len() as u128) > u64::MAX as u128 {
         check_sums(n, data)?;
