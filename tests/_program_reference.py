@@ -25,10 +25,10 @@ _new_action = partial(tuple.__new__, Action)
 
 @dataclass(frozen=True)
 class _Columns:
-    """One rank's byte-moving transfers in id order, as numpy columns, and what the program
+    """One rank's byte-moving transfers in plan order, as numpy columns, and what the program
     built from them shares with `overlap_program` (its messages and local copies)."""
 
-    tid: np.ndarray  # int64, ascending
+    row: np.ndarray  # int64, ascending: the rows of the rank's plan
     kind: np.ndarray  # SEND / RECV / LOCAL
     op: np.ndarray
     nbytes: np.ndarray  # int64
@@ -44,10 +44,25 @@ class _Columns:
     seg_len: np.ndarray
 
 
+def _pair_tags(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+    """Per row, its count of earlier rows with the same (src, dst) (the rows' tags)."""
+    key = src.astype(np.int64) * (1 << 32) + dst.astype(np.int64)
+    order = np.argsort(key, kind="stable")
+    k = key[order]
+    head = np.concatenate([[True], k[1:] != k[:-1]]) if len(k) else np.zeros(0, bool)
+    first = np.nonzero(head)[0]
+    rank_in_group = np.arange(len(k)) - first[np.cumsum(head) - 1]
+    tags = np.empty(len(k), np.int64)
+    tags[order] = rank_in_group
+    return tags
+
+
 def _rank_view(plan, rank: int, arrays: PlanArrays | None, count_pairs: bool) -> tuple:
-    """(ids, transfers, segments, moving pairs, sizes) of the transfers `rank` takes part in,
-    in id order: from a `RankPlan`'s rows, or from the whole plan's decoded `arrays` (numpy,
-    independent of the core's cut; a whole Plan is decoded here when they are not given)."""
+    """(ids, tags, transfers, segments, moving pairs, sizes) of the transfers `rank` takes part
+    in, in plan order (`ids`: global ids from a whole plan, rows from a RankPlan; they only
+    name transfers in errors): from a `RankPlan`'s rows, or from the whole plan's decoded
+    `arrays` (numpy, independent of the core's cut; a whole Plan is decoded here when they are
+    not given)."""
     n = plan.num_ranks
     if arrays is None and not hasattr(plan, "_rows"):
         arrays = plan_arrays(plan)
@@ -58,13 +73,15 @@ def _rank_view(plan, rank: int, arrays: PlanArrays | None, count_pairs: bool) ->
         pair_ids = np.unique(t["step"][moving].astype(np.int64) * (n * n) + t["src"][moving].astype(np.int64) * n
                              + t["dst"][moving])
         steps, pairs = np.unique(pair_ids // (n * n), return_counts=True)
-        return mine.astype(np.int64), t[mine], arrays.segments, dict(zip(steps.tolist(), pairs.tolist())), None
+        return (mine.astype(np.int64), _pair_tags(t["src"][mine], t["dst"][mine]), t[mine], arrays.segments,
+                dict(zip(steps.tolist(), pairs.tolist())), None)
     if plan.rank != rank:
         raise ValueError(f"this RankPlan is rank {plan.rank}'s, not rank {rank}'s")
     v = plan._rows()
-    moving = np.frombuffer(v["moving_pairs"], dtype="<u4").reshape(-1, 2).tolist()
-    return (np.frombuffer(v["ids"], dtype="<u4").astype(np.int64), np.frombuffer(v["transfers"], dtype=TRANSFER_DTYPE),
-            np.frombuffer(v["segments"], dtype=SEGMENT_DTYPE), dict(moving), v["sizes"])
+    moving = None if v["moving_pairs"] is None else dict(np.frombuffer(v["moving_pairs"], dtype="<u4").reshape(-1, 2).tolist())
+    tags = np.frombuffer(v["tags"], dtype="<u4").astype(np.int64)
+    return (np.arange(len(tags), dtype=np.int64), tags, np.frombuffer(v["transfers"], dtype=TRANSFER_DTYPE),
+            np.frombuffer(v["segments"], dtype=SEGMENT_DTYPE), moving, v["sizes"])
 
 
 def _by_step(steps: np.ndarray, values: list, in_order: bool) -> tuple:
@@ -138,9 +155,11 @@ def compile_reference(plan, rank: int, arrays: PlanArrays | None = None, *,
     n = plan.num_ranks
     if not 0 <= rank < n:
         raise ValueError(f"rank {rank} is outside the plan's {n} ranks")
-    ids, t, seg, moving_pairs, sizes = _rank_view(plan, rank, arrays, collective_steps)
+    ids, tags, t, seg, moving_pairs, sizes = _rank_view(plan, rank, arrays, collective_steps)
+    if collective_steps and moving_pairs is None:
+        raise ValueError("collective steps need the rank plan's moving pairs, which were not counted")
     live, nk, sidx = _kept(ids, t, seg)
-    tid = ids[live]
+    row, tag = live.astype(np.int64), tags[live]
     src, dst = t["src"][live].astype(np.int64), t["dst"][live].astype(np.int64)
     op, step = t["op"][live].astype(np.int64), t["step"][live].astype(np.int64)
     cnt = np.concatenate([[0], np.cumsum(nk)])
@@ -187,7 +206,7 @@ def compile_reference(plan, rank: int, arrays: PlanArrays | None = None, *,
         ends = np.cumsum(nk[comm][multi]).tolist()
         for j, a, e in zip(multi.tolist(), [0] + ends[:-1], ends):
             segs[j] = flat[a:e]
-    msgs = list(map(_new_message, zip(tid[comm].tolist(), np.where(snd, dst[comm], src[comm]).tolist(),
+    msgs = list(map(_new_message, zip(tag[comm].tolist(), np.where(snd, dst[comm], src[comm]).tolist(),
                                       op[comm].tolist(), nbytes[comm].tolist(), segs, stage[comm].tolist())))
     # Local copies keep whole segment rows: (src_buf, src_off, dst_buf, dst_off, len).
     loc = np.nonzero(local)[0]
@@ -203,7 +222,7 @@ def compile_reference(plan, rank: int, arrays: PlanArrays | None = None, *,
     p2p, p2p_keys = _by_step(c_step, list(zip(snd_l, msgs)), in_order)
     sends, send_keys = _by_step(c_step[snd], list(compress(msgs, snd_l)), in_order)
     recvs, recv_keys = _by_step(c_step[~snd], list(compress(msgs, (~snd).tolist())), in_order)
-    local_items, local_keys = _by_step(l_step, list(zip(copies, tid[loc].tolist())), in_order)
+    local_items, local_keys = _by_step(l_step, list(zip(copies, row[loc].tolist())), in_order)
     all_steps = step
     if collective_steps and moving_pairs:
         all_steps = np.concatenate([step, np.fromiter(moving_pairs, dtype=np.int64)])
@@ -216,7 +235,7 @@ def compile_reference(plan, rank: int, arrays: PlanArrays | None = None, *,
         k = moving_pairs.get(s) if collective_steps else None
         lc = local_items[la:lb]
         ordered.append(StepProgram(s, sends=sends[sa:sb_], recvs=recvs[ra:rb], local=[cp for cp, _ in lc],
-                                   local_tids=[i for _, i in lc], staging_bytes=step_staging.get(s, 0),
+                                   local_rows=[i for _, i in lc], staging_bytes=step_staging.get(s, 0),
                                    global_comm=k is not None, dense=k is not None and 2 * k >= n * (n - 1),
                                    p2p_order=p2p[pa:pb], _n=n, _rank=rank))
     if sizes is not None:
@@ -225,7 +244,7 @@ def compile_reference(plan, rank: int, arrays: PlanArrays | None = None, *,
         scratch = plan.scratch_bytes
         input_bytes, output_bytes = plan.input_sizes[rank], plan.output_sizes[rank]
         scratch_bytes = scratch[rank] if len(scratch) > rank else 0
-    cols = _Columns(tid, kind, op, nbytes, staged, comm, msgs, loc, copies, owner, s_src, s_dst, s_len)
+    cols = _Columns(row, kind, op, nbytes, staged, comm, msgs, loc, copies, owner, s_src, s_dst, s_len)
     return RankProgram(
         rank=rank,
         num_ranks=n,
@@ -243,23 +262,21 @@ def compile_reference(plan, rank: int, arrays: PlanArrays | None = None, *,
 
 
 def _dep_pairs(plan, rank: int, arrays: PlanArrays | None = None) -> tuple:
-    """`rank_deps` as two int64 arrays (transfer id, id it waits for), sorted by both."""
+    """`rank_deps` as two int64 arrays (row, row it waits for) of the rank's plan, sorted by both."""
     none = (np.zeros(0, np.int64), np.zeros(0, np.int64))
+    rows = arrays is None and hasattr(plan, "_rows")  # a RankPlan: its deps are rows already
     if arrays is not None:
         t, seg_len, deps = arrays.transfers, arrays.segments["len"], arrays.deps
-        ids = None
     else:
-        rows = hasattr(plan, "_rows")  # a RankPlan: its rows and their global ids
         if not rows and not plan.num_deps:
             return none
         raw = plan._rows() if rows else plan._raw_arrays()
         t = np.frombuffer(raw["transfers"], dtype=TRANSFER_DTYPE)
         seg_len = np.frombuffer(raw["segments"], dtype=SEGMENT_DTYPE)["len"]
         deps = np.frombuffer(raw["deps"], dtype="<u4")
-        ids = np.frombuffer(raw["ids"], dtype="<u4").astype(np.int64) if rows else None
     if not len(deps):
         return none
-    on = np.ones(len(t), dtype=bool) if ids is not None else (t["src"] == rank) | (t["dst"] == rank)
+    on = np.ones(len(t), dtype=bool) if rows else (t["src"] == rank) | (t["dst"] == rank)
     db, de = t["dep_begin"].astype(np.int64), t["dep_end"].astype(np.int64)
     cum = np.concatenate([np.zeros(1, np.uint64), np.cumsum(seg_len, dtype=np.uint64)])
     on &= cum[t["seg_end"].astype(np.int64)] > cum[t["seg_begin"].astype(np.int64)]  # moves bytes
@@ -270,13 +287,11 @@ def _dep_pairs(plan, rank: int, arrays: PlanArrays | None = None) -> tuple:
     starts = np.repeat(db[mine] - np.concatenate([[0], np.cumsum(counts)[:-1]]), counts)
     dep_ids = deps[starts + np.arange(int(counts.sum()))].astype(np.int64)
     owner = np.repeat(mine, counts)
-    if ids is None:
-        keep = on[dep_ids]
-    else:  # rows are local: find each dep (a global id) among the rank's ids
-        pos = np.minimum(np.searchsorted(ids, dep_ids), len(ids) - 1)
-        keep = (ids[pos] == dep_ids) & on[pos]
-        owner = ids[owner]
+    keep = on[dep_ids]
     owner, dep_ids = owner[keep], dep_ids[keep]
+    if not rows:  # global ids -> rows: positions among the transfers the rank takes part in
+        part = np.nonzero((t["src"] == rank) | (t["dst"] == rank))[0]
+        owner, dep_ids = np.searchsorted(part, owner), np.searchsorted(part, dep_ids)
     order = np.lexsort((dep_ids, owner))
     return owner[order], dep_ids[order]
 
@@ -317,8 +332,8 @@ def _conflict_pairs(c: _Columns) -> tuple:
     earlier = later - (np.arange(len(later)) - np.repeat(np.cumsum(back) - back, back) + 1)
     hit = (hi[earlier] > lo[later]) & (w[earlier] | w[later]) & (act[earlier] != act[later])
     a, b = act[later[hit]], act[earlier[hit]]
-    key = _sorted_unique(np.maximum(a, b) * len(c.tid) + np.minimum(a, b))
-    return key // len(c.tid), key % len(c.tid)
+    key = _sorted_unique(np.maximum(a, b) * len(c.row) + np.minimum(a, b))
+    return key // len(c.row), key % len(c.row)
 
 
 def _cut(keys: np.ndarray, values: np.ndarray, n: int) -> list:
@@ -329,7 +344,7 @@ def _cut(keys: np.ndarray, values: np.ndarray, n: int) -> list:
 
 
 def overlap_reference(prog: RankProgram, c: _Columns, deps: tuple) -> OverlapProgram:
-    """`prog`'s sends, receives and local copies as one list in transfer-id order, each with
+    """`prog`'s sends, receives and local copies as one list in plan order, each with
     the indices of the actions it waits for: its deps and every earlier action of this rank
     it has a conflicting access with; a receive is posted once the latter are done
     (`Action.post_after`). The verifier proves the plan orders each such pair by its deps
@@ -338,7 +353,7 @@ def overlap_reference(prog: RankProgram, c: _Columns, deps: tuple) -> OverlapPro
 
     Args:
         prog: a program from `compile_rank_program`.
-        deps: (transfer ids, ids they wait for) as two int64 arrays (`_dep_pairs`).
+        deps: (rows, rows they wait for) as two int64 arrays (`_dep_pairs`).
 
     Returns:
         OverlapProgram: the actions, their dependents, the staging they need (each staged
@@ -347,7 +362,7 @@ def overlap_reference(prog: RankProgram, c: _Columns, deps: tuple) -> OverlapPro
     Raises:
         ValueError: a dep names a transfer this rank does not execute.
     """
-    n = len(c.tid)
+    n = len(c.row)
     if not n:
         return OverlapProgram([], [], 0, [], [])
     msgs: list = [None] * n  # per action, its Message or its local copy
@@ -357,14 +372,14 @@ def overlap_reference(prog: RankProgram, c: _Columns, deps: tuple) -> OverlapPro
     for i, cp in zip(c.loc.tolist(), c.copies):
         copies[i] = cp
     owner, on = deps
-    d_succ = np.searchsorted(c.tid, owner)
-    known = (d_succ < n) & (c.tid[np.minimum(d_succ, n - 1)] == owner)
+    d_succ = np.searchsorted(c.row, owner)
+    known = (d_succ < n) & (c.row[np.minimum(d_succ, n - 1)] == owner)
     d_succ, on = d_succ[known], on[known]
-    d_pred = np.minimum(np.searchsorted(c.tid, on), n - 1)
-    missing = np.nonzero(c.tid[d_pred] != on)[0]
+    d_pred = np.minimum(np.searchsorted(c.row, on), n - 1)
+    missing = np.nonzero(c.row[d_pred] != on)[0]
     if len(missing):
         k = int(missing[0])
-        raise ValueError(f"transfer {int(c.tid[d_succ[k]])} of rank {prog.rank} depends on transfer {int(on[k])}, "
+        raise ValueError(f"row {int(c.row[d_succ[k]])} of rank {prog.rank} depends on row {int(on[k])}, "
                          "which this rank does not execute (the plan and its deps disagree)")
     c_succ, c_pred = _conflict_pairs(c)
     # Every edge once, sorted by (waiter, waited for) and by (waited for, waiter).
@@ -387,6 +402,6 @@ def overlap_reference(prog: RankProgram, c: _Columns, deps: tuple) -> OverlapPro
     by_pred = np.lexsort((p_succ, p_pred))
     post_waiters = _cut(p_pred[by_pred], p_succ[by_pred], n)
     early = np.nonzero(recv & (np.bincount(p_succ, minlength=n) == 0))[0].tolist()
-    tid_l, kind_l = c.tid.tolist(), c.kind.tolist()
-    actions = list(map(_new_action, zip(kind_l, tid_l, msgs, copies, waits_for, stage.tolist(), post)))
+    row_l, kind_l = c.row.tolist(), c.kind.tolist()
+    actions = list(map(_new_action, zip(kind_l, row_l, msgs, copies, waits_for, stage.tolist(), post)))
     return OverlapProgram(actions, dependents, int(end[-1]) if len(end) else 0, early, post_waiters)

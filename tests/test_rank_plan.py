@@ -35,7 +35,9 @@ def test_plan_for_rank_equals_the_whole_plans_rank_plan(servers, gpus, nics, kin
             assert own == cut, f"{algo} on {spec}, rank {rank}"
             assert own.digest == plan.digest and own.rank == rank and own.num_ranks == p
             assert own.input_bytes == plan.input_sizes[rank] and own.output_bytes == plan.output_sizes[rank]
-            assert own.ids == sorted(own.ids)
+            assert own.moving_pairs is None
+        with_pairs = collsched.plan_for_rank(m, spec, seed % p, algo, moving_pairs=True)
+        assert with_pairs == plan.rank_plan(seed % p, moving_pairs=True) and with_pairs.moving_pairs is not None
 
 
 @pytest.mark.parametrize("algo", ["fanout", "spreadout", "fast", "sabre_skewed"])
@@ -45,13 +47,16 @@ def test_a_rank_plans_program_is_the_whole_plans(algo):
     m = traffic.zipf(12, 0.99, 1 << 18, seed=4)
     plan = collsched.plan_all_to_all(m, "h200:3,gpus=4,nics=2", algo)
     for rank in range(12):
-        rp = collsched.plan_for_rank(m, "h200:3,gpus=4,nics=2", rank, algo)
         for steps in (True, False):
+            rp = collsched.plan_for_rank(m, "h200:3,gpus=4,nics=2", rank, algo, moving_pairs=steps)
             own = compile_rank_program(rp, rank, collective_steps=steps)
             assert own == compile_rank_program(plan, rank, collective_steps=steps)
             assert [sp.dense for sp in own.steps] == [sp.dense for sp in compile_rank_program(plan, rank, collective_steps=steps).steps]
     with pytest.raises(ValueError, match="rank 0's, not rank 1's"):
         compile_rank_program(collsched.plan_for_rank(m, "h200:3,gpus=4,nics=2", 0, algo), 1)
+    # The collective transports' steps need the moving pairs, which a default rank plan lacks.
+    with pytest.raises(ValueError, match="moving pairs, which were not counted"):
+        compile_rank_program(collsched.plan_for_rank(m, "h200:3,gpus=4,nics=2", 0, algo), 0)
 
 
 _CHILD = """
@@ -101,7 +106,11 @@ def test_the_cache_plans_one_rank_and_keys_by_it():
     assert cache.get(m, cl, "fast", {}, rank=5)[1] and not cache.get(m, cl, "fast", {}, rank=6)[1]
     whole, hit = cache.get(m, cl, "fast", {})
     assert not hit and whole.plan_hash == collsched.plan_all_to_all(m, cl, "fast").hash
-    assert e.program(5) == whole.program(5) and e.compile_s > 0
+    assert e.program(5, False) == whole.program(5, False) and e.compile_s > 0
+    # The collective transports' programs need the moving pairs: a separate entry counts them.
+    with_pairs, hit = cache.get(m, cl, "fast", {}, rank=5, moving_pairs=True)
+    assert not hit and with_pairs.plan.moving_pairs is not None and with_pairs.program(5) == whole.program(5)
+    assert cache.get(m, cl, "fast", {}, rank=5, moving_pairs=True)[1]
 
 
 def test_a_per_rank_prefetch_is_found_by_that_ranks_get():
@@ -123,10 +132,16 @@ def test_rank_plan_api():
     m = traffic.zipf(8, 0.8, 1 << 16, seed=1)
     rp = collsched.plan_for_rank(m, "h200:1", 2, "fast")
     assert isinstance(rp, collsched.RankPlan) and rp.collective == "all_to_all" and rp.algorithm == "fast"
-    assert rp.num_transfers == len(rp.ids) > 0 and rp.nbytes > 0 and len(rp.digest) == 16
+    assert rp.num_transfers == len(rp.tags) > 0 and rp.nbytes > 0 and len(rp.digest) == 16
+    # Tags count each ordered (src, dst) pair's transfers of the rank, in plan order.
+    rows = np.frombuffer(rp._rows()["transfers"], dtype="<u4").reshape(-1, 9)
+    seen: dict = {}
+    for (src, dst), tag in zip(rows[:, :2].tolist(), rp.tags):
+        assert tag == seen.get((src, dst), 0)
+        seen[(src, dst)] = tag + 1
     assert "fast rank 2 of 8" in repr(rp)
     rows = rp._rows()
-    assert len(rows["ids"]) == 4 * rp.num_transfers and rows["sizes"] == (rp.input_bytes, rp.output_bytes,
+    assert len(rows["tags"]) == 4 * rp.num_transfers and rows["sizes"] == (rp.input_bytes, rp.output_bytes,
                                                                             rp.scratch_bytes)
     assert rp != collsched.plan_for_rank(m, "h200:1", 3, "fast")
     auto = collsched.plan_for_rank(m, "h200:1", 2, "auto")

@@ -25,28 +25,29 @@ def _matrix(p: int, kind: str, seed: int) -> np.ndarray:
     return matrix_of_kind(p, kind, seed, unit=1 << 12)
 
 
-def _assert_equal_to_reference(plan, rank: int, rank_plan=None) -> None:
-    """The core's program and overlap of `rank` equal the reference's, from every source."""
+def _assert_equal_to_reference(plan, rank: int, rank_plan_of=None) -> None:
+    """The core's program and overlap of `rank` equal the reference's, from every source
+    (`rank_plan_of(moving_pairs)`: the rank's RankPlan, with or without the moving pairs)."""
     arrays = plan_arrays(plan)
     for steps in (True, False):
         want, cols = ref.compile_reference(plan, rank, collective_steps=steps)
         want_ov = ref.overlap_reference(want, cols, ref._dep_pairs(plan, rank))
-        sources = [(plan, None), (plan, arrays)] + ([(rank_plan, None)] if rank_plan is not None else [])
+        sources = [(plan, None), (plan, arrays)] + ([(rank_plan_of(steps), None)] if rank_plan_of is not None else [])
         for src, a in sources:
             got = compile_rank_program(src, rank, a, collective_steps=steps)
             what = f"{plan.algorithm} rank {rank} from {type(src).__name__}{' arrays' if a is not None else ''}"
             assert got == want, what
             # Messages are shared by the steps and the actions, as the executors expect.
             assert got.overlap == want_ov, what
-            by_id = {m.tid: m for sp in got.steps for m in sp.sends + sp.recvs}
-            assert all(a.msg is by_id[a.tid] for a in got.overlap.actions if a.msg is not None), what
+            shared = {id(m) for sp in got.steps for m in sp.sends + sp.recvs}
+            assert all(id(a.msg) in shared for a in got.overlap.actions if a.msg is not None), what
     deps = {}
     for o, d in zip(*(x.tolist() for x in ref._dep_pairs(plan, rank))):
         deps.setdefault(o, []).append(d)
     want_deps = {o: tuple(ds) for o, ds in deps.items()}
     assert rank_deps(plan, rank) == want_deps == rank_deps(plan, rank, arrays)
-    if rank_plan is not None:
-        assert rank_deps(rank_plan, rank) == want_deps
+    if rank_plan_of is not None:
+        assert rank_deps(rank_plan_of(False), rank) == want_deps
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -60,7 +61,8 @@ def test_the_core_program_equals_the_numpy_reference(servers, gpus, nics, kind, 
     plan = collsched.plan_all_to_all(m, spec, algorithm)
     plan.verify()
     for rank in range(p):
-        _assert_equal_to_reference(plan, rank, collsched.plan_for_rank(m, spec, rank, algorithm))
+        _assert_equal_to_reference(plan, rank, lambda pairs: collsched.plan_for_rank(m, spec, rank, algorithm,
+                                                                                     moving_pairs=pairs))
 
 
 @pytest.mark.parametrize("kind", ["allgather", "reduce_scatter", "allreduce"])

@@ -189,12 +189,15 @@ def test_rank_programs_partition_the_plan():
     m = collsched.traffic.uniform(8, 50, seed=2)
     p = S.relay_all_to_all(m.tolist(), 4)
     progs = [comm.compile_rank_program(p, r) for r in range(8)]
-    sends = sorted((m_.tid for pr in progs for sp in pr.steps for m_ in sp.sends))
-    recvs = sorted((m_.tid for pr in progs for sp in pr.steps for m_ in sp.recvs))
+    # Every message once on each side, named alike by (src, dst, tag).
+    sends = sorted((r, m_.peer, m_.tag) for r, pr in enumerate(progs) for sp in pr.steps for m_ in sp.sends)
+    recvs = sorted((m_.peer, r, m_.tag) for r, pr in enumerate(progs) for sp in pr.steps for m_ in sp.recvs)
     assert sends == recvs and len(set(sends)) == len(sends)
     for pr in progs:
         for sp in pr.steps:
-            assert [m_.tid for m_ in sp.sends] == sorted(m_.tid for m_ in sp.sends)
+            for peer in {m_.peer for m_ in sp.sends}:
+                tags = [m_.tag for m_ in sp.sends if m_.peer == peer]
+                assert tags == sorted(tags)
             for m_ in sp.sends + sp.recvs:
                 if m_.stage_off >= 0:
                     assert m_.stage_off % 16 == 0 and m_.stage_off + m_.nbytes <= sp.staging_bytes

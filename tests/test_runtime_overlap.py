@@ -40,6 +40,11 @@ def _apply(op, dst, doff, src, ln):
         dst[doff:doff + ln] = (dst[doff:doff + ln].view(np.int64) + src[:ln].view(np.int64)).view(np.uint8)
 
 
+def _message(r: int, a) -> tuple:
+    """The message an action of rank r sends or receives: (src, dst, tag), alike on both sides."""
+    return (r, a.msg.peer, a.msg.tag) if a.kind == SEND else (a.msg.peer, r, a.msg.tag)
+
+
 def run_random_schedule(plan, inputs, seed: int):
     """Every rank's overlap program, interleaved at random as the executor allows."""
     n = plan.num_ranks
@@ -50,7 +55,7 @@ def run_random_schedule(plan, inputs, seed: int):
     staging = [np.zeros(p.staging_bytes, np.uint8) for p in progs]
     left = [[len(a.deps) for a in p.actions] for p in progs]
     ready = [{i for i, k in enumerate(lf) if not k} for lf in left]  # deps done, not started
-    posted_send, posted_recv = {}, {}  # tid -> (rank, action index)
+    posted_send, posted_recv = {}, {}  # (src, dst, tag) -> (rank, action index)
     delivered = [set() for _ in range(n)]  # works complete on the transport, not yet processed
     waiting = [set() for _ in range(n)]  # started (deps done), work outstanding
     done = [0] * n
@@ -61,7 +66,7 @@ def run_random_schedule(plan, inputs, seed: int):
         done[r] += 1
         for j in progs[r].post_waiters[i]:
             post_left[r][j] -= 1
-            if not post_left[r][j] and progs[r].actions[j].tid not in posted_ever:
+            if not post_left[r][j] and _message(r, progs[r].actions[j]) not in posted_ever:
                 postable[r].add(j)
         for j in progs[r].dependents[i]:
             left[r][j] -= 1
@@ -79,7 +84,7 @@ def run_random_schedule(plan, inputs, seed: int):
     while True:
         events = [("start", r, i) for r in range(n) for i in ready[r]]
         events += [("post", r, i) for r in range(n) for i in postable[r]]
-        events += [("deliver", tid) for tid in posted_send if tid in posted_recv]
+        events += [("deliver", key) for key in posted_send if key in posted_recv]
         events += [("complete", r, i) for r in range(n) for i in delivered[r] & waiting[r]]
         if not events:
             break
@@ -87,10 +92,10 @@ def run_random_schedule(plan, inputs, seed: int):
         if ev[0] == "post":  # a receive posted before its deps are done (its post_after are)
             _, r, i = ev
             postable[r].discard(i)
-            tid = progs[r].actions[i].tid
-            if tid not in posted_ever:
-                posted_ever.add(tid)
-                posted_recv[tid] = (r, i)
+            key = _message(r, progs[r].actions[i])
+            if key not in posted_ever:
+                posted_ever.add(key)
+                posted_recv[key] = (r, i)
         elif ev[0] == "start":
             _, r, i = ev
             ready[r].discard(i)
@@ -105,15 +110,15 @@ def run_random_schedule(plan, inputs, seed: int):
                 if a.stage_off >= 0:  # gathered when posted
                     staging[r][a.stage_off:a.stage_off + a.msg.nbytes] = np.concatenate(
                         [bufs[r][b][o:o + ln] for b, o, ln, _ in a.msg.segs])
-                posted_send[a.tid] = (r, i)
-            elif a.tid not in posted_ever:
+                posted_send[_message(r, a)] = (r, i)
+            elif _message(r, a) not in posted_ever:
                 postable[r].discard(i)
-                posted_ever.add(a.tid)
-                posted_recv[a.tid] = (r, i)
+                posted_ever.add(_message(r, a))
+                posted_recv[_message(r, a)] = (r, i)
             waiting[r].add(i)
         elif ev[0] == "deliver":
-            tid = ev[1]
-            (rs, i_s), (rr, i_r) = posted_send.pop(tid), posted_recv.pop(tid)
+            key = ev[1]
+            (rs, i_s), (rr, i_r) = posted_send.pop(key), posted_recv.pop(key)
             src, soff = target(rs, i_s)  # read now: as late as the transport may
             dst, doff = target(rr, i_r)
             nb = progs[rs].actions[i_s].msg.nbytes
@@ -198,6 +203,13 @@ def _ancestors(a):
     return anc
 
 
+def _part(a, rank) -> list:
+    """The global ids of the transfers `rank` takes part in, in order: row k of its plan is
+    transfer _part(a, rank)[k]."""
+    t = a.transfers
+    return np.nonzero((t["src"] == rank) | (t["dst"] == rank))[0].tolist()
+
+
 def _touches(a, tid, rank):
     """(buf, lo, hi, writes) of transfer tid on rank's buffers, by definition."""
     t = a.transfers[tid]
@@ -232,15 +244,17 @@ def test_overlap_deps_order_every_conflict_and_only_what_the_plan_orders(servers
             mine = {k for k in range(len(t)) if (t["src"][k] == r or t["dst"][k] == r) and tb[k] > 0}
             want = {k: tuple(sorted(d for d in a.deps[t["dep_begin"][k]:t["dep_end"][k]].tolist() if d in mine))
                     for k in mine}
-            assert rank_deps(plan, r) == {k: v for k, v in want.items() if v} == rank_deps(plan, r, a)
+            part = _part(a, r)
+            row_deps = {part[k]: tuple(part[d] for d in ds) for k, ds in rank_deps(plan, r).items()}
+            assert row_deps == {k: v for k, v in want.items() if v} and rank_deps(plan, r) == rank_deps(plan, r, a)
             ov = compile_rank_program(plan, r).overlap
-            tids = [x.tid for x in ov.actions]
+            tids = [part[x.row] for x in ov.actions]
             assert set(tids) == mine and tids == sorted(tids)
             before = []  # per action, the actions it waits for transitively
             for i, act in enumerate(ov.actions):
                 s = set(act.deps)
                 for d in act.deps:
-                    assert tids[d] in anc[act.tid], f"{plan.algorithm} rank {r}: {act.tid} waits for a non-ancestor"
+                    assert tids[d] in anc[tids[i]], f"{plan.algorithm} rank {r}: {tids[i]} waits for a non-ancestor"
                     s |= before[d]
                 before.append(s)
             acc = [_touches(a, k, r) for k in tids]
@@ -264,9 +278,10 @@ def test_an_ordering_through_other_ranks_is_kept_by_the_conflict_it_protects():
     t4 = b.add(0, 0, 4, [("scratch", 0, "output", 0, 4)], deps=[t3])
     assert b.d[b.t[t3]["dep_begin"]:b.t[t3]["dep_end"]] == [t2]
     plan = S._plan("chain", {"kind": "all_gather", "ranks": 3, "shard_bytes": 4}, 3, 3, [4, 4, 4], b.t, b.s, b.d)
-    assert rank_deps(plan, 0) == {t1: (t0,), t4: (t3,)}
+    row = {g: k for k, g in enumerate(_part(plan_arrays(plan), 0))}
+    assert rank_deps(plan, 0) == {row[t1]: (row[t0],), row[t4]: (row[t3],)}
     ov = compile_rank_program(plan, 0).overlap
-    at = {x.tid: i for i, x in enumerate(ov.actions)}
+    at = {_part(plan_arrays(plan), 0)[x.row]: i for i, x in enumerate(ov.actions)}
     assert at[t1] in ov.actions[at[t3]].deps
     for seed in range(20):
         x = [np.arange(4, dtype=np.uint8) + 10 * r for r in range(3)]
@@ -285,7 +300,7 @@ def test_a_receive_is_posted_only_after_the_accesses_it_would_overwrite():
     plan = S._plan("waw", {"kind": "all_gather", "ranks": 3, "shard_bytes": 4}, 3, 3, [0, 0, 4], b.t, b.s, b.d)
     assert rank_deps(plan, 0) == {}
     ov = compile_rank_program(plan, 0).overlap
-    at = {x.tid: i for i, x in enumerate(ov.actions)}
+    at = {_part(plan_arrays(plan), 0)[x.row]: i for i, x in enumerate(ov.actions)}
     assert ov.actions[at[t2]].post_after == (at[t0],) and at[t2] not in ov.early_recvs
     x = [np.arange(4, dtype=np.uint8) + 10 * r for r in range(3)]
     for seed in range(30):

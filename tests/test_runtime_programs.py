@@ -72,10 +72,10 @@ def run_loopback(plan, inputs, transport):
             msgs = {}
             for r, sp in enumerate(sps):
                 for m in (sp.sends if sp else []):
-                    msgs[m.tid] = np.concatenate([bufs[r][b][o:o + ln] for b, o, ln, _ in m.segs]).copy()
+                    msgs[(r, m.peer, m.tag)] = np.concatenate([bufs[r][b][o:o + ln] for b, o, ln, _ in m.segs]).copy()
             for r, sp in enumerate(sps):
                 for m in (sp.recvs if sp else []):
-                    data = msgs.pop(m.tid)
+                    data = msgs.pop((m.peer, r, m.tag))
                     assert len(data) == m.nbytes
                     for b, o, ln, mo in m.segs:
                         _apply(m.op, bufs[r][b], o, data[mo:], ln)
@@ -171,11 +171,14 @@ def test_programs_from_the_rank_view_equal_those_from_the_whole_plan(servers, gp
             # Steps this rank does not act in touch nothing, so Gloo's dependency-driven program is the same.
             assert own.overlap == prog.overlap == ref.overlap
             for sp in prog.steps:
-                # Built in one pass over the rows: each list must come out in transfer-id order.
-                assert [m.tid for m in sp.sends] == sorted(m.tid for m in sp.sends)
-                assert [m.tid for m in sp.recvs] == sorted(m.tid for m in sp.recvs)
-                assert sp.p2p_order == sorted([(True, m) for m in sp.sends] + [(False, m) for m in sp.recvs],
-                                              key=lambda x: x[1].tid)
+                # Built in one pass over the rows: each list comes out in plan order (per peer,
+                # ascending tags), and the posting order holds both lists in that order.
+                for msgs in (sp.sends, sp.recvs):
+                    for peer in {m.peer for m in msgs}:
+                        tags = [m.tag for m in msgs if m.peer == peer]
+                        assert tags == sorted(tags) and len(set(tags)) == len(tags)
+                assert [m for is_send, m in sp.p2p_order if is_send] == sp.sends
+                assert [m for is_send, m in sp.p2p_order if not is_send] == sp.recvs
 
 
 def _checked_by_definition(rows):
@@ -214,7 +217,7 @@ def test_row_checks_equal_their_definition(rows):
     rows = [(int(ids[k]), *r[1:]) for k, r in enumerate(rows)]
 
     def compiled():
-        rp = _core._rank_plan_from_rows(0, 2, ids.astype("<u4").tobytes(), t.tobytes(), segs.tobytes(), b"", [],
+        rp = _core._rank_plan_from_rows(0, 2, ids.astype("<u4").tobytes(), t.tobytes(), segs.tobytes(), b"", None,
                                         (100, 0, 0))
         return compile_rank_program(rp, 0, collective_steps=False)
 
@@ -225,9 +228,11 @@ def test_row_checks_equal_their_definition(rows):
             compiled()
         return
     sends = [m for sp in compiled().steps for m in sp.sends]
-    # Rank 0 sends every kept transfer: its side of a segment is the source.
-    assert [(m.tid, 0, m.peer, m.op, 0, [(b, o, ln) for b, o, ln, _ in m.segs]) for m in sends] == [
-        (tid, src, dst, op, step, [(x[0], x[1], x[4]) for x in kept]) for tid, src, dst, op, step, kept in want]
+    # Rank 0 sends every kept transfer: its side of a segment is the source; all rows are
+    # 0 -> 1, so a row's tag is its index among all rows (empty ones included).
+    row_of = {int(i): k for k, i in enumerate(ids)}
+    assert [(m.tag, 0, m.peer, m.op, 0, [(b, o, ln) for b, o, ln, _ in m.segs]) for m in sends] == [
+        (row_of[tid], src, dst, op, step, [(x[0], x[1], x[4]) for x in kept]) for tid, src, dst, op, step, kept in want]
     # Each message's segments back to back.
     assert all([mo for *_, mo in m.segs] == list(np.cumsum([0] + [ln for _, _, ln, _ in m.segs])[:-1]) for m in sends)
 

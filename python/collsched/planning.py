@@ -40,17 +40,19 @@ def _merged_options(options, knobs: dict) -> dict[str, str]:
     return out
 
 
-def plan_for_rank(traffic, cluster, rank: int, algorithm: str = "auto", options: dict | None = None,
-                  **knobs) -> _core.RankPlan:
+def plan_for_rank(traffic, cluster, rank: int, algorithm: str = "auto", options: dict | None = None, *,
+                  moving_pairs: bool = False, **knobs) -> _core.RankPlan:
     """Plan only ``rank``'s part of an all-to-all(v) of ``traffic`` on ``cluster``.
 
     Equal (``==``) to ``plan_all_to_all(traffic, cluster, algorithm, **options).rank_plan(rank)``:
-    the rank's transfers with their global ids, segments and dependencies on transfers it
-    also takes part in, its buffer sizes, and the ``digest`` of the decisions that ranks
-    compare before moving data. fanout, spreadout and hierarchical expand the rank alone;
-    fast and balanced_direct decide (with prefix counts of the transfer ids), then run their
-    assembly over the rank's part only; the SABRE variants decide, then run their assembly
-    keeping only the rank's transfers; auto chooses, then expands the winner's rank part.
+    the rank's transfers in the whole plan's order, each with its tag (its sequence number
+    among the rank's transfers with the same ordered (src, dst) pair, which both sides of a
+    message compute alone), this rank's side of its segments and its dependencies on the
+    rank's other transfers (as rows); its buffer sizes, and the ``digest`` of the decisions
+    that ranks compare before moving data. fanout, spreadout and hierarchical expand the
+    rank alone; fast and balanced_direct decide, then run their assembly over the rank's part
+    only; the SABRE variants decide, then run their assembly keeping only the rank's
+    transfers; auto chooses, then expands the winner's rank part.
 
     Args:
         traffic: P×P bytes, row = sender (numpy array or nested lists of non-negative integers).
@@ -58,6 +60,10 @@ def plan_for_rank(traffic, cluster, rank: int, algorithm: str = "auto", options:
         rank (int): the rank to plan for, ``0 <= rank < P``.
         algorithm (str): one of :func:`all_to_all_algorithms`.
         options (dict), **knobs: algorithm knobs, passed as strings (as for :func:`plan_all_to_all`).
+        moving_pairs (bool): also count the whole plan's distinct moving rank pairs per step
+            (``RankPlan.moving_pairs``; equal to ``rank_plan_with(rank, True)``), which only the
+            "alltoallv" and "hybrid" transports need. It reads every rank's part: fast,
+            balanced_direct and the SABRE variants then plan the whole plan and cut it.
 
     Returns:
         RankPlan: the rank's part of the plan.
@@ -65,18 +71,22 @@ def plan_for_rank(traffic, cluster, rank: int, algorithm: str = "auto", options:
     Raises:
         ValueError: a bad matrix, cluster, rank, algorithm or option (the message names it).
     """
-    return _plan_for_rank_timed(traffic, cluster, rank, algorithm, _merged_options(options, knobs))[0]
+    return _plan_for_rank_timed(traffic, cluster, rank, algorithm, _merged_options(options, knobs),
+                                moving_pairs=moving_pairs)[0]
 
 
-def _plan_for_rank_timed(traffic, cluster, rank: int, algorithm: str, options: dict, workspace=None):
+def _plan_for_rank_timed(traffic, cluster, rank: int, algorithm: str, options: dict, workspace=None, *,
+                         moving_pairs: bool = False):
     """``(RankPlan, decide seconds, expand seconds)``, the times measured in the core; planned in
-    ``workspace`` (a ``_core.Workspace`` the caller keeps across calls) when given."""
+    ``workspace`` (a ``_core.Workspace`` the caller keeps across calls) when given; with
+    ``moving_pairs`` (see `plan_for_rank`)."""
     m = wire_matrix(traffic)
     c = _cluster(cluster)
     if not isinstance(rank, int) or isinstance(rank, bool) or rank < 0:
         raise ValueError(f"rank must be a non-negative int, got {rank!r}")
     opts = {str(k): str(v) for k, v in options.items()}
-    rp, decide_ns, expand_ns = _core.plan_for_rank(m.shape[0], m.tobytes(), c, rank, algorithm, opts, workspace)
+    rp, decide_ns, expand_ns = _core.plan_for_rank(m.shape[0], m.tobytes(), c, rank, algorithm, opts, workspace,
+                                                   moving_pairs)
     return rp, decide_ns * 1e-9, expand_ns * 1e-9
 
 

@@ -31,11 +31,11 @@ fn main() {
     };
     let mats: Vec<_> = (0..reps).map(|i| generators::zipf(p as usize, 0.8, 50 << 20, i).unwrap()).collect();
     // Warm-up: the workspace's arrays reach their size.
-    plan_for_rank_in(&mut ws, &mats[0], &c, 0, "fast", &Options::new()).unwrap();
+    plan_for_rank_in(&mut ws, &mats[0], &c, 0, "fast", &Options::new(), false).unwrap();
     for (i, t) in mats.iter().enumerate() {
         let cpu0 = thread_cpu_ns();
         timeline::start();
-        let (rp, times) = plan_for_rank_in(&mut ws, t, &c, (i as u32 * 37) % p, "fast", &Options::new()).unwrap();
+        let (rp, times) = plan_for_rank_in(&mut ws, t, &c, (i as u32 * 37) % p, "fast", &Options::new(), false).unwrap();
         let marks = timeline::stop();
         let cpu = thread_cpu_ns() - cpu0;
         std::hint::black_box(rp);

@@ -17,7 +17,7 @@ fn main() {
     let (mut decide, mut expand) = (Vec::new(), Vec::new());
     for i in 0..reps {
         let t = generators::zipf(p as usize, 0.8, 50 << 20, i).unwrap();
-        let (rp, times) = plan_for_rank_in(&mut ws, &t, &c, (i as u32 * 37) % p, &algo, &Options::new()).unwrap();
+        let (rp, times) = plan_for_rank_in(&mut ws, &t, &c, (i as u32 * 37) % p, &algo, &Options::new(), false).unwrap();
         std::hint::black_box(rp);
         decide.push(times.decide_ns as f64 / 1e6);
         expand.push(times.expand_ns as f64 / 1e6);

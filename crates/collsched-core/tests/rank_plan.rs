@@ -3,7 +3,7 @@
 use collsched_core::algo::{plan_all_to_all, plan_all_to_all_in, plan_for_rank, plan_for_rank_in, Workspace, ALL_TO_ALL_ALGORITHMS};
 use collsched_core::plan::rank_plan::RankPlan;
 use collsched_core::plan::verify::verify;
-use collsched_core::plan::{Options, Plan};
+use collsched_core::plan::{Buf, Options, Plan, Segment};
 use collsched_core::traffic::generators;
 use collsched_core::{Cluster, Traffic};
 use proptest::prelude::*;
@@ -30,8 +30,9 @@ fn matrix(p: usize, kind: usize, seed: u64) -> Traffic {
     }
 }
 
-/// The definition of `rank_plan`: every transfer touching the rank in id order, its segments,
-/// its deps on transfers that also touch the rank.
+/// The definition of `rank_plan`: every transfer touching the rank in id order, tagged by
+/// its count of earlier ones with the same (src, dst), its non-empty segments with the
+/// peer's side cleared, its deps as rows of the transfers that also touch the rank.
 fn restricted(plan: &Plan, rp: &RankPlan) {
     let rank = rp.rank;
     let touches = |id: u32| {
@@ -39,12 +40,21 @@ fn restricted(plan: &Plan, rp: &RankPlan) {
         t.src == rank || t.dst == rank
     };
     let mine: Vec<u32> = (0..plan.transfers.len() as u32).filter(|&i| touches(i)).collect();
-    assert_eq!(rp.ids, mine);
-    for (k, &id) in rp.ids.iter().enumerate() {
+    assert_eq!(rp.transfers.len(), mine.len());
+    let mut tags = std::collections::HashMap::new();
+    for (k, &id) in mine.iter().enumerate() {
         let (orig, got) = (&plan.transfers[id as usize], &rp.transfers[k]);
         assert_eq!((got.src, got.dst, got.op, got.tier, got.step), (orig.src, orig.dst, orig.op, orig.tier, orig.step));
-        assert_eq!(rp.segments_of(got), plan.segments_of(orig));
-        let deps: Vec<u32> = plan.deps_of(orig).iter().copied().filter(|&d| touches(d)).collect();
+        let tag = tags.entry((orig.src, orig.dst)).or_insert(0u32);
+        assert_eq!(rp.tags[k], *tag);
+        *tag += 1;
+        let own_side: Vec<Segment> = plan.segments_of(orig).iter().filter(|s| s.len > 0).map(|&s| match (orig.src == orig.dst, orig.src == rank) {
+            (true, _) => s,
+            (false, true) => Segment { dst_buf: Buf::Input, dst_off: 0, ..s },
+            (false, false) => Segment { src_buf: Buf::Input, src_off: 0, ..s },
+        }).collect();
+        assert_eq!(rp.segments_of(got), &own_side[..]);
+        let deps: Vec<u32> = plan.deps_of(orig).iter().filter_map(|d| mine.binary_search(d).ok().map(|r| r as u32)).collect();
         assert_eq!(rp.deps_of(got), &deps[..]);
     }
     assert_eq!(rp.input_bytes, plan.collective.input_size(rank));
@@ -70,6 +80,10 @@ fn check_all_ranks(cluster: &Cluster, t: &Traffic, algo: &str) -> Result<(), Tes
         restricted(&plan, &cut);
         prop_assert_eq!(cut.digest, plan.decisions_digest);
     }
+    // With the moving pairs (the collective transports), for one rank.
+    let rank = (t.total() % u64::from(cluster.num_gpus())) as u32;
+    let with = plan_for_rank_in(&mut Workspace::default(), t, cluster, rank, algo, &opts, true).unwrap().0;
+    prop_assert!(with == plan.rank_plan_with(rank, true).unwrap(), "{} on {} rank {}: the moving pairs differ", algo, cluster.spec(), rank);
     Ok(())
 }
 
@@ -169,7 +183,7 @@ fn a_reused_workspace_changes_nothing() {
             let reused = plan_all_to_all_in(&mut ws, &t, &c, algo, &o).unwrap();
             assert!(reused == fresh, "{algo} on {spec}: the plan changed in a reused workspace");
             for rank in [0, c.num_gpus() - 1] {
-                assert!(plan_for_rank_in(&mut ws, &t, &c, rank, algo, &o).unwrap().0 == plan_for_rank(&t, &c, rank, algo, &o).unwrap(), "{algo} on {spec} rank {rank}");
+                assert!(plan_for_rank_in(&mut ws, &t, &c, rank, algo, &o, false).unwrap().0 == plan_for_rank(&t, &c, rank, algo, &o).unwrap(), "{algo} on {spec} rank {rank}");
             }
         }
     }

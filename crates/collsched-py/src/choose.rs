@@ -104,9 +104,9 @@ fn matrices_equal(py: Python<'_>, a: PyReadonlyArray2<'_, u64>, b: PyReadonlyArr
 /// expansion reads one copy of it. Returns `(choice, RankPlan | None, choose_ns, decide_ns, expand_ns)`,
 /// `choice` as `choose` returns it; `decide_ns` includes `choose_ns`.
 #[pyfunction]
-#[pyo3(signature = (matrix, cluster, rank, backend, calibration, candidates=None, workspace=None))]
+#[pyo3(signature = (matrix, cluster, rank, backend, calibration, candidates=None, workspace=None, moving_pairs=false))]
 #[allow(clippy::too_many_arguments)]
-fn plan_auto_for_rank(py: Python<'_>, matrix: PyReadonlyArray2<'_, u64>, cluster: &PyCluster, rank: u32, backend: &str, calibration: &PyCalibration, candidates: Option<&str>, workspace: Option<&PyWorkspace>) -> PyResult<(ChoiceTuple, Option<PyRankPlan>, u64, u64, u64)> {
+fn plan_auto_for_rank(py: Python<'_>, matrix: PyReadonlyArray2<'_, u64>, cluster: &PyCluster, rank: u32, backend: &str, calibration: &PyCalibration, candidates: Option<&str>, workspace: Option<&PyWorkspace>, moving_pairs: bool) -> PyResult<(ChoiceTuple, Option<PyRankPlan>, u64, u64, u64)> {
     let mut opts = Options::new();
     opts.insert("backend".into(), backend.into());
     if let Some(c) = candidates {
@@ -117,7 +117,7 @@ fn plan_auto_for_rank(py: Python<'_>, matrix: PyReadonlyArray2<'_, u64>, cluster
     let rc = py.allow_threads(|| {
         guarded(|| {
             // Read in place; copied once into a `Traffic` only if a plan is expanded.
-            in_workspace(workspace, |ws| auto::plan_rank(ws, data, n, None, c, rank, &opts, Some(&calibration.inner), false))
+            in_workspace(workspace, |ws| auto::plan_rank(ws, data, n, None, c, rank, &opts, Some(&calibration.inner), false, moving_pairs))
         })
     })?;
     Ok((choice_tuple(&rc.choice), rc.plan.map(|inner| PyRankPlan { inner }), rc.choose_ns, rc.times.decide_ns, rc.times.expand_ns))

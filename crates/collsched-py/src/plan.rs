@@ -164,9 +164,11 @@ impl PyPlan {
         d.set_item("deps", PyBytes::new(py, &u32_rows(&p.deps)))?;
         Ok(d)
     }
-    /// `rank`'s part of this plan, the `RankPlan` that `plan_for_rank` expands on its own.
-    fn rank_plan(&self, py: Python<'_>, rank: u32) -> PyResult<rank_plan::PyRankPlan> {
-        let inner = py.allow_threads(|| guarded(|| self.inner.rank_plan(rank)))?;
+    /// `rank`'s part of this plan, the `RankPlan` that `plan_for_rank` expands on its own;
+    /// with `moving_pairs`, also the per-step moving pairs (`plan_for_rank(..., moving_pairs=True)`).
+    #[pyo3(signature = (rank, moving_pairs=false))]
+    fn rank_plan(&self, py: Python<'_>, rank: u32, moving_pairs: bool) -> PyResult<rank_plan::PyRankPlan> {
+        let inner = py.allow_threads(|| guarded(|| self.inner.rank_plan_with(rank, moving_pairs)))?;
         Ok(rank_plan::PyRankPlan { inner })
     }
     /// Digest of the producer's decisions and the inputs, as 16 hex digits (what the

@@ -28,9 +28,10 @@ impl PyWorkspace {
     }
 }
 
-/// One rank's part of an all-to-all plan: its transfers (global ids, in id order, with
-/// their segments and their deps on transfers this rank also takes part in), its buffer
-/// sizes, the per-step moving pairs of the whole plan, and the decisions' digest.
+/// One rank's part of an all-to-all plan: its transfers in the whole plan's order, each
+/// with its tag (its sequence number among the rank's transfers with the same ordered
+/// (src, dst) pair), this rank's side of its segments, and its deps as rows; its buffer
+/// sizes, the whole plan's per-step moving pairs when counted, and the decisions' digest.
 #[pyclass(module = "collsched._core", name = "RankPlan", frozen, eq)]
 #[derive(PartialEq)]
 pub struct PyRankPlan {
@@ -89,28 +90,31 @@ impl PyRankPlan {
     fn num_transfers(&self) -> usize {
         self.inner.transfers.len()
     }
-    /// Global ids of this rank's transfers, ascending.
+    /// Per transfer, its tag: its sequence number among this rank's transfers with the same
+    /// ordered (src, dst) pair (what both sides of a message compute alike).
     #[getter]
-    fn ids(&self) -> Vec<u32> {
-        self.inner.ids.clone()
+    fn tags(&self) -> Vec<u32> {
+        self.inner.tags.clone()
     }
-    /// `[(step, distinct moving rank pairs)]` of the whole plan.
+    /// `[(step, distinct moving rank pairs)]` of the whole plan; None when not counted
+    /// (`plan_for_rank(..., moving_pairs=True)` counts them).
     #[getter]
-    fn moving_pairs(&self) -> Vec<(u32, u32)> {
+    fn moving_pairs(&self) -> Option<Vec<(u32, u32)>> {
         self.inner.moving_pairs.clone()
     }
-    /// The rows as little-endian bytes, as `Plan._raw_arrays` lays them out: "ids",
-    /// "transfers" (segment and dep ranges into "segments" and "deps"), "segments", "deps",
-    /// "moving_pairs" ((step, pairs) u32 pairs) and "sizes" (input, output, scratch).
+    /// The rows as little-endian bytes, as `Plan._raw_arrays` lays them out: "tags",
+    /// "transfers" (segment and dep ranges into "segments" and "deps"), "segments", "deps"
+    /// (rows), "moving_pairs" ((step, pairs) u32 pairs, or None) and "sizes" (input, output,
+    /// scratch).
     fn _rows<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let v = &self.inner;
         let d = PyDict::new(py);
-        d.set_item("ids", PyBytes::new(py, &u32_rows(&v.ids)))?;
+        d.set_item("tags", PyBytes::new(py, &u32_rows(&v.tags)))?;
         d.set_item("transfers", PyBytes::new(py, &transfer_rows(&v.transfers)))?;
         d.set_item("segments", PyBytes::new(py, &segment_rows(&v.segments)))?;
         d.set_item("deps", PyBytes::new(py, &u32_rows(&v.deps)))?;
-        let flat: Vec<u32> = v.moving_pairs.iter().flat_map(|&(s, k)| [s, k]).collect();
-        d.set_item("moving_pairs", PyBytes::new(py, &u32_rows(&flat)))?;
+        let flat = v.moving_pairs.as_ref().map(|m| m.iter().flat_map(|&(s, k)| [s, k]).collect::<Vec<u32>>());
+        d.set_item("moving_pairs", flat.map(|f| PyBytes::new(py, &u32_rows(&f))))?;
         d.set_item("sizes", (v.input_bytes, v.output_bytes, v.scratch_bytes))?;
         Ok(d)
     }
@@ -122,17 +126,18 @@ impl PyRankPlan {
 
 /// `rank`'s part of the all-to-all plan of the row-major little-endian u64 matrix `data`,
 /// with the nanoseconds spent deciding and expanding: `(RankPlan, decide_ns, expand_ns)`.
-/// `workspace`: working memory to reuse (see `Workspace`).
+/// `workspace`: working memory to reuse (see `Workspace`); `moving_pairs`: also count the
+/// whole plan's moving pairs (the collective transports need them).
 #[pyfunction]
-#[pyo3(signature = (n, data, cluster, rank, algorithm, options=None, workspace=None))]
+#[pyo3(signature = (n, data, cluster, rank, algorithm, options=None, workspace=None, moving_pairs=false))]
 #[allow(clippy::too_many_arguments)]
-fn plan_for_rank(py: Python<'_>, n: usize, data: &[u8], cluster: &PyCluster, rank: u32, algorithm: &str, options: Option<BTreeMap<String, String>>, workspace: Option<&PyWorkspace>) -> PyResult<(PyRankPlan, u64, u64)> {
+fn plan_for_rank(py: Python<'_>, n: usize, data: &[u8], cluster: &PyCluster, rank: u32, algorithm: &str, options: Option<BTreeMap<String, String>>, workspace: Option<&PyWorkspace>, moving_pairs: bool) -> PyResult<(PyRankPlan, u64, u64)> {
     let opts: Options = options.unwrap_or_default();
     let c = &cluster.inner;
     let (rp, times) = py.allow_threads(|| {
         guarded(|| {
             let t = Traffic::from_le_bytes(n, data)?;
-            in_workspace(workspace, |ws| collsched_core::algo::plan_for_rank_in(ws, &t, c, rank, algorithm, &opts))
+            in_workspace(workspace, |ws| collsched_core::algo::plan_for_rank_in(ws, &t, c, rank, algorithm, &opts, moving_pairs))
         })
     })?;
     Ok((PyRankPlan { inner: rp }, times.decide_ns, times.expand_ns))

@@ -28,8 +28,8 @@ fn positions(n: usize, order: &[u32]) -> Vec<usize> {
 }
 
 impl PyRankProgram {
-    /// `(messages, is_send, copies, local_tids, steps, totals)`: messages (sends and
-    /// receives) as `(tid, peer, op, nbytes, [(buf, off, len, msg_off)], stage_off)` and local
+    /// `(messages, is_send, copies, local_rows, steps, totals)`: messages (sends and
+    /// receives) as `(tag, peer, op, nbytes, [(buf, off, len, msg_off)], stage_off)` and local
     /// copies as `(op, [(src_buf, src_off, dst_buf, dst_off, len)])`, each list ordered by
     /// step (id order within one); steps as `(step, comm_begin, comm_end, send_begin,
     /// send_end, recv_begin, recv_end, local_begin, local_end, staging_bytes, global_comm,
@@ -58,7 +58,7 @@ impl PyRankProgram {
                     }),
                 )?
             };
-            msgs.push((a.tid, a.peer, a.op as u8, nbytes, seg_list, a.step_stage).into_pyobject(py)?);
+            msgs.push((a.tag, a.peer, a.op as u8, nbytes, seg_list, a.step_stage).into_pyobject(py)?);
         }
         let msgs = PyList::new(py, msgs)?;
         let is_send = PyList::new(py, p.comm_order.iter().map(|&i| p.actions[i as usize].kind == Kind::Send))?;
@@ -70,13 +70,13 @@ impl PyRankProgram {
                 (a.op as u8, rows)
             }),
         )?;
-        let local_tids = PyList::new(py, p.local_order.iter().map(|&i| p.actions[i as usize].tid))?;
+        let local_rows = PyList::new(py, p.local_order.iter().map(|&i| p.actions[i as usize].row))?;
         let steps = PyList::new(
             py,
             p.steps.iter().map(|s| (s.step, s.comm.0, s.comm.1, s.sends.0, s.sends.1, s.recvs.0, s.recvs.1, s.locals.0, s.locals.1, s.staging_bytes, s.global_comm, s.dense)),
         )?;
         let totals = (p.input_bytes, p.output_bytes, p.scratch_bytes, p.staging_bytes, p.bytes_sent, p.bytes_received, p.uses_reduce);
-        (msgs, is_send, copies, local_tids, steps, totals).into_pyobject(py)
+        (msgs, is_send, copies, local_rows, steps, totals).into_pyobject(py)
     }
 }
 
@@ -84,7 +84,7 @@ impl PyRankProgram {
 impl PyRankProgram {
     /// The dependency-driven executor's program, given the objects `_layout`'s lists became
     /// (`msgs`, `copies`: same order): `(actions, dependents, staging_bytes, early_recvs,
-    /// post_waiters)`, actions in id order as `(kind, tid, msg, local, deps, stage_off,
+    /// post_waiters)`, actions in row order as `(kind, row, msg, local, deps, stage_off,
     /// post_after)` (`msg` None for a local copy, `local` None for a message).
     fn _overlap<'py>(&self, py: Python<'py>, msgs: &Bound<'py, PyList>, copies: &Bound<'py, PyList>) -> PyResult<Bound<'py, PyTuple>> {
         let p = &self.inner;
@@ -99,7 +99,7 @@ impl PyRankProgram {
             let (msg, local) = if a.kind == Kind::Local { (None, Some(copies.get_item(copy_at[i])?)) } else { (Some(msgs.get_item(msg_at[i])?), None) };
             let deps = PyTuple::new(py, ov.waits_for.row(i))?;
             let post_after = PyTuple::new(py, ov.post_after.row(i))?;
-            actions.push((a.kind as u8, a.tid, msg, local, deps, ov.stage[i], post_after).into_pyobject(py)?);
+            actions.push((a.kind as u8, a.row, msg, local, deps, ov.stage[i], post_after).into_pyobject(py)?);
         }
         let rows = |r: &rank_program::Rows| -> PyResult<Bound<'py, PyList>> {
             let tuples = (0..n).map(|i| PyTuple::new(py, r.row(i))).collect::<PyResult<Vec<_>>>()?;
@@ -109,9 +109,9 @@ impl PyRankProgram {
     }
 
     /// The plan's deps between this rank's transfers that move bytes: sorted
-    /// `[(transfer id, id it waits for)]`.
-    fn _dep_ids(&self) -> Vec<(u32, u32)> {
-        self.inner.dep_ids()
+    /// `[(row, row it waits for)]` of the rank plan.
+    fn _dep_rows(&self) -> Vec<(u32, u32)> {
+        self.inner.dep_rows()
     }
 }
 
@@ -156,11 +156,11 @@ fn rows<const W: usize, T: Copy + Default, const B: usize>(data: &[u8], what: &s
 
 /// A `RankPlan` from rows laid out as `Plan._raw_arrays` (a whole plan's decoded arrays cut
 /// to `rank`; see `RankPlan::from_rows`): ids (u32), transfers (9 × u32), segments (5 × u64),
-/// deps (u32), the whole plan's `[(step, moving pairs)]` and the rank's (input, output,
+/// deps (u32), the whole plan's `[(step, moving pairs)]` (None: not counted) and the rank's (input, output,
 /// scratch) bytes. Raises ValueError naming the first transfer with an unknown op or buffer id.
 #[pyfunction]
 #[allow(clippy::too_many_arguments)]
-fn _rank_plan_from_rows(rank: u32, num_ranks: u32, ids: &[u8], transfers: &[u8], segments: &[u8], deps: &[u8], moving_pairs: Vec<(u32, u32)>, sizes: (u64, u64, u64)) -> PyResult<PyRankPlan> {
+fn _rank_plan_from_rows(rank: u32, num_ranks: u32, ids: &[u8], transfers: &[u8], segments: &[u8], deps: &[u8], moving_pairs: Option<Vec<(u32, u32)>>, sizes: (u64, u64, u64)) -> PyResult<PyRankPlan> {
     let ids: Vec<u32> = rows::<1, u32, 4>(ids, "ids", u32::from_le_bytes)?.into_iter().map(|[x]| x).collect();
     let deps: Vec<u32> = rows::<1, u32, 4>(deps, "deps", u32::from_le_bytes)?.into_iter().map(|[x]| x).collect();
     let t = rows::<9, u32, 4>(transfers, "transfers", u32::from_le_bytes)?;

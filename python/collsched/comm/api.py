@@ -314,7 +314,8 @@ def all_to_all_single(output: torch.Tensor, input: torch.Tensor, output_split_si
         try:
             run_matrix = (rows * (row_elems * elem_size)).astype(np.uint64)
             entry, stats.cache_hit = cache.get(run_matrix, clus, algorithm, run_opts, wait_s=timeout_s, rank=rank,
-                                               calibration=calibration, copy=False)
+                                               calibration=calibration, copy=False,
+                                               moving_pairs=needs_collective_steps(transport))
             _record(stats, entry)
             if entry.plan is not None:
                 plan_hash = _i64(entry.plan_hash)
@@ -358,7 +359,8 @@ def all_to_all_single(output: torch.Tensor, input: torch.Tensor, output_split_si
         t0 = time.perf_counter()
         try:
             entry, stats.cache_hit = cache.get(matrix, clus, algorithm, run_opts, wait_s=timeout_s, rank=rank,
-                                               calibration=calibration, matrix_hash=mhash, copy=False)
+                                               calibration=calibration, matrix_hash=mhash, copy=False,
+                                               moving_pairs=needs_collective_steps(transport))
             _record(stats, entry)
             err = ""
         except ValueError as e:
@@ -504,7 +506,8 @@ def _unchecked(output, input, output_split_sizes, input_split_sizes, group, asyn
     t0 = time.perf_counter()
     matrix = (rows * (row_elems * input.element_size())).astype(np.uint64)
     entry, stats.cache_hit = cache.get(matrix, clus, algorithm, run_opts, wait_s=timeout_s, rank=rank,
-                                       calibration=calibration, copy=False)
+                                       calibration=calibration, copy=False,
+                                       moving_pairs=needs_collective_steps(transport))
     stats.plan_s = time.perf_counter() - t0
     _record(stats, entry)
     if entry.plan is None:

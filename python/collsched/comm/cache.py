@@ -127,14 +127,14 @@ class PlanCache:
 
     @staticmethod
     def key(matrix: np.ndarray, cluster, algorithm: str, options: dict, rank: int | None = None,
-            calibration=None, matrix_hash: str | None = None) -> tuple:
+            calibration=None, matrix_hash: str | None = None, moving_pairs: bool = False) -> tuple:
         return (matrix_hash or fast_matrix_hash(matrix), matrix.shape[0], cluster.spec(), algorithm,
                 tuple(sorted((str(k), str(v)) for k, v in options.items())), rank,
-                calibration.digest if calibration is not None else "")
+                calibration.digest if calibration is not None else "", moving_pairs and rank is not None)
 
     def get(self, matrix: np.ndarray, cluster, algorithm: str, options: dict,
             wait_s: float = 60.0, rank: int | None = None, calibration=None, matrix_hash: str | None = None,
-            copy: bool = True) -> tuple[CacheEntry, bool]:
+            copy: bool = True, moving_pairs: bool = False) -> tuple[CacheEntry, bool]:
         """The entry for this demand, planning it on a miss: only `rank`'s part when given
         (`collsched.plan_for_rank`), the whole plan otherwise. Returns (entry, hit). A demand
         being prefetched is waited for, at most `wait_s`, then planned here.
@@ -143,10 +143,11 @@ class PlanCache:
         for a whole plan, `collsched.calibration.load()` per rank); part of the key.
         `matrix_hash`: `fast_matrix_hash(matrix)` when the caller has it already. `copy`:
         False when the caller hands the matrix over and never changes it (the entry keeps it
-        to confirm later hits)."""
+        to confirm later hits). `moving_pairs`: a rank's part also counts the whole plan's
+        moving pairs (see `collsched.plan_for_rank`), which the collective transports need."""
         self._after_fork()
         matrix = np.ascontiguousarray(matrix, dtype=np.uint64)
-        key = self.key(matrix, cluster, algorithm, options, rank, calibration, matrix_hash)
+        key = self.key(matrix, cluster, algorithm, options, rank, calibration, matrix_hash, moving_pairs)
         for waited in (False, True):
             with self._lock:
                 e = self._d.get(key)
@@ -159,14 +160,14 @@ class PlanCache:
                 break
             pending.wait(timeout=wait_s)
         e = self._plan(matrix if not copy else matrix.copy(), cluster, algorithm, options, rank, self._workspace,
-                       calibration)
+                       calibration, moving_pairs)
         with self._lock:
             self.misses += 1
             self._insert(key, e)
         return e, False
 
     def prefetch(self, matrix: np.ndarray, cluster, algorithm: str, options: dict, rank: int | None = None,
-                 collective_steps: bool = True, transpose: bool = False, per_rank: bool = False,
+                 collective_steps: bool = False, transpose: bool = False, per_rank: bool = False,
                  calibration=None) -> bool:
         """Plan this demand on the background thread, and compile `rank`'s program (see
         `compile_rank_program`) when given; with `per_rank`, plan only `rank`'s part (what
@@ -176,14 +177,17 @@ class PlanCache:
         taken it up (before, it plans it itself). False when the queue is full or, without
         `transpose`, when the demand is cached or already being prefetched. Planning errors
         are dropped here: the call that needs the plan plans it again and raises them itself.
-        `calibration`: as for `get`."""
+        `calibration`: as for `get`. `collective_steps`: compile the program for the
+        collective transports (and, with `per_rank`, count the moving pairs they need, as
+        `get(..., moving_pairs=True)` finds)."""
         self._after_fork()
         matrix = np.ascontiguousarray(matrix, dtype=np.uint64)
         # Hashed before taking the lock (a millisecond at 1024 ranks; `get`s wait on the lock).
         if per_rank and rank is None:
             raise ValueError("prefetch(per_rank=True) needs the rank")
         part = rank if per_rank else None
-        key = None if transpose else self.key(matrix, cluster, algorithm, options, part, calibration)
+        key = None if transpose else self.key(matrix, cluster, algorithm, options, part, calibration,
+                                              moving_pairs=collective_steps)
         done = None  # with `transpose`, both are known once transposed
         with self._lock:
             if key is not None:
@@ -218,7 +222,7 @@ class PlanCache:
             t = np.ascontiguousarray(matrix.T)
             if np.array_equal(t, matrix):
                 return
-            matrix, key = t, self.key(t, cluster, algorithm, options, part, calibration)
+            matrix, key = t, self.key(t, cluster, algorithm, options, part, calibration, moving_pairs=collective_steps)
             with self._lock:
                 if key in self._d or key in self._inflight:
                     return
@@ -226,7 +230,7 @@ class PlanCache:
         try:
             # The transposed matrix is this thread's own; the caller's may change after the call.
             e = self._plan(matrix if fresh else matrix.copy(), cluster, algorithm, options, part, self._workspace,
-                           calibration)
+                           calibration, collective_steps)
             e.prefetched = True
             if rank is not None and e.plan is not None:
                 e.program(rank, collective_steps)
@@ -244,13 +248,14 @@ class PlanCache:
 
     @staticmethod
     def _plan(matrix: np.ndarray, cluster, algorithm: str, options: dict, rank: int | None = None,
-              workspace=None, calibration=None) -> CacheEntry:
+              workspace=None, calibration=None, moving_pairs: bool = False) -> CacheEntry:
         """Plan the demand into a new entry, which keeps `matrix` (the caller's to hand over)."""
         t0 = time.perf_counter()
         if rank is not None and algorithm == "auto":
-            return _plan_auto(matrix, cluster, options, rank, workspace, calibration, t0)
+            return _plan_auto(matrix, cluster, options, rank, workspace, calibration, t0, moving_pairs)
         if rank is not None:
-            rp, decide_s, expand_s = _plan_for_rank_timed(matrix, cluster, rank, algorithm, options, workspace)
+            rp, decide_s, expand_s = _plan_for_rank_timed(matrix, cluster, rank, algorithm, options, workspace,
+                                                          moving_pairs=moving_pairs)
             return CacheEntry(plan=rp, plan_hash=rp.digest, matrix=matrix, algorithm=rp.algorithm,
                               plan_seconds=time.perf_counter() - t0, decide_s=decide_s, expand_s=expand_s)
         if algorithm == "auto" and calibration is not None:
@@ -289,7 +294,7 @@ class PlanCache:
 
 
 def _plan_auto(matrix: np.ndarray, cluster, options: dict, rank: int, workspace, calibration,
-               t0: float) -> CacheEntry:
+               t0: float, moving_pairs: bool = False) -> CacheEntry:
     """auto for `rank`: one core call chooses (backend and candidates from `options`) and
     expands the winner's rank part; nothing to expand when `native` wins."""
     from collsched.calibration import load
@@ -302,7 +307,7 @@ def _plan_auto(matrix: np.ndarray, cluster, options: dict, rank: int, workspace,
         raise ValueError(f"algorithm='auto' takes the options 'backend' and 'candidates' here, got {sorted(opts)}")
     cal = calibration if calibration is not None else load()
     (choice, _, _), rp, choose_ns, decide_ns, expand_ns = _core.plan_auto_for_rank(
-        matrix, as_cluster(cluster), rank, backend, cal, candidates, workspace)
+        matrix, as_cluster(cluster), rank, backend, cal, candidates, workspace, moving_pairs)
     return CacheEntry(plan=rp, plan_hash=rp.digest if rp is not None else "", matrix=matrix, algorithm=choice,
                       plan_seconds=time.perf_counter() - t0, note=f"auto chose {choice}", decide_s=decide_ns * 1e-9,
                       expand_s=expand_ns * 1e-9, choice=choice, choose_s=choose_ns * 1e-9)

@@ -154,8 +154,9 @@ def execute(plan, input: torch.Tensor, output: torch.Tensor, group=None, *, dtyp
 
 
 def needs_collective_steps(transport: str) -> bool:
-    """Whether `transport` runs steps every rank joins (see `compile_rank_program`)."""
-    return transport != "p2p"
+    """Whether `transport` runs steps every rank joins (see `compile_rank_program`); "auto" is
+    "p2p" (`choose_transport`)."""
+    return transport not in ("p2p", "auto")
 
 
 def run_program(prog: RankProgram, in_b: torch.Tensor, out_b: torch.Tensor, group, dtype: torch.dtype,
@@ -243,11 +244,11 @@ def _p2p_step(prog, sp, bufs, staging, route, timeout_s: float, blocking: bool) 
     try:
         if not blocking:
             works = dist.batch_isend_irecv([dist.P2POp(dist.isend if s else dist.irecv, msg, route.peers[m.peer],
-                                                       route.group, m.tid % _TAG_SPACE) for s, msg, m in ops])
+                                                       route.group, m.tag % _TAG_SPACE) for s, msg, m in ops])
         else:
-            works = [dist.isend(msg, route.peers[m.peer], group=route.send_group(m.peer), tag=m.tid % _TAG_SPACE)
+            works = [dist.isend(msg, route.peers[m.peer], group=route.send_group(m.peer), tag=m.tag % _TAG_SPACE)
                      if s else
-                     dist.irecv(msg, route.peers[m.peer], group=route.recv_group(m.peer), tag=m.tid % _TAG_SPACE)
+                     dist.irecv(msg, route.peers[m.peer], group=route.recv_group(m.peer), tag=m.tag % _TAG_SPACE)
                      for s, msg, m in ops]
     except RuntimeError as e:
         raise classify_transport_error(e, _step_what(prog, sp)) from e

@@ -68,7 +68,7 @@ def run_overlapped(ov: OverlapProgram, bufs: tuple, staging: torch.Tensor | None
         buf = (bufs[m.segs[0][0]][m.segs[0][1]:m.segs[0][1] + m.nbytes] if a.stage_off < 0
                else staging[a.stage_off:a.stage_off + m.nbytes])
         try:
-            return dist.irecv(buf, peers[m.peer], group=route.recv_group(m.peer), tag=m.tid % _TAG_SPACE)
+            return dist.irecv(buf, peers[m.peer], group=route.recv_group(m.peer), tag=m.tag % _TAG_SPACE)
         except RuntimeError as e:
             raise classify_transport_error(e, _what(acts, i, route.rank)) from e
 
@@ -112,7 +112,7 @@ def run_overlapped(ov: OverlapProgram, bufs: tuple, staging: torch.Tensor | None
                     msg = staging[a.stage_off:a.stage_off + m.nbytes]
                     torch.cat([bufs[b][off:off + ln] for b, off, ln, _ in m.segs], out=msg)
                 try:
-                    works[i] = dist.isend(msg, peers[m.peer], group=route.send_group(m.peer), tag=m.tid % _TAG_SPACE)
+                    works[i] = dist.isend(msg, peers[m.peer], group=route.send_group(m.peer), tag=m.tag % _TAG_SPACE)
                 except RuntimeError as e:
                     raise classify_transport_error(e, _what(acts, i, route.rank)) from e
             elif not posted[i]:  # its post_after are among its deps: normally posted already
@@ -137,8 +137,8 @@ def run_overlapped(ov: OverlapProgram, bufs: tuple, staging: torch.Tensor | None
                   [staging[base + mo:base + mo + ln] for _, _, ln, mo in m.segs], dtype)
         completed(i)
     if done != n:  # only a program whose deps are not a DAG gets here: the compiler's bug
-        stuck = [acts[i].tid for i in range(n) if left[i]][:8]
-        raise RuntimeError(f"collsched: rank {route.rank} cannot start transfers {stuck}: their dependencies never "
+        stuck = [acts[i].row for i in range(n) if left[i]][:8]
+        raise RuntimeError(f"collsched: rank {route.rank} cannot start the transfers of rows {stuck} of its plan: their dependencies never "
                            "complete on this rank (a bug: please report it with the plan)")
 
 
@@ -146,9 +146,10 @@ def _what(acts: list, i: int, rank: int) -> str:
     """The transfer a wait was for, its peer, and what it had waited for (for errors)."""
     a = acts[i]
     verb = "send to" if a.kind == SEND else "receive from"
-    deps = [acts[d].tid for d in a.deps]
-    after = f", after transfers {deps[:6]}{' ...' if len(deps) > 6 else ''}" if deps else ""
-    return (f"collsched transfer {a.tid} on rank {rank} ({verb} rank {a.msg.peer}, {a.msg.nbytes} bytes{after}; "
+    deps = [acts[d].row for d in a.deps]
+    after = f", after rows {deps[:6]}{' ...' if len(deps) > 6 else ''}" if deps else ""
+    return (f"collsched transfer on rank {rank} ({verb} rank {a.msg.peer}, tag {a.msg.tag}, {a.msg.nbytes} bytes, "
+            f"row {a.row} of its plan{after}; "
             "dependency-driven p2p)")
 
 

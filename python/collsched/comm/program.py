@@ -4,7 +4,7 @@
 structured arrays. `compile_rank_program` keeps only what one rank does, step by
 step, as plain Python tuples: the executor's inner loop then does no numpy
 indexing and no decoding. `RankProgram.overlap` is the same work as one list of
-actions in transfer-id order, each with the actions of this rank it waits for
+actions in the rank plan's row order, each with the actions of this rank it waits for
 (`rank_deps` and conflicting accesses): what the dependency-driven executor runs.
 
 Both are on the per-call path of a new matrix, so the layout (checks, staging offsets,
@@ -69,10 +69,12 @@ class Message(NamedTuple):
     (sender) or go to (receiver), and their place inside the message.
     `stage_off` is the message's offset in the step's staging area, or -1 when the
     message is sent from / received into the user's buffer directly (one segment).
+    `tag` is the message's sequence number among this rank's transfers with the same
+    ordered (src, dst) pair (`RankPlan.tags`): sender and receiver compute it alike.
     A named tuple: the compiler builds one per transfer from columns, at C speed.
     """
 
-    tid: int
+    tag: int
     peer: int
     op: int
     nbytes: int
@@ -83,13 +85,13 @@ class Message(NamedTuple):
 @dataclass
 class AllToAllStep:
     """The step as one all_to_all_single (the "alltoallv" transport): per peer, its messages
-    back to back in transfer-id order. `*_direct` is (buf, start) when that side's bytes
+    back to back in plan order. `*_direct` is (buf, start) when that side's bytes
     already lie contiguously in peer order in one buffer (no gather / no scatter)."""
 
     send_splits: list
     recv_splits: list
-    send_msgs: list  # Messages in (peer, tid) order
-    recv_msgs: list  # (Message, offset in the receive block) in (peer, tid) order
+    send_msgs: list  # Messages in (peer, tag) order
+    recv_msgs: list  # (Message, offset in the receive block) in (peer, tag) order
     send_direct: tuple | None
     recv_direct: tuple | None
     send_stage_off: int = 0
@@ -101,14 +103,14 @@ class AllToAllStep:
 @dataclass(eq=False)
 class StepProgram:
     step: int
-    sends: list = field(default_factory=list)  # Messages, ascending transfer id
-    recvs: list = field(default_factory=list)  # Messages, ascending transfer id
+    sends: list = field(default_factory=list)  # Messages, in plan order
+    recvs: list = field(default_factory=list)  # Messages, in plan order
     local: list = field(default_factory=list)  # (op, [(src_buf, src_off, dst_buf, dst_off, len)]) in transfer order
-    local_tids: list = field(default_factory=list)  # transfer id of each `local` entry
+    local_rows: list = field(default_factory=list)  # the rank plan's row of each `local` entry
     staging_bytes: int = 0
     global_comm: bool = False  # some rank sends in this step (collective transports must join it)
     dense: bool = False  # at least half of all ordered rank pairs talk in this step (same on every rank)
-    p2p_order: list = field(default_factory=list)  # (is_send, Message) by transfer id: the p2p posting order
+    p2p_order: list = field(default_factory=list)  # (is_send, Message) in plan order: the p2p posting order
     _n: int = 0  # ranks and this rank: what the all_to_all layout needs
     _rank: int = 0
     _a2a: object = field(default=None, repr=False)
@@ -125,7 +127,7 @@ class StepProgram:
         return isinstance(other, StepProgram) and self._key() == other._key()
 
     def _key(self) -> tuple:
-        return (self.step, self.sends, self.recvs, self.local, self.local_tids, self.staging_bytes, self.global_comm,
+        return (self.step, self.sends, self.recvs, self.local, self.local_rows, self.staging_bytes, self.global_comm,
                 self.dense, self.p2p_order, self._n, self._rank)
 
 
@@ -152,7 +154,7 @@ class RankProgram:
 
     @cached_property
     def overlap(self) -> "OverlapProgram":
-        """This rank's actions in transfer-id order with their dependencies (the plan's deps
+        """This rank's actions in the rank plan's row order with their dependencies (the plan's deps
         cut to the rank, `rank_deps`, and conflicting accesses), for the dependency-driven
         executor; laid out by the core (`plan::rank_program::overlap`). Computed on first
         use: the step transports (NCCL, alltoallv, hybrid) never need it.
@@ -163,7 +165,7 @@ class RankProgram:
         (`Action.post_after`). The verifier proves the plan orders each such pair by its deps
         (possibly through other ranks' transfers) in id order, so adding them keeps the order
         acyclic, and with them any schedule the actions allow writes what id order writes.
-        Each staged message has its own aligned offset in the staging area, in id order.
+        Each staged message has its own aligned offset in the staging area, in row order.
         """
         if self._core is None:
             raise ValueError("this program was built without its plan: compile it with compile_rank_program")
@@ -238,7 +240,7 @@ def compile_rank_program(plan, rank: int, arrays: PlanArrays | None = None, *,
     n = plan.num_ranks
     if not 0 <= rank < n:
         raise ValueError(f"rank {rank} is outside the plan's {n} ranks")
-    core, (raw_msgs, is_send, copies, local_tids, steps, totals) = _core._compile_rank_program(
+    core, (raw_msgs, is_send, copies, local_rows, steps, totals) = _core._compile_rank_program(
         _core_source(plan, rank, arrays), rank, collective_steps)
     # Messages from the core's tuples at C speed (tuple.__new__ straight, not through a
     # partial: a third less per message), in step order: sends and receives share them.
@@ -246,7 +248,7 @@ def compile_rank_program(plan, rank: int, arrays: PlanArrays | None = None, *,
     p2p = list(zip(is_send, msgs))
     sends = list(compress(msgs, is_send))
     recvs = list(compress(msgs, map(not_, is_send)))
-    ordered = [StepProgram(s, sends[sa:sb], recvs[ra:rb], copies[la:lb], local_tids[la:lb], stg, g, dense, p2p[ca:cb],
+    ordered = [StepProgram(s, sends[sa:sb], recvs[ra:rb], copies[la:lb], local_rows[la:lb], stg, g, dense, p2p[ca:cb],
                            n, rank)
                for s, ca, cb, sa, sb, ra, rb, la, lb, stg, g, dense in steps]
     input_bytes, output_bytes, scratch_bytes, staging, sent, received, uses_reduce = totals
@@ -268,7 +270,7 @@ def _contiguous(pieces: list) -> tuple | None:
 
 
 def _all_to_all_step(sp: StepProgram, n: int, rank: int) -> AllToAllStep:
-    step = _layout(sorted(sp.sends, key=lambda m: (m.peer, m.tid)), sorted(sp.recvs, key=lambda m: (m.peer, m.tid)), n)
+    step = _layout(sorted(sp.sends, key=lambda m: (m.peer, m.tag)), sorted(sp.recvs, key=lambda m: (m.peer, m.tag)), n)
     if step.send_direct is not None and step.recv_direct is not None:
         return step
     # Fan-out shape: the local block sits exactly in the gap between the blocks of lower and
@@ -277,10 +279,10 @@ def _all_to_all_step(sp: StepProgram, n: int, rank: int) -> AllToAllStep:
         if op != OP_COPY or len(segs) != 1:
             continue
         sb, so, db, do, ln = segs[0]
-        snd = Message(tid=-1, peer=rank, op=OP_COPY, nbytes=ln, segs=[(sb, so, ln, 0)])
-        rcv = Message(tid=-1, peer=rank, op=OP_COPY, nbytes=ln, segs=[(db, do, ln, 0)])
-        trial = _layout(sorted(sp.sends + [snd], key=lambda m: (m.peer, m.tid)),
-                        sorted(sp.recvs + [rcv], key=lambda m: (m.peer, m.tid)), n)
+        snd = Message(tag=-1, peer=rank, op=OP_COPY, nbytes=ln, segs=[(sb, so, ln, 0)])
+        rcv = Message(tag=-1, peer=rank, op=OP_COPY, nbytes=ln, segs=[(db, do, ln, 0)])
+        trial = _layout(sorted(sp.sends + [snd], key=lambda m: (m.peer, m.tag)),
+                        sorted(sp.recvs + [rcv], key=lambda m: (m.peer, m.tag)), n)
         if trial.send_direct is not None and trial.recv_direct is not None:
             trial.self_local = i
             return trial
@@ -330,7 +332,7 @@ class Action(NamedTuple):
     """
 
     kind: int
-    tid: int
+    row: int
     msg: Message | None
     local: tuple | None
     deps: tuple
@@ -342,7 +344,7 @@ class Action(NamedTuple):
 
 @dataclass
 class OverlapProgram:
-    actions: list  # Action, ascending transfer id (a topological order of `deps`)
+    actions: list  # Action, in row order (a topological order of `deps`)
     dependents: list  # per action: indices (tuple, ascending) of the actions that wait for it
     staging_bytes: int
     early_recvs: list  # receives with nothing to wait for before posting: posted at the start
@@ -350,7 +352,7 @@ class OverlapProgram:
 
 
 def rank_deps(plan, rank: int, arrays: PlanArrays | None = None) -> dict:
-    """The plan's deps between the transfers `rank` takes part in: transfer id -> ascending ids.
+    """The plan's deps between the transfers `rank` takes part in: row -> ascending rows.
 
     The one source of plan dependencies for the runtime: each transfer of `rank` that moves
     bytes, with its deps cut to the transfers of `rank` that move bytes. A dep on another
@@ -366,13 +368,14 @@ def rank_deps(plan, rank: int, arrays: PlanArrays | None = None) -> dict:
         arrays: the whole plan's decoded arrays, read instead of the plan (`plan_arrays`).
 
     Returns:
-        dict: transfer id -> tuple of transfer ids (only transfers with such deps appear).
+        dict: row of the rank's plan (``plan.rank_plan(rank)``) -> tuple of rows (only rows
+            with such deps appear).
     """
     n = plan.num_ranks
     if not 0 <= rank < n:
         raise ValueError(f"rank {rank} is outside the plan's {n} ranks")
     core, _ = _core._compile_rank_program(_core_source(plan, rank, arrays), rank, False)
     out: dict = {}
-    for o, d in core._dep_ids():
+    for o, d in core._dep_rows():
         out.setdefault(o, []).append(d)
     return {o: tuple(ds) for o, ds in out.items()}

@@ -2,8 +2,7 @@
 //! and torch's `all_to_all_single` do; it suffers incast on skewed traffic.
 //!
 //! No decisions: the matrix fixes everything. Transfer (i, j) exists when the block is not
-//! empty, and ids run row by row, so (i, j)'s id is the non-empty blocks of the rows before
-//! i plus those of row i before j: one rank finds every id it needs from per-row counts.
+//! empty, in row order, so one rank's part reads only its row and its column.
 use crate::error::Result;
 use crate::plan::rank_plan::RankPlan;
 use crate::plan::{Buf, Collective, Op, Options, Plan, PlanBuilder, Segment, Transfer};
@@ -38,68 +37,43 @@ pub fn plan(traffic: &Traffic, cluster: &Cluster, _opts: &Options) -> Result<Pla
     Ok(b.finish())
 }
 
-/// `rank`'s part of `plan`: its sends (one row) and receives (one column). The ids take one
-/// counting pass over the matrix (non-empty blocks per row, split at column `rank`), which
-/// also gives the moving pairs; everything else reads only the rank's row and column.
-pub fn plan_rank(traffic: &Traffic, cluster: &Cluster, rank: usize, digest: u64) -> RankPlan {
+/// `rank`'s part of `plan`: its sends (one row) and receives (one column), O(P). With
+/// `count_pairs`, also the moving pairs: one counting pass over the whole matrix.
+pub fn plan_rank(traffic: &Traffic, cluster: &Cluster, rank: usize, digest: u64, count_pairs: bool) -> RankPlan {
     let n = traffic.n();
     let m = traffic.data();
-    // first[i]: id of row i's first transfer; before[i]: row i's non-empty blocks left of
-    // `rank`, left_sum[i] their bytes (block (i, rank)'s input offset at i); above[j]: the
-    // bytes rows above `rank` send to j (block (rank, j)'s output offset at j).
-    let mut first = vec![0u32; n + 1];
-    let mut before = vec![0u32; n];
-    let mut left_sum = vec![0u64; n];
-    let mut above = vec![0u64; n];
-    let mut moving = 0u32;
-    for i in 0..n {
-        let row = &m[i * n..(i + 1) * n];
-        let left = row[..rank].iter().filter(|&&v| v != 0).count() as u32;
-        let right = row[rank..].iter().filter(|&&v| v != 0).count() as u32;
-        before[i] = left;
-        left_sum[i] = row[..rank].iter().sum();
-        first[i + 1] = first[i] + left + right;
-        moving += left + right - u32::from(row[i] != 0);
-        if i < rank {
-            for (a, &v) in above.iter_mut().zip(row) {
-                *a += v;
-            }
-        }
-    }
     let mut rp = RankPlan::empty("fanout", rank as u32, n as u32, cluster.gpus_per_server, digest);
     rp.input_bytes = traffic.row_sum(rank);
     rp.output_bytes = traffic.col_sum(rank);
-    if moving > 0 {
-        rp.moving_pairs.push((0, moving));
+    if count_pairs {
+        let moving = m.iter().filter(|&&v| v != 0).count() - (0..n).filter(|&i| m[i * n + i] != 0).count();
+        rp.moving_pairs = Some(if moving > 0 { vec![(0, moving as u32)] } else { Vec::new() });
     }
-    // Receives from rows above `rank`, then its own row (sends, the self copy among them),
-    // then receives from rows below: ascending ids.
-    let mut recv_off = 0u64; // output offset of block (i, rank): the column's prefix sum
-    let push_recv = |rp: &mut RankPlan, i: usize, recv_off: &mut u64| {
-        let len = m[i * n + rank];
-        if len > 0 {
-            let (t, seg) = block(cluster, i, rank, len, left_sum[i], *recv_off);
-            rp.push(first[i] + before[i], &t, &[seg], &[]);
-            *recv_off += len;
-        }
-    };
-    for i in 0..rank {
-        push_recv(&mut rp, i, &mut recv_off);
-    }
-    let (mut send_off, mut id) = (0u64, first[rank]);
-    for j in 0..n {
-        let len = m[rank * n + j];
-        if len == 0 {
-            continue;
-        }
-        let (t, seg) = block(cluster, rank, j, len, send_off, above[j]);
+    // The whole plan's order is row by row: receives from the rows above `rank`, its own row
+    // (sends, the self copy among them), receives from the rows below; pushed in that order
+    // (the row count is an ascending id). The peer's offsets are not this rank's to know
+    // (`RankPlan::finish` clears them).
+    let push = |rp: &mut RankPlan, i: usize, j: usize, len: u64, src_off: u64, dst_off: u64| {
+        let (t, seg) = block(cluster, i, j, len, src_off, dst_off);
+        let id = rp.transfers.len() as u32;
         rp.push(id, &t, &[seg], &[]);
-        send_off += len;
-        id += 1;
+    };
+    let mut recv_off = 0u64; // output offset of block (i, rank): the column's prefix sum
+    for i in 0..n {
+        let len = m[i * n + rank];
+        if i == rank {
+            let mut send_off = 0u64;
+            for (j, &out) in m[rank * n..(rank + 1) * n].iter().enumerate() {
+                if out > 0 {
+                    push(&mut rp, rank, j, out, send_off, if j == rank { recv_off } else { 0 });
+                    send_off += out;
+                }
+            }
+        } else if len > 0 {
+            push(&mut rp, i, rank, len, 0, recv_off);
+        }
+        recv_off += len;
     }
-    recv_off += m[rank * n + rank];
-    for i in rank + 1..n {
-        push_recv(&mut rp, i, &mut recv_off);
-    }
+    rp.finish();
     rp
 }

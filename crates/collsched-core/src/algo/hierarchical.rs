@@ -120,7 +120,7 @@ pub fn plan(traffic: &Traffic, cluster: &Cluster, opts: &Options) -> Result<Plan
 /// the non-empty (server, other server, index) messages in that order. The rank gathers for
 /// its own index and sends those rail messages; it receives the rail messages of its index
 /// from every other server, which depend only on gathers it takes no part in.
-pub fn plan_rank(traffic: &Traffic, cluster: &Cluster, rank: usize, digest: u64) -> RankPlan {
+pub fn plan_rank(traffic: &Traffic, cluster: &Cluster, rank: usize, digest: u64, count_pairs: bool) -> RankPlan {
     let n = traffic.n();
     let m = traffic.data();
     let servers = cluster.servers as usize;
@@ -184,7 +184,7 @@ pub fn plan_rank(traffic: &Traffic, cluster: &Cluster, rank: usize, digest: u64)
     let mut rp = RankPlan::empty("hierarchical", rank as u32, n as u32, cluster.gpus_per_server, digest);
     rp.input_bytes = traffic.row_sum(rank);
     rp.output_bytes = traffic.col_sum(rank);
-    rp.moving_pairs = [(0, moving0), (1, step1_total)].into_iter().filter(|&(_, k)| k > 0).collect();
+    rp.moving_pairs = count_pairs.then(|| [(0, moving0), (1, step1_total)].into_iter().filter(|&(_, k)| k > 0).collect());
     let aggs: Vec<(Vec<u64>, u64)> = (0..g).map(|lp| scratch_of(s, lp)).collect();
     rp.scratch_bytes = aggs[l].1;
     let transfer = |src: usize, dst: usize, tier: Tier, step: u32| Transfer { src: src as u32, dst: dst as u32, op: Op::Copy, tier, step, seg_begin: 0, seg_end: 0, dep_begin: 0, dep_end: 0 };
@@ -258,5 +258,6 @@ pub fn plan_rank(traffic: &Traffic, cluster: &Cluster, rank: usize, digest: u64)
             rp.push(rail_id(t, s, l), &transfer(agg, rank, Tier::ScaleOut, 1), &segs, &[]);
         }
     }
+    rp.finish();
     rp
 }

@@ -114,23 +114,26 @@ pub struct RankTimes {
     pub expand_ns: u64,
 }
 
-/// `rank`'s part of the all-to-all plan: equal to `plan_all_to_all(..).rank_plan(rank)`.
-/// fanout, spreadout and hierarchical expand the rank alone (from per-row counts of the
-/// matrix); fast and balanced_direct decide (with the prefix counts of the ids), then run
-/// their assembly over the rank's part only; the SABRE variants decide, then run their
-/// assembly keeping only the rank's transfers; auto chooses, then expands the winner's
-/// rank part.
+/// `rank`'s part of the all-to-all plan: equal to `plan_all_to_all(..).rank_plan(rank)`
+/// (without the moving pairs; see `plan_for_rank_in`). fanout, spreadout and hierarchical
+/// expand the rank alone; fast and balanced_direct decide, then run their assembly over the
+/// rank's part only; the SABRE variants decide, then run their assembly keeping only the
+/// rank's transfers; auto chooses, then expands the winner's rank part.
 pub fn plan_for_rank(traffic: &Traffic, cluster: &Cluster, rank: u32, algorithm: &str, opts: &Options) -> Result<RankPlan> {
     plan_for_rank_timed(traffic, cluster, rank, algorithm, opts).map(|(rp, _)| rp)
 }
 
 /// `plan_for_rank`, with the time spent deciding and expanding.
 pub fn plan_for_rank_timed(traffic: &Traffic, cluster: &Cluster, rank: u32, algorithm: &str, opts: &Options) -> Result<(RankPlan, RankTimes)> {
-    plan_for_rank_in(&mut Workspace::default(), traffic, cluster, rank, algorithm, opts)
+    plan_for_rank_in(&mut Workspace::default(), traffic, cluster, rank, algorithm, opts, false)
 }
 
-/// `plan_for_rank_timed` in the caller's workspace (the same rank plan).
-pub fn plan_for_rank_in(ws: &mut Workspace, traffic: &Traffic, cluster: &Cluster, rank: u32, algorithm: &str, opts: &Options) -> Result<(RankPlan, RankTimes)> {
+/// `plan_for_rank_timed` in the caller's workspace (the same rank plan). With
+/// `count_pairs`, the rank plan also holds the whole plan's moving pairs
+/// (`plan_all_to_all(..).rank_plan_with(rank, true)`), which only the collective transports
+/// need: fanout, spreadout and hierarchical count them in one pass over the matrix, the
+/// others cut them from their whole plan.
+pub fn plan_for_rank_in(ws: &mut Workspace, traffic: &Traffic, cluster: &Cluster, rank: u32, algorithm: &str, opts: &Options, count_pairs: bool) -> Result<(RankPlan, RankTimes)> {
     check_inputs(traffic, cluster)?;
     let n = traffic.n();
     if rank as usize >= n {
@@ -139,6 +142,11 @@ pub fn plan_for_rank_in(ws: &mut Workspace, traffic: &Traffic, cluster: &Cluster
     let t0 = std::time::Instant::now();
     let ns = |t: std::time::Instant| t.elapsed().as_nanos() as u64;
     if DECIDE_THEN_EXPAND.contains(&algorithm) {
+        if count_pairs {
+            // Every rank's transfers are needed to count the pairs: the whole plan, cut.
+            let rp = plan_all_to_all_in(ws, traffic, cluster, algorithm, opts)?.rank_plan_with(rank, true)?;
+            return Ok((rp, RankTimes { decide_ns: ns(t0), expand_ns: 0 }));
+        }
         // The producer's own decisions and assembly, into a builder that keeps only this
         // rank's transfers (the whole plan is every rank's expansion by the same code).
         let (mut rp, decided, decide_ns) = match algorithm {
@@ -146,13 +154,14 @@ pub fn plan_for_rank_in(ws: &mut Workspace, traffic: &Traffic, cluster: &Cluster
             "balanced_direct" => balanced_direct::plan_rank(ws, traffic, cluster, opts, rank)?,
             _ => sabre::plan_rank(traffic, cluster, opts, rank, algorithm)?,
         };
+        rp.moving_pairs = None;
         rp.digest = decisions_digest(input_hash(traffic, cluster, algorithm, opts), decided);
         let total = ns(t0);
         return Ok((rp, RankTimes { decide_ns, expand_ns: total.saturating_sub(decide_ns) }));
     }
     if algorithm == "auto" {
         // Choose, then expand the winner's rank part (`auto::plan_rank`; fanout's for native).
-        let auto::RankChoice { plan, times, .. } = auto::plan_rank(ws, traffic.data(), traffic.n(), Some(traffic), cluster, rank, opts, None, true)?;
+        let auto::RankChoice { plan, times, .. } = auto::plan_rank(ws, traffic.data(), traffic.n(), Some(traffic), cluster, rank, opts, None, true, count_pairs)?;
         return match plan {
             Some(rp) => Ok((rp, times)),
             None => invalid!("auto: no rank plan for native (internal)"),
@@ -167,9 +176,9 @@ pub fn plan_for_rank_in(ws: &mut Workspace, traffic: &Traffic, cluster: &Cluster
     let t1 = std::time::Instant::now();
     let r = rank as usize;
     let rp = match algorithm {
-        "fanout" => fanout::plan_rank(traffic, cluster, r, digest),
-        "spreadout" => spreadout::plan_rank(traffic, cluster, r, digest),
-        _ => hierarchical::plan_rank(traffic, cluster, r, digest),
+        "fanout" => fanout::plan_rank(traffic, cluster, r, digest, count_pairs),
+        "spreadout" => spreadout::plan_rank(traffic, cluster, r, digest, count_pairs),
+        _ => hierarchical::plan_rank(traffic, cluster, r, digest, count_pairs),
     };
     Ok((rp, RankTimes { decide_ns, expand_ns: ns(t1) }))
 }

@@ -54,7 +54,7 @@ pub fn plan(traffic: &Traffic, cluster: &Cluster, opts: &Options) -> Result<Plan
 /// non-empty blocks of each round, and those before this rank's two positions in it) gives
 /// every id. A receive's deps are the sender's latest earlier send and receive; only the
 /// latter can involve this rank (when this rank was that sender in round P − r).
-pub fn plan_rank(traffic: &Traffic, cluster: &Cluster, rank: usize, digest: u64) -> RankPlan {
+pub fn plan_rank(traffic: &Traffic, cluster: &Cluster, rank: usize, digest: u64, count_pairs: bool) -> RankPlan {
     let n = traffic.n();
     let m = traffic.data();
     let x = rank;
@@ -87,7 +87,7 @@ pub fn plan_rank(traffic: &Traffic, cluster: &Cluster, rank: usize, digest: u64)
     let mut rp = RankPlan::empty("spreadout", x as u32, n as u32, cluster.gpus_per_server, digest);
     rp.input_bytes = traffic.row_sum(x);
     rp.output_bytes = traffic.col_sum(x);
-    rp.moving_pairs = (1..n).filter(|&r| total[r] > 0).map(|r| (r as u32, total[r])).collect();
+    rp.moving_pairs = count_pairs.then(|| (1..n).filter(|&r| total[r] > 0).map(|r| (r as u32, total[r])).collect());
     let transfer = |i: usize, j: usize, r: usize, src_off: u64, dst_off: u64| {
         let seg = Segment { src_buf: Buf::Input, src_off, dst_buf: Buf::Output, dst_off, len: m[i * n + j] };
         let t = Transfer { src: i as u32, dst: j as u32, op: Op::Copy, tier: cluster.tier(i as u32, j as u32), step: r as u32, seg_begin: 0, seg_end: 0, dep_begin: 0, dep_end: 0 };
@@ -149,6 +149,7 @@ pub fn plan_rank(traffic: &Traffic, cluster: &Cluster, rank: usize, digest: u64)
         }
         start += total[r];
     }
+    rp.finish();
     rp
 }
 

@@ -237,14 +237,11 @@ pub struct PlanBuilder {
 }
 
 /// What a builder `for_rank` keeps: the rank's part, which ids it takes part in (to restrict
-/// deps), the next id, and the moving pairs of every step.
+/// deps) and the next id.
 struct OneRank {
     out: rank_plan::RankPlan,
     next_id: u32,
     mine: Vec<u64>,
-    /// Counts the moving pairs of the transfers the builder sees, unless the producer
-    /// counted them itself (`set_moving_pairs`: it then skips the others' transfers).
-    pairs: Option<rank_plan::PairCounter>,
 }
 
 impl PlanBuilder {
@@ -273,36 +270,34 @@ impl PlanBuilder {
         let mut out = rank_plan::RankPlan::empty(algorithm, rank, num_ranks, gpus_per_server, 0);
         out.input_bytes = input_bytes;
         out.output_bytes = output_bytes;
-        b.one = Some(Box::new(OneRank { out, next_id: 0, mine: Vec::new(), pairs: Some(rank_plan::PairCounter::new(num_ranks, gpus_per_server)) }));
+        b.one = Some(Box::new(OneRank { out, next_id: 0, mine: Vec::new() }));
         b
     }
     /// One-rank mode: the next transfer gets id `id` (≥ the next id): a producer that knows
     /// how many transfers come before its rank's (prefix counts) skips the others' without
-    /// writing them. It must then give the moving pairs itself (`set_moving_pairs`).
+    /// writing them.
     pub fn skip_to(&mut self, id: u32) {
         let one = self.one.as_mut().expect("skip_to: a one-rank builder");
         debug_assert!(id >= one.next_id, "skip_to({id}) goes back from {}", one.next_id);
         one.next_id = id;
     }
     /// One-rank mode: the whole plan's `(step, distinct moving pairs)` (see
-    /// `RankPlan::moving_pairs`), counted by the producer; the builder stops counting.
+    /// `RankPlan::moving_pairs`), counted by the producer.
     pub fn set_moving_pairs(&mut self, pairs: Vec<(u32, u32)>) {
         let one = self.one.as_mut().expect("set_moving_pairs: a one-rank builder");
-        one.pairs = None;
-        one.out.moving_pairs = pairs;
+        one.out.moving_pairs = Some(pairs);
     }
     /// Whether this builder keeps one rank only, and which.
     pub fn rank(&self) -> Option<u32> {
         self.one.as_ref().map(|o| o.out.rank)
     }
-    /// The rank's part of the plan of a builder made `for_rank` (its digest left 0), with
-    /// the plan's meta; None for a whole-plan builder.
+    /// The rank's part of the plan of a builder made `for_rank` (its digest left 0, its
+    /// moving pairs only if the producer set them), with the plan's meta; None for a
+    /// whole-plan builder.
     pub fn finish_rank(self) -> Option<(rank_plan::RankPlan, BTreeMap<String, String>)> {
         let mut one = self.one?;
         one.out.scratch_bytes = self.plan.scratch_bytes[one.out.rank as usize];
-        if let Some(pairs) = one.pairs.take() {
-            one.out.moving_pairs = pairs.finish();
-        }
+        one.out.finish();
         Some((one.out, self.plan.meta))
     }
     /// One-rank mode: record transfer `id` over the staged lists from `seg_begin` and
@@ -312,11 +307,6 @@ impl PlanBuilder {
         let id = one.next_id;
         one.next_id += 1;
         let (segs, deps) = (&p.segments[t.seg_range()], &p.deps[t.dep_range()]);
-        if let Some(pairs) = one.pairs.as_mut() {
-            if t.src != t.dst && segs.iter().any(|s| s.len > 0) {
-                pairs.add(t.step, t.src, t.dst);
-            }
-        }
         let r = one.out.rank;
         if t.src == r || t.dst == r {
             if one.mine.len() <= id as usize / 64 {

@@ -2,11 +2,20 @@
 //! decisions, and what `Plan::rank_plan` cuts from a whole plan. The two are equal (`==`,
 //! property-tested for every producer), so the runtime can plan only its own part.
 //!
-//! Transfer ids are the whole plan's: both sides of a message name it by the same id, so
-//! the executor can tag messages by id without seeing the whole plan. Dependencies are kept
-//! only where this rank takes part in the transfer depended on; an executor that follows
-//! deps orders what this rank does, and the peers order theirs.
-use super::{Plan, Segment, Transfer};
+//! A rank plan names nothing that only the whole plan knows, so that a rank can expand its
+//! part without counting the others' transfers:
+//! - a row's **tag** is its sequence number among the rank's rows with the same ordered
+//!   (src, dst) pair: the sender and the receiver of a message compute the same tag alone;
+//! - **deps** are rows of this rank plan (deps on transfers the rank takes no part in are
+//!   the other ranks' to keep);
+//! - of a message, only this rank's side of each segment is kept: a send's destination and a
+//!   receive's source are cleared to `(Input, 0)` (a sender need not know where the receiver
+//!   puts the bytes; both sides keep the same segment lengths);
+//! - the whole plan's per-step moving pairs only when asked for (`moving_pairs`).
+//!
+//! Producers push their rows in the whole plan's order with any ascending ids and deps by
+//! those ids (`push`), then `finish` turns them into tags and rows.
+use super::{Buf, Plan, Segment, Transfer};
 use crate::error::Result;
 use crate::invalid;
 
@@ -22,16 +31,19 @@ pub struct RankPlan {
     pub input_bytes: u64,
     pub output_bytes: u64,
     pub scratch_bytes: u64,
-    /// Global ids of this rank's transfers (it sends, receives or copies), ascending.
-    pub ids: Vec<u32>,
-    /// Those transfers: segment ranges index `segments`, dep ranges index `deps`.
+    /// Per row, its tag: the row's sequence number among this rank's rows with the same
+    /// ordered (src, dst) pair (until `finish`: the producer's ascending ids).
+    pub tags: Vec<u32>,
+    /// This rank's transfers in the whole plan's order: segment ranges index `segments`,
+    /// dep ranges index `deps`.
     pub transfers: Vec<Transfer>,
     pub segments: Vec<Segment>,
-    /// Global ids of transfers depended on, each one this rank also takes part in.
+    /// Rows depended on, each an earlier row (until `finish`: the producer's ids).
     pub deps: Vec<u32>,
     /// `(step, distinct ordered rank pairs moving bytes in it)` over the whole plan, ascending
-    /// step: what a collective transport needs to join the same steps on every rank.
-    pub moving_pairs: Vec<(u32, u32)>,
+    /// step: what a collective transport needs to join the same steps on every rank. None
+    /// unless asked for (`Plan::rank_plan_with`, `algo::plan_for_rank_in`).
+    pub moving_pairs: Option<Vec<(u32, u32)>>,
     /// Digest of the decisions every rank must agree on (with the plan's inputs mixed in):
     /// ranks compare it before moving data.
     pub digest: u64,
@@ -43,16 +55,66 @@ impl RankPlan {
         RankPlan { algorithm: algorithm.to_string(), rank, num_ranks, gpus_per_server, digest, ..RankPlan::default() }
     }
 
-    /// Append transfer `id` (ids must come in ascending order). Empty segments are dropped,
-    /// as `PlanBuilder::transfer` drops them; `deps` must already be restricted to this rank.
+    /// Append the transfer with id `id` (ascending, in the whole plan's order; any numbering
+    /// that keeps that order). Empty segments are dropped, as `PlanBuilder::transfer` drops
+    /// them; `deps` are ids of earlier pushed transfers (others are ignored by `finish`).
     pub fn push(&mut self, id: u32, t: &Transfer, segs: &[Segment], deps: &[u32]) {
-        debug_assert!(self.ids.last().is_none_or(|&last| last < id));
+        debug_assert!(self.tags.last().is_none_or(|&last| last < id));
         let seg_begin = self.segments.len() as u32;
         self.segments.extend(segs.iter().filter(|s| s.len > 0));
         let dep_begin = self.deps.len() as u32;
         self.deps.extend_from_slice(deps);
-        self.ids.push(id);
+        self.tags.push(id);
         self.transfers.push(Transfer { seg_begin, seg_end: self.segments.len() as u32, dep_begin, dep_end: self.deps.len() as u32, ..*t });
+    }
+
+    /// Turn the pushed ids into tags and deps into rows, and clear the peer's side of every
+    /// message (see the module doc). Every way of making a rank plan ends here, once.
+    pub fn finish(&mut self) {
+        let ids = std::mem::take(&mut self.tags);
+        for d in &mut self.deps {
+            *d = ids.binary_search(d).map_or(u32::MAX, |row| row as u32);
+        }
+        // Deps on ids never pushed are dropped (the rows' dep ranges shift left).
+        if self.deps.contains(&u32::MAX) {
+            let mut kept = 0u32;
+            for t in &mut self.transfers {
+                let begin = kept;
+                for k in t.dep_range() {
+                    let d = self.deps[k];
+                    if d != u32::MAX {
+                        self.deps[kept as usize] = d;
+                        kept += 1;
+                    }
+                }
+                (t.dep_begin, t.dep_end) = (begin, kept);
+            }
+            self.deps.truncate(kept as usize);
+        }
+        let n = self.num_ranks as usize;
+        let (mut sent, mut received, mut local) = (vec![0u32; n], vec![0u32; n], 0u32);
+        self.tags.reserve(self.transfers.len());
+        for t in &self.transfers {
+            let next = if t.src == t.dst {
+                &mut local
+            } else if t.src == self.rank {
+                &mut sent[t.dst as usize]
+            } else {
+                &mut received[t.src as usize]
+            };
+            self.tags.push(*next);
+            *next += 1;
+            if t.src != t.dst {
+                let send = t.src == self.rank;
+                for s in &mut self.segments[t.seg_range()] {
+                    if send {
+                        (s.dst_buf, s.dst_off) = (Buf::Input, 0);
+                    } else {
+                        (s.src_buf, s.src_off) = (Buf::Input, 0);
+                    }
+                }
+            }
+        }
     }
 
     pub fn segments_of(&self, t: &Transfer) -> &[Segment] {
@@ -70,14 +132,15 @@ impl Plan {
         if self.decisions_digest != 0 { self.decisions_digest } else { self.hash() }
     }
 
-    /// `rank`'s part of this plan (what `algo::plan_for_rank` expands on its own). Errors
-    /// name a rank outside the plan or a transfer whose ranges lie outside its arrays.
+    /// `rank`'s part of this plan (what `algo::plan_for_rank` expands on its own), without the
+    /// moving pairs. Errors name a rank outside the plan or a transfer whose ranges lie
+    /// outside its arrays.
     pub fn rank_plan(&self, rank: u32) -> Result<RankPlan> {
-        self.rank_plan_with(rank, true)
+        self.rank_plan_with(rank, false)
     }
 
-    /// `rank_plan`, with the per-step moving pairs only when `count_pairs` (which reads every
-    /// transfer's segments; without it only this rank's are read and `moving_pairs` is empty:
+    /// `rank_plan`, with the per-step moving pairs when `count_pairs` (which reads every
+    /// transfer's segments; without it only this rank's are read and `moving_pairs` is None:
     /// point-to-point transports need no steps that other ranks join).
     pub fn rank_plan_with(&self, rank: u32, count_pairs: bool) -> Result<RankPlan> {
         let n = self.num_ranks();
@@ -124,8 +187,9 @@ impl Plan {
             }
         }
         if count_pairs {
-            rp.moving_pairs = distinct_pairs_per_step(self, &moving, Some(per_step));
+            rp.moving_pairs = Some(distinct_pairs_per_step(self, &moving, Some(per_step)));
         }
+        rp.finish();
         Ok(rp)
     }
 }
@@ -186,56 +250,6 @@ fn distinct_pairs_per_step(plan: &Plan, moving: &[u64], per_step: Option<Vec<u32
     out
 }
 
-/// Distinct ordered rank pairs moving bytes per step, counted as a producer emits transfers
-/// (`PlanBuilder::for_rank`). Each pair remembers the last two steps it was counted in:
-/// exact for producers whose steps never go back by more than one (FAST writes round k's
-/// scale-out, step k + 1, beside its redistribution, step k + 2); property-tested against
-/// `Plan::rank_plan`.
-pub struct PairCounter {
-    n: u64,
-    /// GPUs per server and servers, when they divide the ranks (see `add`).
-    g: u64,
-    servers: u64,
-    /// Per pair, the last two steps it was counted in, plus one (0: none).
-    seen: Vec<[u32; 2]>,
-    per_step: Vec<u32>,
-}
-
-impl PairCounter {
-    pub fn new(num_ranks: u32, gpus_per_server: u32) -> PairCounter {
-        let n = u64::from(num_ranks);
-        let g = u64::from(gpus_per_server);
-        let (g, servers) = if g > 0 && n % g == 0 { (g, n / g) } else { (1, n) };
-        PairCounter { n, g, servers, seen: vec![[0; 2]; (n * n) as usize], per_step: Vec::new() }
-    }
-    #[inline]
-    pub fn add(&mut self, step: u32, src: u32, dst: u32) {
-        // A sender's receivers of one local index side by side: the pairs a rail-aligned
-        // producer uses ((s, c) → (d, c) for every d) then share cache lines instead of
-        // taking one each (the table is P² entries).
-        let dst = u64::from(dst);
-        let col = dst % self.g * self.servers + dst / self.g;
-        let slot = &mut self.seen[(u64::from(src) * self.n + col) as usize];
-        let mark = step + 1;
-        if slot[0] == mark || slot[1] == mark {
-            return;
-        }
-        // Replace the older of the two.
-        if slot[0] <= slot[1] {
-            slot[0] = mark;
-        } else {
-            slot[1] = mark;
-        }
-        if self.per_step.len() <= step as usize {
-            self.per_step.resize(step as usize + 1, 0);
-        }
-        self.per_step[step as usize] += 1;
-    }
-    pub fn finish(self) -> Vec<(u32, u32)> {
-        self.per_step.iter().enumerate().filter(|&(_, &k)| k > 0).map(|(s, &k)| (s as u32, k)).collect()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -248,9 +262,11 @@ mod tests {
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(48))]
-        /// Against the definition: every transfer touching the rank, with its own non-empty
-        /// segments, and the distinct moving pairs of each step counted by brute force;
-        /// without the counts the same rows and no pairs.
+        /// Against the definition: every transfer touching the rank in id order, its tag the
+        /// count of earlier ones with the same (src, dst), its deps the rows of the rank's
+        /// transfers it depends on, its non-empty segments with the peer's side cleared; the
+        /// distinct moving pairs of each step counted by brute force; without the counts the
+        /// same rows and no pairs.
         #[test]
         fn a_rank_plan_is_the_plan_restricted_to_the_rank(servers in 1u32..5, gpus in 1u32..5, algo in 0usize..4, seed in 0u64..500) {
             let c = Cluster::parse(&format!("h200:{servers},gpus={gpus}")).unwrap();
@@ -267,15 +283,25 @@ mod tests {
             let expected_pairs: Vec<(u32, u32)> = pairs.iter().map(|(&s, set)| (s, set.len() as u32)).collect();
             for rank in 0..p_ranks as u32 {
                 let v = plan.rank_plan_with(rank, true).unwrap();
-                prop_assert_eq!(&v.moving_pairs, &expected_pairs);
-                let own = plan.rank_plan_with(rank, false).unwrap();
-                prop_assert_eq!(&own, &RankPlan { moving_pairs: Vec::new(), ..v.clone() });
+                prop_assert_eq!(v.moving_pairs.as_ref(), Some(&expected_pairs));
+                let own = plan.rank_plan(rank).unwrap();
+                prop_assert_eq!(&own, &RankPlan { moving_pairs: None, ..v.clone() });
                 let mine: Vec<u32> = (0..plan.transfers.len() as u32).filter(|&i| { let t = &plan.transfers[i as usize]; t.src == rank || t.dst == rank }).collect();
-                prop_assert_eq!(&v.ids, &mine);
-                for (k, &id) in v.ids.iter().enumerate() {
+                prop_assert_eq!(v.transfers.len(), mine.len());
+                let mut seen = std::collections::BTreeMap::new();
+                for (k, &id) in mine.iter().enumerate() {
                     let (orig, got) = (&plan.transfers[id as usize], &v.transfers[k]);
                     prop_assert_eq!((got.src, got.dst, got.op, got.tier, got.step), (orig.src, orig.dst, orig.op, orig.tier, orig.step));
-                    let kept: Vec<Segment> = plan.segments_of(orig).iter().copied().filter(|s| s.len > 0).collect();
+                    let tag = seen.entry((orig.src, orig.dst)).or_insert(0u32);
+                    prop_assert_eq!(v.tags[k], *tag);
+                    *tag += 1;
+                    let deps: Vec<u32> = plan.deps_of(orig).iter().filter_map(|d| mine.binary_search(d).ok().map(|r| r as u32)).collect();
+                    prop_assert_eq!(v.deps_of(got), &deps[..]);
+                    let kept: Vec<Segment> = plan.segments_of(orig).iter().copied().filter(|s| s.len > 0).map(|s| match (orig.src == orig.dst, orig.src == rank) {
+                        (true, _) => s,
+                        (false, true) => Segment { dst_buf: Buf::Input, dst_off: 0, ..s },
+                        (false, false) => Segment { src_buf: Buf::Input, src_off: 0, ..s },
+                    }).collect();
                     prop_assert_eq!(v.segments_of(got), &kept[..]);
                 }
             }
@@ -319,16 +345,5 @@ mod tests {
         // Without the counts, a rank that does not take part never reads the bad range.
         let other = (0..4).find(|&r| r != src && r != dst).unwrap();
         assert!(plan.rank_plan_with(other, false).is_ok());
-    }
-
-    /// A pair counts once per step, also when two steps alternate (FAST's scale-out of round
-    /// k beside the redistribution of round k − 1); steps without pairs are left out.
-    #[test]
-    fn pairs_count_once_per_step_across_two_alternating_steps() {
-        let mut c = PairCounter::new(4, 2);
-        for (step, src, dst) in [(0, 0, 1), (0, 0, 1), (0, 1, 0), (2, 0, 1), (3, 0, 1), (2, 0, 1), (3, 0, 1), (3, 2, 3), (2, 2, 3), (3, 2, 3)] {
-            c.add(step, src, dst);
-        }
-        assert_eq!(c.finish(), vec![(0, 2), (2, 2), (3, 2)]);
     }
 }

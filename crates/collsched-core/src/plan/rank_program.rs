@@ -36,7 +36,10 @@ pub enum Kind {
 /// One transfer of the rank that moves bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Action {
-    pub tid: u32,
+    /// Its row in the rank plan.
+    pub row: u32,
+    /// Its tag (`RankPlan::tags`): both sides of a message name it alike.
+    pub tag: u32,
     pub kind: Kind,
     /// The other rank (this rank for a local copy).
     pub peer: u32,
@@ -156,8 +159,14 @@ pub fn compile(rp: &RankPlan, collective_steps: bool) -> Result<RankProgram> {
     // Per row of `rp`, its action index (u32::MAX: moves no bytes).
     let mut action_of = vec![u32::MAX; rp.transfers.len()];
     let (mut bytes_sent, mut bytes_received, mut uses_reduce) = (0u64, 0u64, false);
-    for (row, (&tid, t)) in rp.ids.iter().zip(&rp.transfers).enumerate() {
-        let segs = rp.segments.get(t.seg_range()).ok_or_else(|| crate::Error::InvalidInput(format!("transfer {tid}'s segments {}..{} lie outside the rank plan's {} segments", t.seg_begin, t.seg_end, rp.segments.len())))?;
+    if collective_steps && rp.moving_pairs.is_none() {
+        return invalid!("collective steps need the rank plan's moving pairs, which were not counted (plan it with them)");
+    }
+    if rp.tags.len() != rp.transfers.len() {
+        return invalid!("the rank plan has {} tags for {} transfers", rp.tags.len(), rp.transfers.len());
+    }
+    for (row, (&tag, t)) in rp.tags.iter().zip(&rp.transfers).enumerate() {
+        let segs = rp.segments.get(t.seg_range()).ok_or_else(|| crate::Error::InvalidInput(format!("row {row}'s segments {}..{} lie outside the rank plan's {} segments", t.seg_begin, t.seg_end, rp.segments.len())))?;
         let seg_begin = segments.len() as u32;
         segments.extend(segs.iter().filter(|s| s.len > 0));
         let seg_end = segments.len() as u32;
@@ -172,7 +181,7 @@ pub fn compile(rp: &RankPlan, collective_steps: bool) -> Result<RankProgram> {
         } else if t.dst == rank {
             Kind::Recv
         } else {
-            return invalid!("transfer {tid} runs from rank {} to rank {}, not on rank {rank}", t.src, t.dst);
+            return invalid!("row {row} runs from rank {} to rank {}, not on rank {rank}", t.src, t.dst);
         };
         match kind {
             Kind::Send => bytes_sent += nbytes,
@@ -183,7 +192,7 @@ pub fn compile(rp: &RankPlan, collective_steps: bool) -> Result<RankProgram> {
         let staged = kind != Kind::Local && (seg_end - seg_begin > 1 || (kind == Kind::Recv && t.op == Op::ReduceSum));
         let peer = if kind == Kind::Send { t.dst } else { t.src };
         action_of[row] = actions.len() as u32;
-        actions.push(Action { tid, kind, peer, op: t.op, step: t.step, nbytes, seg_begin, seg_end, staged, step_stage: -1 });
+        actions.push(Action { row: row as u32, tag, kind, peer, op: t.op, step: t.step, nbytes, seg_begin, seg_end, staged, step_stage: -1 });
     }
     let deps = dep_pairs(rp, &action_of)?;
 
@@ -214,8 +223,9 @@ pub fn compile(rp: &RankPlan, collective_steps: bool) -> Result<RankProgram> {
 
     // Every step of an action, and with `collective_steps` every step someone moves bytes in.
     let mut all_steps: Vec<u32> = order.iter().map(|&i| actions[i as usize].step).collect();
+    let moving_pairs: &[(u32, u32)] = rp.moving_pairs.as_deref().unwrap_or_default();
     if collective_steps {
-        all_steps.extend(rp.moving_pairs.iter().map(|&(s, _)| s));
+        all_steps.extend(moving_pairs.iter().map(|&(s, _)| s));
         all_steps.sort_unstable();
     }
     all_steps.dedup();
@@ -231,7 +241,7 @@ pub fn compile(rp: &RankPlan, collective_steps: bool) -> Result<RankProgram> {
         while l < local_order.len() && actions[local_order[l] as usize].step == step {
             l += 1;
         }
-        let pairs = if collective_steps { rp.moving_pairs.binary_search_by_key(&step, |&(s, _)| s).ok().map(|k| rp.moving_pairs[k].1) } else { None };
+        let pairs = if collective_steps { moving_pairs.binary_search_by_key(&step, |&(s, _)| s).ok().map(|k| moving_pairs[k].1) } else { None };
         steps.push(Step {
             step,
             comm: (c0 as u32, c as u32),
@@ -272,12 +282,13 @@ fn dep_pairs(rp: &RankPlan, action_of: &[u32]) -> Result<Vec<(u32, u32)>> {
         if succ == u32::MAX {
             continue;
         }
-        let deps = rp.deps.get(t.dep_range()).ok_or_else(|| crate::Error::InvalidInput(format!("transfer {}'s deps {}..{} lie outside the rank plan's {} deps", rp.ids[row], t.dep_begin, t.dep_end, rp.deps.len())))?;
-        for d in deps {
-            if let Ok(k) = rp.ids.binary_search(d) {
-                if action_of[k] != u32::MAX {
-                    out.push((succ, action_of[k]));
-                }
+        let deps = rp.deps.get(t.dep_range()).ok_or_else(|| crate::Error::InvalidInput(format!("row {row}'s deps {}..{} lie outside the rank plan's {} deps", t.dep_begin, t.dep_end, rp.deps.len())))?;
+        for &d in deps {
+            if d as usize >= row {
+                return invalid!("row {row} depends on row {d}, which is not an earlier row");
+            }
+            if action_of[d as usize] != u32::MAX {
+                out.push((succ, action_of[d as usize]));
             }
         }
     }
@@ -363,16 +374,16 @@ pub fn overlap(p: &RankProgram) -> Overlap {
 }
 
 impl RankProgram {
-    /// The plan's deps between this rank's transfers that move bytes, as (transfer id, id it
-    /// waits for), sorted (what `rank_deps` reports).
-    pub fn dep_ids(&self) -> Vec<(u32, u32)> {
-        self.deps.iter().map(|&(s, d)| (self.actions[s as usize].tid, self.actions[d as usize].tid)).collect()
+    /// The plan's deps between this rank's transfers that move bytes, as (row, row it waits
+    /// for) of the rank plan, sorted (what `rank_deps` reports).
+    pub fn dep_rows(&self) -> Vec<(u32, u32)> {
+        self.deps.iter().map(|&(s, d)| (self.actions[s as usize].row, self.actions[d as usize].row)).collect()
     }
 }
 
 impl RankPlan {
     /// A rank plan from raw rows, as `Plan._raw_arrays` lays them out (a whole plan's decoded
-    /// arrays cut to the rank): `ids` the global ids of `transfers` (src, dst, op, tier, step,
+    /// arrays cut to the rank): `ids` the ascending global ids of `transfers` (src, dst, op, tier, step,
     /// seg_begin, seg_end, dep_begin, dep_end), `segments` (src_buf, src_off, dst_buf,
     /// dst_off, len). Empty segments are dropped; ops and buffer ids are checked on what
     /// moves bytes (an empty transfer is dropped by every executor alike).
@@ -380,9 +391,12 @@ impl RankPlan {
     /// Errors name the first transfer in row order with an unknown op or buffer id, or with
     /// ranges outside the rows.
     #[allow(clippy::too_many_arguments)]
-    pub fn from_rows(rank: u32, num_ranks: u32, ids: &[u32], transfers: &[[u32; 9]], segments: &[[u64; 5]], deps: &[u32], moving_pairs: Vec<(u32, u32)>, sizes: (u64, u64, u64)) -> Result<RankPlan> {
+    pub fn from_rows(rank: u32, num_ranks: u32, ids: &[u32], transfers: &[[u32; 9]], segments: &[[u64; 5]], deps: &[u32], moving_pairs: Option<Vec<(u32, u32)>>, sizes: (u64, u64, u64)) -> Result<RankPlan> {
         if ids.len() != transfers.len() {
             return invalid!("{} ids for {} transfers", ids.len(), transfers.len());
+        }
+        if let Some(k) = ids.windows(2).position(|w| w[1] <= w[0]) {
+            return invalid!("ids must ascend: id {} follows {}", ids[k + 1], ids[k]);
         }
         let mut rp = RankPlan::empty("", rank, num_ranks, 0, 0);
         (rp.input_bytes, rp.output_bytes, rp.scratch_bytes) = sizes;
@@ -412,6 +426,7 @@ impl RankPlan {
             let t = Transfer { src, dst, op, tier, step, seg_begin: 0, seg_end: 0, dep_begin: 0, dep_end: 0 };
             rp.push(id, &t, &segs, d);
         }
+        rp.finish();
         Ok(rp)
     }
 }
@@ -435,6 +450,7 @@ mod tests {
             let t = Transfer { src: *src, dst: *dst, op: Op::Copy, tier: Tier::ScaleUp, step: id as u32, seg_begin: 0, seg_end: 0, dep_begin: 0, dep_end: 0 };
             rp.push(id as u32, &t, segs, &[]);
         }
+        rp.finish();
         rp
     }
 

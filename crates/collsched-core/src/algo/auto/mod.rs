@@ -162,9 +162,9 @@ pub struct RankChoice {
 ///
 /// `data` (row-major `n × n`) is what `choose` reads; `traffic`, when the caller holds it,
 /// is the same matrix as a `Traffic`, else one is made from `data` only if a plan is
-/// expanded (so a native choice copies nothing).
+/// expanded (so a native choice copies nothing). `count_pairs`: as `algo::plan_for_rank_in`.
 #[allow(clippy::too_many_arguments)]
-pub fn plan_rank(ws: &mut Workspace, data: &[u64], n: usize, traffic: Option<&Traffic>, cluster: &Cluster, rank: u32, opts: &Options, calibration: Option<&Calibration>, expand_native: bool) -> Result<RankChoice> {
+pub fn plan_rank(ws: &mut Workspace, data: &[u64], n: usize, traffic: Option<&Traffic>, cluster: &Cluster, rank: u32, opts: &Options, calibration: Option<&Calibration>, expand_native: bool, count_pairs: bool) -> Result<RankChoice> {
     if rank as usize >= n {
         return invalid!("rank {rank} is outside the {n} ranks of the traffic matrix");
     }
@@ -183,7 +183,7 @@ pub fn plan_rank(ws: &mut Workspace, data: &[u64], n: usize, traffic: Option<&Tr
             &copied
         }
     };
-    let (mut rp, times) = algo::plan_for_rank_in(ws, traffic, cluster, rank, planned, &Options::new())?;
+    let (mut rp, times) = algo::plan_for_rank_in(ws, traffic, cluster, rank, planned, &Options::new(), count_pairs)?;
     rp.algorithm = choice.algorithm.to_string();
     rp.digest = algo::decisions_digest(algo::input_hash(traffic, cluster, "auto", opts), rp.digest);
     let times = RankTimes { decide_ns: choose_ns + times.decide_ns, expand_ns: times.expand_ns };
