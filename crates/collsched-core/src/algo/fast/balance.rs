@@ -206,7 +206,10 @@ fn reset(out: &mut Balanced, shape: Shape, rank_server: Option<usize>) {
     out.nics = nics;
     out.rank_server = rank_server;
     refill(&mut out.targets, n * n * g, 0);
-    refill(&mut out.server, n * n, 0);
+    // One rank's balancing keeps the totals `server_totals` made.
+    if rank_server.is_none() {
+        refill(&mut out.server, n * n, 0);
+    }
     refill(&mut out.stream_range, n * n * g, (0, 0));
     refill(&mut out.balance_in, n * g, 0);
     let part = &mut out.lo;
@@ -265,9 +268,7 @@ pub fn server_totals(traffic: &Traffic, cluster: &Cluster, out: &mut Balanced) {
 pub fn balance_rank(traffic: &Traffic, cluster: &Cluster, x: usize, out: &mut Balanced) {
     let shape = Shape::of(cluster);
     let Shape { n, g, nics } = shape;
-    let server = std::mem::take(&mut out.server);
     reset(out, shape, Some(x));
-    out.server = server;
     let data = traffic.data();
     // A tile of another server: its Scratch offsets from 0.
     let mut bal_in = std::mem::take(&mut out.lo.temps.tile_bal_in);

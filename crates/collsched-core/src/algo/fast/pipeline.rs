@@ -199,13 +199,13 @@ pub struct AssembleScratch {
 /// What one rank's expansion (`assemble_rank`) needs beside the decisions.
 #[derive(Clone, Copy)]
 struct Focus<'a> {
-    /// The rank's server and local index.
+    /// The rank's server, local index and NIC index.
     x: usize,
     i: usize,
-    /// Per visit of a tile server x has no part in, whether each carrier on the rank's NIC
-    /// index moves bytes (`Cuts::lane_busy`, `lanes` per visit).
+    lane: usize,
+    /// Per visit of a tile server x has no part in, whether a carrier on the rank's NIC
+    /// index moves bytes (`Cuts::lane_busy`).
     lane_busy: &'a [bool],
-    lanes: usize,
 }
 
 /// Assemble the plan. `chain_nics` orders successive rounds per NIC (FAST); without it all
@@ -392,7 +392,7 @@ fn assemble_inner(scratch: &mut AssembleScratch, mut b: PlanBuilder, cluster: &C
     // A NIC's transfers in one round: two per carrier on it, per pair its server is in.
     let pairs_per_server = if chain_nics { max_pairs_per_server(rounds, n) } else { 0 };
     let nic_cap = 2 * g.div_ceil(nics) * pairs_per_server;
-    let focus = focus.map(|(x, i)| Focus { x, i, lane_busy: &cuts.lane_busy, lanes: cuts.lanes });
+    let focus = focus.map(|(x, i)| Focus { x, i, lane: i % nics, lane_busy: &cuts.lane_busy });
     let cx = RoundCtx { bal, rounds, cuts: &cuts.cuts, bal_id, tile_class, classes, nics, chain_nics, focus };
     rounds_state.reset(Some(&bal.balance_in), p, g, n * nics, nic_cap);
     write_rounds(&cx, rounds_state, &mut b, 0..rounds.len());
@@ -490,10 +490,9 @@ fn write_rounds(cx: &RoundCtx, st: &mut RoundState, b: &mut PlanBuilder, range: 
                 match focus {
                     // One rank has no cuts where it has no part: who moves on its NIC index.
                     Some(f) if !involved => {
-                        let lane = f.i % nics;
-                        if f.lane_busy[v * f.lanes..(v + 1) * f.lanes].contains(&true) {
-                            send_busy[s * nics + lane] = busy_mark;
-                            recv_busy[d * nics + lane] = busy_mark;
+                        if f.lane_busy[v] {
+                            send_busy[s * nics + f.lane] = busy_mark;
+                            recv_busy[d * nics + f.lane] = busy_mark;
                         }
                     }
                     _ => {
@@ -604,13 +603,21 @@ fn write_rounds(cx: &RoundCtx, st: &mut RoundState, b: &mut PlanBuilder, range: 
         // round twice is a no-op.
         let mut round_max = 0;
         for &(s, d, _) in &round.pairs {
-            // One rank: a pair it has no part in changes only its NIC index's chains.
-            let (first, count) = match focus {
-                Some(f) if s as usize != f.x && d as usize != f.x => (f.i % nics, 1),
-                _ => (0, nics),
-            };
-            let (s_nics, d_nics) = (s as usize * nics + first, d as usize * nics + first);
-            for nic in (s_nics..s_nics + count).chain(d_nics..d_nics + count) {
+            // One rank: a pair it has no part in wrote nothing; only the chains of its NIC
+            // index move on (its loads are not kept).
+            if let Some(f) = focus.filter(|f| s as usize != f.x && d as usize != f.x) {
+                if chain_nics {
+                    for nic in [s as usize * nics + f.lane, d as usize * nics + f.lane] {
+                        sends.close_round(nic, send_busy[nic] == busy_mark);
+                        recvs.close_round(nic, recv_busy[nic] == busy_mark);
+                        send_busy[nic] = 0;
+                        recv_busy[nic] = 0;
+                    }
+                }
+                continue;
+            }
+            let (s_nics, d_nics) = (s as usize * nics, d as usize * nics);
+            for nic in (s_nics..s_nics + nics).chain(d_nics..d_nics + nics) {
                 round_max = round_max.max(nic_send_bytes[nic]).max(nic_recv_bytes[nic]);
                 nic_send_bytes[nic] = 0;
                 nic_recv_bytes[nic] = 0;
