@@ -115,11 +115,13 @@ pub fn plan(traffic: &Traffic, cluster: &Cluster, opts: &Options) -> Result<Plan
 }
 
 
-/// `rank`'s part of `plan`, expanded alone. Ids come from one counting pass over the matrix:
-/// step 0 holds the non-empty (source, aggregator index) messages in source order, step 1
-/// the non-empty (server, other server, index) messages in that order. The rank gathers for
-/// its own index and sends those rail messages; it receives the rail messages of its index
-/// from every other server, which depend only on gathers it takes no part in.
+/// `rank`'s part of `plan`, expanded alone, in the whole plan's order: step 0 holds the
+/// non-empty (source, aggregator index) messages in source order, step 1 the non-empty
+/// (server, other server, index) messages in that order. The rank gathers for its own index
+/// and sends those rail messages; it receives the rail messages of its index from every
+/// other server, which depend only on gathers it takes no part in. Reads its server's rows
+/// and its own column; with `count_pairs`, one counting pass over the matrix gives the
+/// moving pairs.
 pub fn plan_rank(traffic: &Traffic, cluster: &Cluster, rank: usize, digest: u64, count_pairs: bool) -> RankPlan {
     let n = traffic.n();
     let m = traffic.data();
@@ -127,48 +129,42 @@ pub fn plan_rank(traffic: &Traffic, cluster: &Cluster, rank: usize, digest: u64,
     let g = cluster.gpus_per_server as usize;
     let (s, l) = (rank / g, rank % g);
     let at = |i: usize, j: usize| m[i * n + j];
-    // Counting pass. gather[src * g + lp]: message src → (server of src, lp) is non-empty;
-    // rail[(t * servers + sp) * g + lp]: message (t, lp) → (sp, lp) is non-empty.
-    let mut gather = vec![false; n * g];
-    let mut rail = vec![false; servers * servers * g];
-    for src in 0..n {
-        let (t, ls) = (src / g, src % g);
+    // From the server's rows: gather[ls * g + lp]: message (s, ls) → (s, lp) is non-empty;
+    // rail_out[sp]: message (s, l) → (sp, l) is non-empty. From the rank's column:
+    // rail_in[t]: message (t, l) → (s, l) is non-empty.
+    let mut gather = vec![false; g * g];
+    let mut rail_out = vec![false; servers];
+    for ls in 0..g {
+        let src = s * g + ls;
         for (j, &v) in m[src * n..(src + 1) * n].iter().enumerate() {
             if v == 0 {
                 continue;
             }
             let (sp, lp) = (j / g, j % g);
-            if sp == t {
-                gather[src * g + lp] = true;
-            } else {
-                if lp != ls {
-                    gather[src * g + lp] = true;
-                }
-                rail[(t * servers + sp) * g + lp] = true;
+            if sp == s || lp != ls {
+                gather[ls * g + lp] = true;
+            }
+            if sp != s && lp == l {
+                rail_out[sp] = true;
             }
         }
     }
-    let moving0 = (0..n * g).filter(|&k| gather[k] && k / g % g != k % g).count() as u32;
-    // Ids: prefix counts of the non-empty messages.
-    let prefix = |flags: &[bool], base: u32| -> Vec<u32> {
-        let mut out = Vec::with_capacity(flags.len() + 1);
-        let mut k = base;
-        out.push(k);
-        for &f in flags {
-            k += u32::from(f);
-            out.push(k);
-        }
-        out
+    let rail_in: Vec<bool> = (0..servers).map(|t| t != s && (0..g).any(|ls| at(t * g + ls, rank) > 0)).collect();
+    // This rank's offsets: input offset of block (rank, j) is its row's prefix, output
+    // offset of block (i, rank) its column's. The peer's side of a message is not this
+    // rank's to know (`RankPlan::finish` clears it): 0 here.
+    let prefix = |v: &mut dyn Iterator<Item = u64>| -> Vec<u64> {
+        let mut acc = 0u64;
+        v.map(|x| {
+            acc += x;
+            acc - x
+        })
+        .collect()
     };
-    let gather_ids = prefix(&gather, 0);
-    let step0_total = gather_ids[n * g];
-    let rail_ids = prefix(&rail, step0_total);
-    let step1_total = rail_ids[servers * servers * g] - step0_total;
-    let gather_id = |src: usize, lp: usize| -> u32 { gather_ids[src * g + lp] };
-    let rail_id = |t: usize, sp: usize, lp: usize| -> u32 { rail_ids[(t * servers + sp) * g + lp] };
-    // Offsets: input offset of block (i, j) is row i's prefix; output offset its column's.
-    let send_off = |i: usize, j: usize| -> u64 { m[i * n..i * n + j].iter().sum() };
-    let recv_off = |i: usize, j: usize| -> u64 { (0..i).map(|k| at(k, j)).sum() };
+    let row_prefix = prefix(&mut m[rank * n..(rank + 1) * n].iter().copied());
+    let col_prefix = prefix(&mut (0..n).map(|i| at(i, rank)));
+    let send_off = |i: usize, j: usize| -> u64 { if i == rank { row_prefix[j] } else { 0 } };
+    let recv_off = |i: usize, j: usize| -> u64 { if j == rank { col_prefix[i] } else { 0 } };
     // Where aggregator (t, lp)'s scratch holds block (t, ls) → (sp, lp), and its scratch size.
     let scratch_of = |t: usize, lp: usize| -> (Vec<u64>, u64) {
         let mut off = vec![0u64; servers * g];
@@ -181,12 +177,18 @@ pub fn plan_rank(traffic: &Traffic, cluster: &Cluster, rank: usize, digest: u64,
         }
         (off, pos)
     };
+    // Ids: a local count in plan order.
+    let mut next = 0u32;
+    let mut take_id = || {
+        next += 1;
+        next - 1
+    };
     let mut rp = RankPlan::empty("hierarchical", rank as u32, n as u32, cluster.gpus_per_server, digest);
     rp.input_bytes = traffic.row_sum(rank);
     rp.output_bytes = traffic.col_sum(rank);
-    rp.moving_pairs = count_pairs.then(|| [(0, moving0), (1, step1_total)].into_iter().filter(|&(_, k)| k > 0).collect());
-    let aggs: Vec<(Vec<u64>, u64)> = (0..g).map(|lp| scratch_of(s, lp)).collect();
-    rp.scratch_bytes = aggs[l].1;
+    rp.moving_pairs = count_pairs.then(|| moving_pairs(m, n, servers, g));
+    let (own_scratch, scratch_bytes) = scratch_of(s, l);
+    rp.scratch_bytes = scratch_bytes;
     let transfer = |src: usize, dst: usize, tier: Tier, step: u32| Transfer { src: src as u32, dst: dst as u32, op: Op::Copy, tier, step, seg_begin: 0, seg_end: 0, dep_begin: 0, dep_end: 0 };
     // Step 0: gathers into this rank (as aggregator l) and its own gathers, by source.
     let mut segs = Vec::new();
@@ -194,7 +196,7 @@ pub fn plan_rank(traffic: &Traffic, cluster: &Cluster, rank: usize, digest: u64,
     for ls in 0..g {
         let src = s * g + ls;
         for lp in 0..g {
-            if !(ls == l || lp == l) || !gather[src * g + lp] {
+            if !(ls == l || lp == l) || !gather[ls * g + lp] {
                 continue;
             }
             let agg = s * g + lp;
@@ -203,10 +205,11 @@ pub fn plan_rank(traffic: &Traffic, cluster: &Cluster, rank: usize, digest: u64,
             if ls != lp {
                 for sp in (0..servers).filter(|&x| x != s) {
                     let dst = sp * g + lp;
-                    segs.push(Segment { src_buf: Buf::Input, src_off: send_off(src, dst), dst_buf: Buf::Scratch, dst_off: aggs[lp].0[sp * g + ls], len: at(src, dst) });
+                    let dst_off = if lp == l { own_scratch[sp * g + ls] } else { 0 };
+                    segs.push(Segment { src_buf: Buf::Input, src_off: send_off(src, dst), dst_buf: Buf::Scratch, dst_off, len: at(src, dst) });
                 }
             }
-            let id = gather_id(src, lp);
+            let id = take_id();
             if lp == l {
                 my_gathers[ls] = Some(id);
             }
@@ -220,7 +223,7 @@ pub fn plan_rank(traffic: &Traffic, cluster: &Cluster, rank: usize, digest: u64,
     for t in 0..servers {
         if t == s {
             for sp in (0..servers).filter(|&x| x != s) {
-                if !rail[(s * servers + sp) * g + l] {
+                if !rail_out[sp] {
                     continue;
                 }
                 let dst = sp * g + l;
@@ -236,15 +239,14 @@ pub fn plan_rank(traffic: &Traffic, cluster: &Cluster, rank: usize, digest: u64,
                         (Buf::Input, send_off(src, dst))
                     } else {
                         deps.push(my_gathers[ls].expect("a non-empty piece was gathered"));
-                        (Buf::Scratch, aggs[l].0[sp * g + ls])
+                        (Buf::Scratch, own_scratch[sp * g + ls])
                     };
                     segs.push(Segment { src_buf, src_off, dst_buf: Buf::Output, dst_off: recv_off(src, dst), len });
                 }
-                rp.push(rail_id(s, sp, l), &transfer(rank, dst, Tier::ScaleOut, 1), &segs, &deps);
+                rp.push(take_id(), &transfer(rank, dst, Tier::ScaleOut, 1), &segs, &deps);
             }
-        } else if rail[(t * servers + s) * g + l] {
+        } else if rail_in[t] {
             let agg = t * g + l;
-            let (theirs, _) = scratch_of(t, l);
             segs.clear();
             for ls in 0..g {
                 let src = t * g + ls;
@@ -252,12 +254,36 @@ pub fn plan_rank(traffic: &Traffic, cluster: &Cluster, rank: usize, digest: u64,
                 if len == 0 {
                     continue;
                 }
-                let (src_buf, src_off) = if ls == l { (Buf::Input, send_off(src, rank)) } else { (Buf::Scratch, theirs[s * g + ls]) };
-                segs.push(Segment { src_buf, src_off, dst_buf: Buf::Output, dst_off: recv_off(src, rank), len });
+                segs.push(Segment { src_buf: Buf::Input, src_off: 0, dst_buf: Buf::Output, dst_off: recv_off(src, rank), len });
             }
-            rp.push(rail_id(t, s, l), &transfer(agg, rank, Tier::ScaleOut, 1), &segs, &[]);
+            rp.push(take_id(), &transfer(agg, rank, Tier::ScaleOut, 1), &segs, &[]);
         }
     }
     rp.finish();
     rp
+}
+
+/// The whole plan's `(step, distinct moving pairs)`: step 0's gathers between two ranks,
+/// step 1's rail messages (one counting pass over the matrix).
+fn moving_pairs(m: &[u64], n: usize, servers: usize, g: usize) -> Vec<(u32, u32)> {
+    let mut gather = vec![false; n * g];
+    let mut rail = vec![false; servers * servers * g];
+    for src in 0..n {
+        let (t, ls) = (src / g, src % g);
+        for (j, &v) in m[src * n..(src + 1) * n].iter().enumerate() {
+            if v == 0 {
+                continue;
+            }
+            let (sp, lp) = (j / g, j % g);
+            if sp == t || lp != ls {
+                gather[src * g + lp] = true;
+            }
+            if sp != t {
+                rail[(t * servers + sp) * g + lp] = true;
+            }
+        }
+    }
+    let step0 = (0..n * g).filter(|&k| gather[k] && k / g % g != k % g).count() as u32;
+    let step1 = rail.iter().filter(|&&f| f).count() as u32;
+    [(0, step0), (1, step1)].into_iter().filter(|&(_, k)| k > 0).collect()
 }

@@ -49,53 +49,36 @@ pub fn plan(traffic: &Traffic, cluster: &Cluster, opts: &Options) -> Result<Plan
     Ok(b.finish())
 }
 
-/// `rank`'s part of `plan`: in round r it sends to rank + r and receives from rank − r.
-/// Ids run round by round, position by position, so one counting pass over the matrix (the
-/// non-empty blocks of each round, and those before this rank's two positions in it) gives
-/// every id. A receive's deps are the sender's latest earlier send and receive; only the
-/// latter can involve this rank (when this rank was that sender in round P − r).
+/// `rank`'s part of `plan`: in round r it sends to rank + r and receives from rank − r,
+/// in the whole plan's order (a round's transfers run by sender). Reads the rank's row and
+/// column, plus, per receive in the second half of the rounds, the sender's column until
+/// its first earlier receive. A receive's deps are the sender's latest earlier send and
+/// receive; only the latter can involve this rank (when this rank was that sender in round
+/// P − r). With `count_pairs`, one counting pass over the matrix gives the moving pairs.
 pub fn plan_rank(traffic: &Traffic, cluster: &Cluster, rank: usize, digest: u64, count_pairs: bool) -> RankPlan {
     let n = traffic.n();
     let m = traffic.data();
     let x = rank;
-    let round_of = |i: usize, j: usize| if j >= i { j - i } else { j + n - i };
-    // Per round: non-empty blocks, and those at positions before this rank's send and receive.
-    let mut total = vec![0u32; n];
-    let mut before_send = vec![0u32; n];
-    let mut before_recv = vec![0u32; n];
-    // Input offset of block (i, x) at i, and output offset of block (x, j) at j.
-    let mut left_sum = vec![0u64; n];
-    let mut above = vec![0u64; n];
-    for i in 0..n {
-        let row = &m[i * n..(i + 1) * n];
-        for (j, &v) in row.iter().enumerate() {
-            if v == 0 {
-                continue;
-            }
-            let r = round_of(i, j);
-            total[r] += 1;
-            before_send[r] += u32::from(i < x);
-            before_recv[r] += u32::from(i < (x + n - r) % n);
-        }
-        left_sum[i] = row[..x].iter().sum();
-        if i < x {
-            for (a, &v) in above.iter_mut().zip(row) {
-                *a += v;
-            }
-        }
-    }
     let mut rp = RankPlan::empty("spreadout", x as u32, n as u32, cluster.gpus_per_server, digest);
     rp.input_bytes = traffic.row_sum(x);
     rp.output_bytes = traffic.col_sum(x);
-    rp.moving_pairs = count_pairs.then(|| (1..n).filter(|&r| total[r] > 0).map(|r| (r as u32, total[r])).collect());
+    if count_pairs {
+        let mut total = vec![0u32; n];
+        for i in 0..n {
+            for (j, &v) in m[i * n..(i + 1) * n].iter().enumerate() {
+                if v != 0 {
+                    total[if j >= i { j - i } else { j + n - i }] += 1;
+                }
+            }
+        }
+        rp.moving_pairs = Some((1..n).filter(|&r| total[r] > 0).map(|r| (r as u32, total[r])).collect());
+    }
+    // The peer's offsets are not this rank's to know (`RankPlan::finish` clears them).
     let transfer = |i: usize, j: usize, r: usize, src_off: u64, dst_off: u64| {
         let seg = Segment { src_buf: Buf::Input, src_off, dst_buf: Buf::Output, dst_off, len: m[i * n + j] };
         let t = Transfer { src: i as u32, dst: j as u32, op: Op::Copy, tier: cluster.tier(i as u32, j as u32), step: r as u32, seg_begin: 0, seg_end: 0, dep_begin: 0, dep_end: 0 };
         (t, seg)
     };
-    let mut send_id: Vec<Option<u32>> = vec![None; n];
-    let (mut last_send, mut last_recv): (Option<u32>, Option<u32>) = (None, None);
-    let mut start = 0u32;
     // Input offsets of this rank's blocks, by receiver (torch's layout: in column order).
     let mut send_off = vec![0u64; n];
     let mut at = 0u64;
@@ -110,14 +93,18 @@ pub fn plan_rank(traffic: &Traffic, cluster: &Cluster, rank: usize, digest: u64,
         *off = at;
         at += m[i * n + x];
     }
+    // Ids: a local count in plan order (round, then sender).
+    let mut next = 0u32;
+    let mut send_id: Vec<Option<u32>> = vec![None; n];
+    let (mut last_send, mut last_recv): (Option<u32>, Option<u32>) = (None, None);
     for r in 0..n {
         let j = (x + r) % n;
         let mut send = None;
         if m[x * n + j] > 0 {
             let mut deps: Vec<u32> = last_send.into_iter().chain(last_recv).collect();
             deps.dedup();
-            let (t, seg) = transfer(x, j, r, send_off[j], if j == x { recv_off[x] } else { above[j] });
-            send = Some((start + before_send[r], t, seg, deps));
+            let (t, seg) = transfer(x, j, r, send_off[j], if j == x { recv_off[x] } else { 0 });
+            send = Some((x, t, seg, deps));
         }
         let i = (x + n - r) % n;
         let mut recv = None;
@@ -129,25 +116,25 @@ pub fn plan_rank(traffic: &Traffic, cluster: &Cluster, rank: usize, digest: u64,
                 Some(id) if back < r && (back + 1..r).all(|q| m[((i + n - q) % n) * n + i] == 0) => vec![id],
                 _ => vec![],
             };
-            let (t, seg) = transfer(i, x, r, left_sum[i], recv_off[i]);
-            recv = Some((start + before_recv[r], t, seg, dep));
+            let (t, seg) = transfer(i, x, r, 0, recv_off[i]);
+            recv = Some((i, t, seg, dep));
         }
-        let mut both: Vec<_> = send.iter().chain(recv.iter()).collect();
+        let mut both: Vec<_> = send.into_iter().chain(recv).collect();
         both.sort_by_key(|e| e.0);
-        for (id, t, seg, deps) in both {
-            rp.push(*id, t, std::slice::from_ref(seg), deps);
-        }
-        if let Some((id, ..)) = send {
-            send_id[r] = Some(id);
-            last_send = Some(id);
-            if r == 0 {
+        for (sender, t, seg, deps) in both {
+            let id = next;
+            next += 1;
+            rp.push(id, &t, std::slice::from_ref(&seg), &deps);
+            if sender == x {
+                send_id[r] = Some(id);
+                last_send = Some(id);
+                if r == 0 {
+                    last_recv = Some(id);
+                }
+            } else {
                 last_recv = Some(id);
             }
         }
-        if let Some((id, ..)) = recv {
-            last_recv = Some(id);
-        }
-        start += total[r];
     }
     rp.finish();
     rp
