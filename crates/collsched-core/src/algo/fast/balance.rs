@@ -268,6 +268,7 @@ pub fn server_totals(traffic: &Traffic, cluster: &Cluster, out: &mut Balanced) {
 pub fn balance_rank(traffic: &Traffic, cluster: &Cluster, x: usize, out: &mut Balanced) {
     let shape = Shape::of(cluster);
     let Shape { n, g, nics } = shape;
+    assert!(out.servers == n && out.gpus == g && out.server.len() == n * n, "balance_rank: run server_totals for this cluster first");
     reset(out, shape, Some(x));
     let data = traffic.data();
     // A tile of another server: its Scratch offsets from 0.
