@@ -510,9 +510,9 @@ fn write_rounds(cx: &RoundCtx, st: &mut RoundState, b: &mut PlanBuilder, range: 
             // sends, it neither knows nor needs the receiver's Scratch offsets (a rank plan
             // keeps only the sender's side) nor parks for the redistribution there; where it
             // receives, the sender's balancing is not its own.
-            let (carriers, mine_sent, mine_received) = match focus {
+            let (carriers, sender_is_ours, receiver_is_ours) = match focus {
                 None => (0..g, true, true),
-                Some(f) if d == f.x => (0..g, s == f.x, true),
+                Some(f) if d == f.x => (0..g, false, true),
                 Some(f) if s == f.x => (f.i..f.i + 1, true, false),
                 Some(_) => continue,
             };
@@ -545,7 +545,7 @@ fn write_rounds(cx: &RoundCtx, st: &mut RoundState, b: &mut PlanBuilder, range: 
                         let a = piece.a as usize;
                         let j = piece.j as usize;
                         let src_buf = if in_scratch {
-                            if mine_sent {
+                            if sender_is_ours {
                                 let dep = bal_id[((s * g + a) * g + c) * classes + tile_class[tile] as usize];
                                 if pdeps.len() == dep_begin || pdeps.last() != Some(&dep) {
                                     pdeps.push(dep);
@@ -563,7 +563,7 @@ fn write_rounds(cx: &RoundCtx, st: &mut RoundState, b: &mut PlanBuilder, range: 
                             let at = recv_cursor[dst_rank];
                             recv_cursor[dst_rank] += y;
                             push_merged_from(psegs, seg_begin, Segment { src_buf, src_off, dst_buf: Buf::Scratch, dst_off: at, len: y });
-                            if mine_received {
+                            if receiver_is_ours {
                                 redistributor.park(j, at, out_off, y);
                             }
                         }
