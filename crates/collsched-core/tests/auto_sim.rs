@@ -6,8 +6,7 @@
 //! backend, counted on its actual plan (transfers, steps, messages, staged bytes) with the
 //! built-in constants; `native` is fanout's data movement, on Gloo with each pair's two
 //! directions one after the other. Asserted: the candidate `choose` picks costs at most 1%
-//! more than the best one on average, and at most 5% more in all but 6 of the 240 cases
-//! (none more than 15%).
+//! more than the best one on average, and at most 5% more in every one of the 240 cases.
 mod auto_cases;
 use auto_cases::{half_duplex_fanout, plan_shape, random_cluster, random_traffic};
 use collsched_core::algo::auto::{choose, model, Calibration, CANDIDATES};
@@ -70,14 +69,13 @@ fn auto_is_within_five_percent_of_the_best_candidate_and_one_percent_on_average(
         let worst = r.iter().cloned().fold(0.0, f64::max);
         eprintln!("{backend}: mean {mean:.4}, worst {worst:.4}, beyond 5%: {}; listed: {over:#?}", r.iter().filter(|&&x| x > 1.05).count());
     }
-    // The issue asks for every case within 5%. The model reaches it on Gloo and on all but
-    // one NCCL case (docs/auto.md: FAST against sabre_light on a 2×2 mesh, 11.6%: FAST's
-    // balancing shows more there than its fitted weight says), so this holds the line where
-    // it stands: the mean within 1%, at most one case per backend beyond 5%, none beyond 12%.
+    // The issue's targets: every case within 5% of the best candidate, the mean within 1%.
+    // Both hold on this seed for both backends (the held-out seeds 7 and 3 still have one
+    // and two NCCL cases at 10%: docs/auto.md, Decision quality).
     for (backend, r, over) in &all {
         let mean = r.iter().sum::<f64>() / r.len() as f64;
         let worst = r.iter().cloned().fold(0.0, f64::max);
-        assert!(over.len() <= 1 && worst <= 1.12, "{backend}: auto beyond 5% of the best candidate in {} cases (worst {worst:.3}): {over:#?}", over.len());
+        assert!(over.is_empty() && worst <= 1.05, "{backend}: auto beyond 5% of the best candidate in {} cases (worst {worst:.3}): {over:#?}", over.len());
         assert!(mean <= 1.01, "{backend}: auto {mean:.4} of the best on average (> 1%)");
     }
 }

@@ -26,6 +26,14 @@ pub struct Loads {
     /// Per global NIC: bytes sent with rail-aligned routes (through the local GPU with the
     /// destination's local index: hierarchical, sabre_light); received as `nic_down`.
     pub rail_up: Vec<u64>,
+    /// Per global NIC, for sabre_light's rail routes: the part of `rail_up` its GPUs send
+    /// straight to remote GPUs of their own NIC group (the rest waits at a local proxy for
+    /// its forwarding over scale-up), the largest forwarded message into one of its proxies
+    /// (one mesh link carries it) and the most bytes forwarded into one of its proxies (its
+    /// scale-up port receives them).
+    pub group_direct: Vec<u64>,
+    pub fwd_msg_max: Vec<u64>,
+    pub fwd_in_max: Vec<u64>,
     /// Per global NIC, for torch's Gloo all-to-all (a pair's lower rank sends first, the
     /// higher rank's reply waits for it): bytes sent to higher / lower ranks, and received
     /// from lower / higher ranks (remote only).
@@ -60,20 +68,6 @@ impl Loads {
     /// Loads of the row-major `n × n` matrix `data` on `cluster` (caller checks the sizes).
     /// Errors if a row, column or the total sums past 2^64 bytes.
     pub fn new(data: &[u64], n: usize, cluster: &Cluster) -> Result<Loads> {
-        Loads::build(n, cluster, |i, row| row.copy_from_slice(&data[i * n..(i + 1) * n]))
-    }
-
-    /// The same from little-endian bytes (8 per entry), decoded one row at a time, so a
-    /// matrix handed over as bytes is read once and never copied whole.
-    pub fn from_le_bytes(bytes: &[u8], n: usize, cluster: &Cluster) -> Result<Loads> {
-        Loads::build(n, cluster, |i, row| {
-            for (x, b) in row.iter_mut().zip(bytes[i * n * 8..(i + 1) * n * 8].chunks_exact(8)) {
-                *x = u64::from_le_bytes(b.try_into().expect("8 bytes"));
-            }
-        })
-    }
-
-    fn build(n: usize, cluster: &Cluster, mut fill: impl FnMut(usize, &mut [u64])) -> Result<Loads> {
         let g = cluster.gpus_per_server as usize;
         let servers = cluster.servers as usize;
         let nics = servers * cluster.nics_per_server as usize;
@@ -89,6 +83,9 @@ impl Loads {
             nic_up: vec![0; nics],
             nic_down: vec![0; nics],
             rail_up: vec![0; nics],
+            group_direct: vec![0; nics],
+            fwd_msg_max: vec![0; nics],
+            fwd_in_max: vec![0; nics],
             up_first: vec![0; nics],
             up_second: vec![0; nics],
             down_first: vec![0; nics],
@@ -105,66 +102,77 @@ impl Loads {
         let nic_table: Vec<usize> = (0..n as u32).map(|r| cluster.global_nic_of(r) as usize).collect();
         let nic = |r: usize| nic_table[r];
         let mut col = vec![0u64; n];
-        // Column sums over the rows of earlier servers (the remote senders below each column).
+        // Column sums over the rows of earlier servers (the remote senders below each column),
+        // and over the rows of the column's own server.
         let mut col_lower = vec![0u64; n];
-        // Column sums over the rows of the column's own server.
         let mut col_own = vec![0u64; n];
-        let mut row = vec![0u64; n];
-        // Per row of the current server: bytes to each server (the tiles balancing evens out).
+        // Per row of the current server: bytes to each server (the tiles balancing evens
+        // out), to each local index, and its non-zero blocks.
         let mut tiles = vec![0u64; g * servers];
-        let mut fold = vec![0u64; g];
+        let mut fold = vec![0u64; g * g];
+        let mut nz = vec![0u64; g];
+        let mut fwd_in = vec![0u64; g];
         let mut server_means = vec![0u64; servers];
         let mut row_nz_max = 0u64;
         // Sums wrap until the entries show they cannot have (checked after the rows): `largest`
         // is the OR of all entries, at least the largest and less than twice it.
         let mut largest = 0u64;
-        for i in 0..n {
-            fill(i, &mut row);
-            let row = &row[..];
-            let (s, a) = (i / g, i % g);
-            if a == 0 {
-                col_lower[s * g..(s + 1) * g].copy_from_slice(&col[s * g..(s + 1) * g]);
+        for (s, rows) in data.chunks_exact(g * n).enumerate() {
+            let block = s * g..(s + 1) * g;
+            col_lower[block.clone()].copy_from_slice(&col[block.clone()]);
+            largest |= server_pass(g, rows, &mut col, &mut tiles, &mut fold, &mut nz);
+            for j in block {
+                col_own[j] = col[j].wrapping_sub(col_lower[j]);
             }
-            // Passes over the row that the compiler vectorises (one row stays in L1).
-            let (nz, any) = row_pass(row, g, &mut col, &mut tiles[a * servers..(a + 1) * servers], &mut fold);
-            largest |= any;
-            let own = &row[s * g..(s + 1) * g];
-            for (c, &b) in col_own[s * g..(s + 1) * g].iter_mut().zip(own) {
-                *c = c.wrapping_add(b);
-            }
-            for (k, &b) in own.iter().enumerate() {
-                if k != a {
-                    l.su_block_max = l.su_block_max.max(b);
+            // Per row, O(g + servers): what the pass's partial sums give.
+            for (a, row) in rows.chunks_exact(n).enumerate() {
+                let i = s * g + a;
+                let tile = &tiles[a * servers..(a + 1) * servers];
+                let own = &row[s * g..(s + 1) * g];
+                for (k, &b) in own.iter().enumerate() {
+                    if k != a {
+                        l.su_block_max = l.su_block_max.max(b);
+                    }
+                }
+                let d = row[i];
+                l.nonzero += nz[a];
+                row_nz_max = row_nz_max.max(nz[a] - u64::from(d != 0));
+                l.diag[i] = d;
+                let own_sum = tile[s];
+                let total = tile.iter().fold(0u64, |x, &y| x.wrapping_add(y));
+                l.so_out[i] = total.wrapping_sub(own_sum);
+                let lower = tile[..s].iter().fold(0u64, |x, &y| x.wrapping_add(y));
+                l.up_second[nic(i)] = l.up_second[nic(i)].wrapping_add(lower);
+                l.up_first[nic(i)] = l.up_first[nic(i)].wrapping_add(l.so_out[i].wrapping_sub(lower));
+                l.su_out[i] = own_sum.wrapping_sub(d);
+                // Hierarchical's gather: to local GPU k, everything for local index k (k ≠ a).
+                for (k, &b) in fold[a * g..(a + 1) * g].iter().enumerate() {
+                    if k != a {
+                        l.gather_out[i] = l.gather_out[i].wrapping_add(b);
+                        l.gather_in[s * g + k] = l.gather_in[s * g + k].wrapping_add(b);
+                        l.gather_max = l.gather_max.max(b);
+                    }
+                    // Rail: the remote part of it leaves through the NIC of local GPU k.
+                    let at = nic(s * g + k);
+                    let remote = b.wrapping_sub(own[k]);
+                    l.rail_up[at] = l.rail_up[at].wrapping_add(remote);
+                    // sabre_light: within the NIC group straight, else via the proxy with index k.
+                    if at == nic(i) {
+                        l.group_direct[at] = l.group_direct[at].wrapping_add(remote);
+                    } else {
+                        fwd_in[k] = fwd_in[k].wrapping_add(remote);
+                        l.fwd_msg_max[at] = l.fwd_msg_max[at].max(remote);
+                    }
                 }
             }
-            let d = row[i];
-            l.nonzero += nz;
-            row_nz_max = row_nz_max.max(nz - u64::from(d != 0));
-            l.diag[i] = d;
-            let own_sum = tiles[a * servers + s];
-            let total = tiles[a * servers..(a + 1) * servers].iter().fold(0u64, |x, &y| x.wrapping_add(y));
-            l.so_out[i] = total.wrapping_sub(own_sum);
-            let lower = tiles[a * servers..a * servers + s].iter().fold(0u64, |x, &y| x.wrapping_add(y));
-            l.up_second[nic(i)] = l.up_second[nic(i)].wrapping_add(lower);
-            l.up_first[nic(i)] = l.up_first[nic(i)].wrapping_add(l.so_out[i].wrapping_sub(lower));
-            l.su_out[i] = own_sum.wrapping_sub(d);
-            // Hierarchical's gather: to local GPU k, everything for local index k (k ≠ a).
-            for (k, &b) in fold.iter().enumerate() {
-                if k != a {
-                    l.gather_out[i] = l.gather_out[i].wrapping_add(b);
-                    l.gather_in[s * g + k] = l.gather_in[s * g + k].wrapping_add(b);
-                    l.gather_max = l.gather_max.max(b);
-                }
-                // Rail: the remote part of it leaves through the NIC of local GPU k.
+            for (k, x) in fwd_in.iter_mut().enumerate() {
                 let at = nic(s * g + k);
-                l.rail_up[at] = l.rail_up[at].wrapping_add(b.wrapping_sub(own[k]));
+                l.fwd_in_max[at] = l.fwd_in_max[at].max(std::mem::take(x));
             }
-            if a == g - 1 {
-                l.finish_server(s, &tiles, &mut server_means);
-            }
+            l.finish_server(s, &tiles, &mut server_means);
         }
         if 2 * largest as u128 * (n * n) as u128 > u64::MAX as u128 {
-            check_sums(n, &mut fill)?;
+            check_sums(data, n)?;
         }
         for j in 0..n {
             let s = j / g;
@@ -184,6 +192,12 @@ impl Loads {
         // Messages: a rank receives from about as many peers as it sends to.
         l.degree = 2 * row_nz_max;
         Ok(l)
+    }
+
+    /// The same from little-endian bytes (8 per entry).
+    pub fn from_le_bytes(bytes: &[u8], n: usize, cluster: &Cluster) -> Result<Loads> {
+        let data: Vec<u64> = bytes.chunks_exact(8).map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes"))).collect();
+        Loads::new(&data, n, cluster)
     }
 
     /// Balancing of server `s` once all its rows are in `tiles` (g rows × servers): per
@@ -224,61 +238,92 @@ impl Loads {
     }
 }
 
-/// One pass over `row` in server blocks of `g`: column sums into `col`, each block's sum
-/// into `tiles`, the blocks added up element-wise into `fold` (what goes to each local
-/// index); returns the non-zero entries and the OR of all. The block width is a compile-time
-/// constant for the usual server sizes, so the pass vectorises.
-fn row_pass(row: &[u64], g: usize, col: &mut [u64], tiles: &mut [u64], fold: &mut [u64]) -> (u64, u64) {
-    fn fixed<const G: usize>(row: &[u64], col: &mut [u64], tiles: &mut [u64], fold: &mut [u64]) -> (u64, u64) {
-        let (mut acc, mut nz, mut any) = ([0u64; G], [0u64; G], [0u64; G]);
-        for ((t, chunk), cols) in tiles.iter_mut().zip(row.chunks_exact(G)).zip(col.chunks_exact_mut(G)) {
-            let chunk: &[u64; G] = chunk.try_into().expect("G entries");
+/// One pass over one server's `g` rows (`rows`, g × n, row-major), a g × g tile at a time:
+/// the tile's column sums added into `col`, each row's tile sum into `tiles` (g × servers),
+/// each row's blocks added up element-wise into `fold` (g × g: what it sends to each local
+/// index) and its non-zero entries into `nz` (g); returns the OR of all entries.
+///
+/// Why this shape: with a compile-time `G` the tile's column sums stay in registers (the
+/// column vector is read and written once per server, not once per row) and every sum is
+/// over contiguous u64 that the compiler vectorises. A non-zero count `b != 0` on u64
+/// needs five SSE2 operations per two entries; `(b + 2^32 − 1) >> 32` is the same for
+/// entries below 2^32 in two, and the rare server block with a larger entry is recounted.
+fn server_pass(g: usize, rows: &[u64], col: &mut [u64], tiles: &mut [u64], fold: &mut [u64], nz: &mut [u64]) -> u64 {
+    let any = match g {
+        8 => tiles_fixed::<8>(rows, col, tiles, fold, nz),
+        4 => tiles_fixed::<4>(rows, col, tiles, fold, nz),
+        2 => tiles_fixed::<2>(rows, col, tiles, fold, nz),
+        1 => tiles_fixed::<1>(rows, col, tiles, fold, nz),
+        _ => tiles_any(g, rows, col, tiles, fold, nz),
+    };
+    if any >> 32 != 0 {
+        for (c, row) in nz.iter_mut().zip(rows.chunks_exact(col.len())) {
+            *c = row.iter().map(|&b| u64::from(b != 0)).sum();
+        }
+    }
+    any
+}
+
+/// `server_pass` for `G` GPUs per server (the non-zero count valid where all entries < 2^32).
+fn tiles_fixed<const G: usize>(rows: &[u64], col: &mut [u64], tiles: &mut [u64], fold: &mut [u64], nz: &mut [u64]) -> u64 {
+    const LOW: u64 = (1 << 32) - 1;
+    let n = col.len();
+    let servers = n / G;
+    let (mut acc, mut cnt, mut any) = ([[0u64; G]; G], [[0u64; 2]; G], [0u64; G]);
+    for (d, cols) in col.chunks_exact_mut(G).enumerate() {
+        let mut blk = [0u64; G];
+        for a in 0..G {
+            let chunk: &[u64; G] = rows[a * n + d * G..][..G].try_into().expect("G entries");
             let mut sum = 0u64;
             for k in 0..G {
                 let b = chunk[k];
-                cols[k] = cols[k].wrapping_add(b);
-                acc[k] = acc[k].wrapping_add(b);
-                nz[k] += u64::from(b != 0);
+                blk[k] = blk[k].wrapping_add(b);
+                acc[a][k] = acc[a][k].wrapping_add(b);
+                cnt[a][k % 2] += b.wrapping_add(LOW) >> 32;
                 any[k] |= b;
                 sum = sum.wrapping_add(b);
             }
-            *t = sum;
+            tiles[a * servers + d] = sum;
         }
-        fold.copy_from_slice(&acc);
-        (nz.iter().sum(), any.iter().fold(0, |x, &y| x | y))
+        for (c, b) in cols.iter_mut().zip(blk) {
+            *c = c.wrapping_add(b);
+        }
     }
-    match g {
-        8 => fixed::<8>(row, col, tiles, fold),
-        4 => fixed::<4>(row, col, tiles, fold),
-        2 => fixed::<2>(row, col, tiles, fold),
-        _ => {
-            fold.iter_mut().for_each(|x| *x = 0);
-            let (mut nz, mut any) = (0u64, 0u64);
-            for ((t, chunk), cols) in tiles.iter_mut().zip(row.chunks_exact(g)).zip(col.chunks_exact_mut(g)) {
-                let mut sum = 0u64;
-                for ((f, c), &b) in fold.iter_mut().zip(cols.iter_mut()).zip(chunk) {
-                    *f = f.wrapping_add(b);
-                    *c = c.wrapping_add(b);
-                    nz += u64::from(b != 0);
-                    any |= b;
-                    sum = sum.wrapping_add(b);
-                }
-                *t = sum;
+    for a in 0..G {
+        fold[a * G..(a + 1) * G].copy_from_slice(&acc[a]);
+        nz[a] = cnt[a][0] + cnt[a][1];
+    }
+    any.iter().fold(0, |x, &y| x | y)
+}
+
+/// `server_pass` for any other server size, row by row (not vectorised; exact non-zero count).
+fn tiles_any(g: usize, rows: &[u64], col: &mut [u64], tiles: &mut [u64], fold: &mut [u64], nz: &mut [u64]) -> u64 {
+    let servers = col.len() / g;
+    let mut any = 0u64;
+    fold.fill(0);
+    for (a, row) in rows.chunks_exact(col.len()).enumerate() {
+        for (d, (chunk, cols)) in row.chunks_exact(g).zip(col.chunks_exact_mut(g)).enumerate() {
+            let mut sum = 0u64;
+            for ((&b, c), f) in chunk.iter().zip(cols).zip(&mut fold[a * g..(a + 1) * g]) {
+                *c = c.wrapping_add(b);
+                *f = f.wrapping_add(b);
+                any |= b;
+                sum = sum.wrapping_add(b);
             }
-            (nz, any)
+            tiles[a * servers + d] = sum;
         }
+        nz[a] = row.iter().map(|&b| u64::from(b != 0)).sum();
     }
+    any
 }
 
 /// Rows, columns and the total must fit in u64 (the same rule as `Traffic::new`).
-fn check_sums(n: usize, fill: &mut impl FnMut(usize, &mut [u64])) -> Result<()> {
+fn check_sums(data: &[u64], n: usize) -> Result<()> {
     let mut cols = vec![0u128; n];
     let mut total = 0u128;
-    let mut row = vec![0u64; n];
-    for i in 0..n {
-        fill(i, &mut row);
+    for (i, row) in data.chunks_exact(n).enumerate() {
         let mut r = 0u128;
-        for (c, &b) in cols.iter_mut().zip(&row) {
+        for (c, &b) in cols.iter_mut().zip(row) {
             r += b as u128;
             *c += b as u128;
         }

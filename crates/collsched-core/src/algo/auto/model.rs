@@ -32,8 +32,6 @@ const SABRE_SKEWED: [f64; 6] = [0.832, 0.98, 0.409, 0.289, 0.387, 0.773];
 /// FAST pipelines redistribution behind later rounds: (balancing, alpha_scaleup,
 /// alpha_scaleout, rounds × alpha_scaleout).
 const FAST: [f64; 4] = [0.346, -0.127, -0.255, 1.033];
-/// Fitted: how much of a second scale-out alpha sabre_light's overlapped phases show.
-const SABRE_LIGHT_ALPHAS: f64 = 0.293;
 /// FAST cuts stages to at most 1/8 of the busiest line (`fast::MIN_PIPELINE_STAGES`) and
 /// no smaller than 4 × alpha_scaleout × NIC bandwidth per NIC (its default `min_stage_bytes`).
 const FAST_PIPELINE: f64 = 8.0;
@@ -201,6 +199,47 @@ impl Terms {
         }
     }
 
+    /// sabre_light's scale-out: rail-aligned, but a proxy sends the blocks forwarded to it
+    /// only once its forwarding messages are in (one batch per source, all nodes), so its
+    /// NIC sends its GPUs' own group-direct bytes meanwhile and the forwarded ones after:
+    /// per NIC max(direct, forwarding) + forwarded, and what it receives. No fitted weight
+    /// (the forwarding's own alpha is the scale-up one).
+    fn rail_after_forwarding(&self, l: &Loads) -> f64 {
+        let f = &self.f;
+        let mut worst = 0.0f64;
+        for q in 0..l.rail_up.len() {
+            let wait = if f.per_pair { phase(f.a_up, l.fwd_msg_max[q], f.link) } else { phase(f.a_up, l.fwd_in_max[q], f.link) };
+            let forwarded = (l.rail_up[q] - l.group_direct[q]) as f64 / f.nic;
+            worst = worst.max((l.group_direct[q] as f64 / f.nic).max(wait) + forwarded).max(l.nic_down[q] as f64 / f.nic);
+        }
+        if worst > 0.0 {
+            worst + f.a_out
+        } else {
+            0.0
+        }
+    }
+
+    /// FAST with one other server: a GPU that balancing tops up has nothing else to send
+    /// meanwhile, so it sends its own scale-out bytes while the balancing arrives and the
+    /// balanced ones after (its NIC share each): per such GPU max(own, balancing in) +
+    /// balanced, and the two alphas. With more servers other tiles' stages fill the wait.
+    fn balanced_after_arrival(&self, l: &Loads) -> f64 {
+        let f = &self.f;
+        if l.servers != 2 {
+            return 0.0;
+        }
+        let share = f.nic * f.nics / l.g as f64;
+        let mut worst = 0.0f64;
+        for (&own, &topped) in l.so_out.iter().zip(&l.bal_in).filter(|x| *x.1 > 0) {
+            worst = worst.max((own as f64 / share).max(topped as f64 / f.gpu_up) + topped as f64 / share);
+        }
+        if worst > 0.0 {
+            worst + f.a_up + f.a_out
+        } else {
+            0.0
+        }
+    }
+
     /// On a mesh a GPU's balancing and redistribution moves each ride one pair's link, not
     /// the GPU's whole scale-up bandwidth: the extra time if one link carried them.
     fn mesh_excess(&self) -> (f64, f64) {
@@ -247,14 +286,15 @@ impl Terms {
                 if self.direct == 0.0 { 0.0 } else { self.direct + rounds * alpha }
             }
             "hierarchical" => self.gather(l) + nic_time(f, &l.rail_up, &l.nic_down),
-            "balanced_direct" => balanced(&BALANCED_DIRECT),
+            "balanced_direct" => balanced(&BALANCED_DIRECT).max(self.balanced_after_arrival(l)),
             "sabre_skewed" => balanced(&SABRE_SKEWED),
             "fast" => {
                 let w = FAST;
-                self.srv.max(self.srv + w[0] * self.bal + w[1] * f.a_up + w[2] * f.a_out + w[3] * fast_rounds(f, l) * f.a_out)
+                let fitted = self.srv.max(self.srv + w[0] * self.bal + w[1] * f.a_up + w[2] * f.a_out + w[3] * fast_rounds(f, l) * f.a_out);
+                fitted.max(self.balanced_after_arrival(l))
             }
             // Its scale-up exchange is fanout's; its scale-out is rail-aligned only.
-            "sabre_light" => nic_time(f, &l.rail_up, &l.nic_down).max(self.inside) + SABRE_LIGHT_ALPHAS * f.a_out,
+            "sabre_light" => self.rail_after_forwarding(l).max(self.inside),
             _ => f64::NAN,
         }
     }
