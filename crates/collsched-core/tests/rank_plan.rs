@@ -114,11 +114,10 @@ fn per_rank_producers_on_larger_clusters() {
     }
 }
 
-/// FAST's and balanced_direct's expansion of one rank skips every visit its server has no
-/// part in, taking the ids, the receivers' Scratch offsets and the NIC chains from prefix
-/// counts: many servers and rounds (the exact decomposition), shared NICs, skewed and
-/// sparse matrices; and, past 64 GPUs per server (owner sets no longer fit a mask), the
-/// whole assembly run into the one-rank builder.
+/// FAST's and balanced_direct's expansion of one rank balances and cuts only its server's
+/// tiles, and of every other visit reads only whether its NIC index moves bytes: many
+/// servers and rounds (the exact decomposition), shared NICs, skewed and sparse matrices,
+/// and more than 64 GPUs per server.
 #[test]
 fn fast_expansion_skips_other_servers_visits_alike() {
     let exact: Options = [("exact".to_string(), "1".to_string())].into();

@@ -24,57 +24,56 @@ pub fn plan(traffic: &Traffic, cluster: &Cluster, opts: &Options) -> Result<Plan
 pub fn plan_in(ws: &mut Workspace, traffic: &Traffic, cluster: &Cluster, opts: &Options) -> Result<Plan> {
     reject_options(opts)?;
     let b = PlanBuilder::new("balanced_direct", Collective::AllToAll { traffic: traffic.owned() }, cluster.gpus_per_server);
-    Ok(build(ws, traffic, cluster, b, false).0.finish())
+    Ok(build(ws, traffic, cluster, b).0.finish())
 }
 
 /// `rank`'s part of the plan (see `fast::plan_rank`): the rank plan, the digest of the
-/// decisions, and the nanoseconds spent deciding (balancing and the ids' prefix counts).
+/// decisions, and the nanoseconds spent deciding (the tile totals).
 pub fn plan_rank(ws: &mut Workspace, traffic: &Traffic, cluster: &Cluster, opts: &Options, rank: u32) -> Result<(RankPlan, u64, u64)> {
     reject_options(opts)?;
     let r = rank as usize;
     let b = PlanBuilder::for_rank("balanced_direct", traffic.n() as u32, cluster.gpus_per_server, rank, traffic.row_sum(r), traffic.col_sum(r));
-    let (b, decided, decide_ns) = build(ws, traffic, cluster, b, true);
+    let (b, decided, decide_ns) = build(ws, traffic, cluster, b);
     Ok((b.finish_rank().expect("a one-rank builder").0, decided, decide_ns))
 }
 
-/// Balance, then assemble the one round into `b` (only `b`'s rank's part when `one_rank`):
-/// the builder, the decisions' digest and the nanoseconds spent balancing.
-fn build(ws: &mut Workspace, traffic: &Traffic, cluster: &Cluster, b: PlanBuilder, one_rank: bool) -> (PlanBuilder, u64, u64) {
+/// Balance, then assemble the one round into `b` (only its rank's part for a one-rank
+/// builder, from the tile totals and the rank's server's tiles alone): the builder, the
+/// decisions' digest and the nanoseconds spent deciding (balancing the whole plan; the tile
+/// totals for one rank).
+fn build(ws: &mut Workspace, traffic: &Traffic, cluster: &Cluster, b: PlanBuilder) -> (PlanBuilder, u64, u64) {
     let t0 = std::time::Instant::now();
     let Workspace { bal, assemble } = ws;
-    // One rank keeps only what its counting and expansion read (see `balance::Keep`).
-    let keep = match b.rank() {
-        Some(r) if one_rank && pipeline::focuses(cluster) => balance::Keep::Rank(r as usize / cluster.gpus_per_server as usize),
-        _ => balance::Keep::Pieces,
-    };
-    balance::balance_for(traffic, cluster, bal, keep);
-    let bal = &*bal;
-    {
-        let mut decide_ns = t0.elapsed().as_nanos() as u64;
-        let n = cluster.servers as usize;
-        let mut pairs = Vec::new();
-        for s in 0..n {
-            for d in 0..n {
-                let r = bal.server[s * n + d];
-                if r > 0 {
-                    pairs.push((s as u32, d as u32, r));
-                }
+    let rank = b.rank();
+    match rank {
+        Some(_) => balance::server_totals(traffic, cluster, bal),
+        None => balance::balance_into(traffic, cluster, bal),
+    }
+    let decide_ns = t0.elapsed().as_nanos() as u64;
+    let n = cluster.servers as usize;
+    let mut pairs = Vec::new();
+    for s in 0..n {
+        for d in 0..n {
+            let r = bal.server[s * n + d];
+            if r > 0 {
+                pairs.push((s as u32, d as u32, r));
             }
         }
-        let rounds = if pairs.is_empty() { vec![] } else { vec![pipeline::Round { pairs }] };
-        let mut b = if one_rank {
+    }
+    let rounds = if pairs.is_empty() { vec![] } else { vec![pipeline::Round { pairs }] };
+    let mut b = match rank {
+        Some(r) => {
+            balance::balance_rank(traffic, cluster, r as usize / cluster.gpus_per_server as usize, bal);
             // A rank plan has no meta: no prediction.
-            let b = pipeline::assemble_rank(assemble, b, cluster, bal, &rounds, false);
-            // The prefix counts are the same on every rank: deciding (see `fast::plan_rank`).
-            decide_ns += assemble.count_ns;
-            b
-        } else {
+            pipeline::assemble_rank(assemble, b, cluster, bal, &rounds, false)
+        }
+        None => {
             let (mut b, loads) = pipeline::assemble_with(assemble, b, cluster, bal, &rounds, false);
             b.set_meta("predicted_time_ns", predict_ns(cluster, &loads));
             b
-        };
-        let decided = decisions_of(bal, &rounds);
-        b.set_decisions(decided);
-        (b, decided, decide_ns)
-    }
+        }
+    };
+    let decided = decisions_of(&bal.server, &rounds);
+    b.set_decisions(decided);
+    (b, decided, decide_ns)
 }

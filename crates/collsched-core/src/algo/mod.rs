@@ -51,7 +51,8 @@ const PER_RANK: &[&str] = &["fanout", "spreadout", "hierarchical"];
 
 /// Producers split into decisions and an assembly that a builder can restrict to one rank
 /// (`PlanBuilder::for_rank`). fast and balanced_direct run their assembly over the rank's
-/// part only, with the others' ids from prefix counts (`fast::pipeline::assemble_rank`);
+/// part only, from the tile totals, the schedule and their server's tiles
+/// (`fast::pipeline::assemble_rank`);
 /// the SABRE variants still walk every transfer, skipping only the writing of the others'.
 const DECIDE_THEN_EXPAND: &[&str] = &["fast", "balanced_direct", "sabre", "sabre_skewed", "sabre_light"];
 

@@ -273,20 +273,6 @@ impl PlanBuilder {
         b.one = Some(Box::new(OneRank { out, next_id: 0, mine: Vec::new() }));
         b
     }
-    /// One-rank mode: the next transfer gets id `id` (≥ the next id): a producer that knows
-    /// how many transfers come before its rank's (prefix counts) skips the others' without
-    /// writing them.
-    pub fn skip_to(&mut self, id: u32) {
-        let one = self.one.as_mut().expect("skip_to: a one-rank builder");
-        debug_assert!(id >= one.next_id, "skip_to({id}) goes back from {}", one.next_id);
-        one.next_id = id;
-    }
-    /// One-rank mode: the whole plan's `(step, distinct moving pairs)` (see
-    /// `RankPlan::moving_pairs`), counted by the producer.
-    pub fn set_moving_pairs(&mut self, pairs: Vec<(u32, u32)>) {
-        let one = self.one.as_mut().expect("set_moving_pairs: a one-rank builder");
-        one.out.moving_pairs = Some(pairs);
-    }
     /// Whether this builder keeps one rank only, and which.
     pub fn rank(&self) -> Option<u32> {
         self.one.as_ref().map(|o| o.out.rank)

@@ -26,32 +26,6 @@ pub struct Piece {
     pub out_off: u64,
 }
 
-/// What a stream carries, byte by byte, in the order of its pieces (see `balance_server`):
-/// the carrier's own bytes for other GPUs ("non-direct", parked at the receiver), its own
-/// bytes for its peer, balanced-in non-direct bytes, balanced-in bytes for its peer. Kept
-/// for every stream, so the counting of what each cut becomes (`Cuts::make_counted`) needs
-/// no walk over the pieces, which one rank's balancing writes for its own server's tiles
-/// only (`balance_for`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct StreamSummary {
-    /// End of the own non-direct bytes (they start the stream).
-    pub own_nd: u64,
-    /// End of the own bytes; the balanced-in bytes follow.
-    pub own: u64,
-    /// End of the balanced-in non-direct bytes.
-    pub nd_end: u64,
-    /// The stream's non-direct runs in `Balanced::runs`: own ones `begin..mid` (covering
-    /// `0..own_nd`), balanced-in ones `mid..end` (covering `own..nd_end`).
-    pub runs: (u32, u32, u32),
-}
-
-/// `len` non-direct bytes of one piece, for local receiver `j` (its owner).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Run {
-    pub len: u64,
-    pub j: u32,
-}
-
 /// One balancing move: a piece handed from GPU (s,a) to carrier (s,c) over scale-up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Move {
@@ -82,7 +56,10 @@ pub struct IntraBlock {
 pub struct Balanced {
     pub servers: usize,
     pub gpus: usize,
-    /// `targets[(s*N+d)*G+c]`: bytes carrier (s,c) sends to server d.
+    pub nics: usize,
+    /// `targets[(s*N+d)*G+c]`: bytes carrier (s,c) sends to server d (one rank's balancing:
+    /// only the tiles its server sends or receives, see `rank_server`; `carrier_target`
+    /// gives any).
     pub targets: Vec<u64>,
     /// Tile totals `S[s][d]` (the server-level matrix; zero on the diagonal).
     pub server: Vec<u64>,
@@ -91,34 +68,23 @@ pub struct Balanced {
     pub stream_range: Vec<(u32, u32)>,
     /// Scratch bytes each rank uses to hold balanced-in pieces (the start of its receive region).
     pub balance_in: Vec<u64>,
-    /// Per stream (indexed like `stream_range`), its summary.
-    pub summary: Vec<StreamSummary>,
-    /// The server whose tiles (sent or received) have pieces; `None`: every tile has.
-    pub pieces_of: Option<usize>,
-    /// Whether `summary` holds every stream's summary (see `Keep`).
-    pub summarized: bool,
-    /// Every server's pieces, moves and intra blocks, servers in order.
+    /// `None`: every tile is balanced. `Some(x)`: one rank's balancing (`balance_rank`):
+    /// only the tiles server x sends or receives have targets and pieces, and only x's
+    /// moves, `balance_in` and same-server blocks are kept.
+    pub rank_server: Option<usize>,
+    /// The pieces, moves and intra blocks, servers in order.
     lo: Part,
 }
 
-/// What the balancing of some servers appends: their pieces, moves and intra blocks, each
-/// server's after those of the server balanced before it.
+/// What balancing appends: pieces, moves and intra blocks, each server's after those of
+/// the server balanced before it.
 #[derive(Default)]
 struct Part {
     pieces: Vec<Piece>,
-    /// The streams' non-direct runs (`StreamSummary::runs`).
-    runs: Vec<Run>,
     /// Each server's moves ordered by (a, c), then creation order.
     moves: Vec<Move>,
-    /// The moves of the servers whose moves one rank's balancing keeps only as keys
-    /// (`MoveKey`), servers in order.
-    keys: Vec<u32>,
     /// Each server's same-server blocks, row-major.
     intra: Vec<IntraBlock>,
-    /// Per server, in the order balanced: where its moves and its intra blocks end, and
-    /// where its move keys end.
-    ends: Vec<(usize, usize)>,
-    key_ends: Vec<usize>,
     /// Column sums of the matrix over the servers before the one being balanced.
     col_acc: Vec<u64>,
     temps: BalanceTemps,
@@ -142,11 +108,6 @@ impl Balanced {
     pub fn pieces_in(&self, b: u32, e: u32) -> &[Piece] {
         &self.lo.pieces[b as usize..e as usize]
     }
-    /// The non-direct run with id `id` (see `StreamSummary::runs`).
-    #[inline(always)]
-    pub fn run(&self, id: u32) -> Run {
-        self.lo.runs[id as usize]
-    }
     /// Number of pieces in all streams.
     pub fn num_pieces(&self) -> usize {
         self.lo.pieces.len()
@@ -156,43 +117,17 @@ impl Balanced {
     pub fn moves(&self) -> impl Iterator<Item = &[Move]> {
         std::iter::once(&self.lo.moves[..])
     }
-    /// Number of balancing moves, kept whole or as keys.
+    /// Number of balancing moves kept.
     pub fn num_moves(&self) -> usize {
-        self.lo.moves.len() + self.lo.keys.len()
+        self.lo.moves.len()
     }
-    /// Every server's balancing moves, servers in order (each server's by (a, c)).
+    /// The balancing moves kept, servers in order (each server's by (a, c)).
     pub fn all_moves(&self) -> &[Move] {
         &self.lo.moves
     }
-    /// Server `s`'s moves (ordered by (a, c), then creation order); none for a server
-    /// other than `pieces_of` (see `server_move_keys`).
-    pub fn server_moves(&self, s: usize) -> &[Move] {
-        let r = self.server_range(s);
-        &self.lo.moves[r.0.0..r.1.0]
-    }
-    /// One rank's balancing: server `s`'s moves as keys `(a, c, d)` (`MoveKey`) in
-    /// creation order, for a server other than `pieces_of` (else none).
-    pub fn server_move_keys(&self, s: usize) -> impl Iterator<Item = (u32, u32, u32)> + '_ {
-        let begin = if s == 0 { 0 } else { self.lo.key_ends[s - 1] };
-        self.lo.keys[begin..self.lo.key_ends[s]].iter().map(|&k| MoveKey::unpack(k))
-    }
-    /// The range of server `s`'s same-server blocks in `intra` (row-major).
-    pub fn server_intra(&self, s: usize) -> std::ops::Range<usize> {
-        let r = self.server_range(s);
-        r.0.1..r.1.1
-    }
-    /// Where server `s`'s moves and intra blocks begin and end.
-    fn server_range(&self, s: usize) -> ((usize, usize), (usize, usize)) {
-        let begin = if s == 0 { (0, 0) } else { self.lo.ends[s - 1] };
-        (begin, self.lo.ends[s])
-    }
-    /// Same-server blocks with ids `r` (see `server_intra`).
-    pub fn intra_in(&self, r: std::ops::Range<usize>) -> &[IntraBlock] {
-        &self.lo.intra[r]
-    }
-    /// Same-server blocks, row-major.
-    pub fn intra(&self) -> impl Iterator<Item = &IntraBlock> {
-        self.lo.intra.iter()
+    /// Same-server blocks kept, row-major.
+    pub fn intra(&self) -> &[IntraBlock] {
+        &self.lo.intra
     }
     pub fn num_intra(&self) -> usize {
         self.lo.intra.len()
@@ -220,6 +155,16 @@ pub fn carrier_targets(r: u64, s: usize, d: usize, gpus: usize, nics: usize, out
     }
 }
 
+/// Carrier `c`'s entry of `carrier_targets` alone.
+#[inline]
+pub fn carrier_target(r: u64, s: usize, d: usize, gpus: usize, nics: usize, c: usize) -> u64 {
+    let (k, nic) = (nics as u64, c % nics);
+    let idx = (nic as u64 + k - ((s + d) % nics) as u64) % k;
+    let nic_target = r / k + u64::from(idx < r % k);
+    let count = (gpus - nic).div_ceil(nics) as u64;
+    nic_target / count + u64::from(((c / nics) as u64) < nic_target % count)
+}
+
 /// Temporaries of `balance_into`, kept with the result so a reused `Balanced` allocates nothing.
 #[derive(Default)]
 pub struct BalanceTemps {
@@ -235,6 +180,8 @@ pub struct BalanceTemps {
     move_count: Vec<usize>,
     move_tmp: Vec<Move>,
     per_carrier: Vec<[Vec<Piece>; 4]>,
+    /// One rank's balancing: a tile of another server balanced alone (see `balance_rank`).
+    tile_bal_in: Vec<u64>,
 }
 
 /// Clear `v` and fill it with `len` copies of `x`, keeping its allocation.
@@ -251,77 +198,105 @@ pub fn balance(traffic: &Traffic, cluster: &Cluster) -> Balanced {
     out
 }
 
-/// What balancing keeps beside the tile totals, carrier targets, `balance_in`, moves and
-/// same-server blocks, which it always makes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Keep {
-    /// Every tile's pieces: what a whole plan's assembly reads.
-    Pieces,
-    /// Every tile's pieces and every stream's summary (`Balanced::summary`), which the
-    /// counting of one rank's expansion reads (`Cuts::make_counted`).
-    PiecesAndSummaries,
-    /// For one rank of server x: every stream's summary, pieces only for the tiles x sends
-    /// or receives, whole moves only for x (the other servers' as keys,
-    /// `Balanced::server_move_keys`): all that its counting and expansion read.
-    Rank(usize),
-}
-
-/// `balance`, reusing `out`'s allocations (a caller planning in a loop may keep one):
-/// every tile's pieces and every stream's summary.
-pub fn balance_into(traffic: &Traffic, cluster: &Cluster, out: &mut Balanced) {
-    balance_for(traffic, cluster, out, Keep::PiecesAndSummaries);
-}
-
-/// `balance_into`, keeping what `keep` says. The tile totals, targets, `balance_in`, the
-/// number of moves and the same-server blocks are the same for every `keep`, and so are
-/// the pieces and summaries it keeps.
-pub fn balance_for(traffic: &Traffic, cluster: &Cluster, out: &mut Balanced, keep: Keep) {
-    let pieces_of = match keep {
-        Keep::Rank(x) => {
-            // Move keys and the counting's owner sets hold local indices in 6 bits / 64-bit masks.
-            assert!(cluster.gpus_per_server as usize <= super::cuts::MAX_COUNTED_GPUS, "balance_for: Keep::Rank with {} GPUs per server", cluster.gpus_per_server);
-            Some(x)
-        }
-        _ => None,
-    };
-    let summaries = keep != Keep::Pieces;
-    let shape = Shape::of(cluster);
-    let Shape { n, g, .. } = shape;
-    let p = n * g;
-    let data = traffic.data();
+/// Empty `out` for `cluster`, keeping its allocations.
+fn reset(out: &mut Balanced, shape: Shape, rank_server: Option<usize>) {
+    let Shape { n, g, nics } = shape;
     out.servers = n;
     out.gpus = g;
+    out.nics = nics;
+    out.rank_server = rank_server;
     refill(&mut out.targets, n * n * g, 0);
-    refill(&mut out.server, n * n, 0);
-    refill(&mut out.stream_range, n * n * g, (0, 0));
-    refill(&mut out.balance_in, p, 0);
-    if summaries {
-        refill(&mut out.summary, n * n * g, StreamSummary::default());
-    } else {
-        out.summary.clear();
+    // One rank's balancing keeps the totals `server_totals` made.
+    if rank_server.is_none() {
+        refill(&mut out.server, n * n, 0);
     }
-    out.pieces_of = pieces_of;
-    out.summarized = summaries;
+    refill(&mut out.stream_range, n * n * g, (0, 0));
+    refill(&mut out.balance_in, n * g, 0);
     let part = &mut out.lo;
     part.pieces.clear();
-    part.runs.clear();
     part.moves.clear();
-    part.keys.clear();
-    part.key_ends.clear();
     part.intra.clear();
-    part.ends.clear();
     // `col_acc[col]` sums the column over the servers already done (each tile's pass adds
     // its own: the matrix is read once).
-    refill(&mut part.col_acc, p, 0);
-    if p == 0 {
+    refill(&mut part.col_acc, n * g, 0);
+}
+
+/// `balance`, reusing `out`'s allocations (a caller planning in a loop may keep one).
+pub fn balance_into(traffic: &Traffic, cluster: &Cluster, out: &mut Balanced) {
+    let shape = Shape::of(cluster);
+    let Shape { n, g, .. } = shape;
+    reset(out, shape, None);
+    if n * g == 0 {
         return;
     }
     let servers = out.targets.chunks_exact_mut(n * g).zip(out.server.chunks_exact_mut(n)).zip(out.stream_range.chunks_exact_mut(n * g)).zip(out.balance_in.chunks_exact_mut(g));
-    let mut summaries = summaries.then(|| out.summary.chunks_exact_mut(n * g));
     for (s, (((targets, server), stream_range), balance_in)) in servers.enumerate() {
-        let summary = summaries.as_mut().and_then(|it| it.next());
-        balance_server(data, shape, s, ServerOut { targets, server, stream_range, balance_in, summary, pieces_of }, part, 0);
+        balance_server(traffic.data(), shape, s, ServerOut { targets, server, stream_range, balance_in }, &mut out.lo);
     }
+}
+
+/// The tile totals alone (`Balanced::server`, the Birkhoff schedule's input), in one pass
+/// over the matrix: what every rank computes before its own balancing (`balance_rank`).
+pub fn server_totals(traffic: &Traffic, cluster: &Cluster, out: &mut Balanced) {
+    let shape = Shape::of(cluster);
+    let Shape { n, g, .. } = shape;
+    out.servers = n;
+    out.gpus = g;
+    refill(&mut out.server, n * n, 0);
+    let (p, data) = (n * g, traffic.data());
+    for s in 0..n {
+        let totals = &mut out.server[s * n..(s + 1) * n];
+        for a in 0..g {
+            let row = &data[(s * g + a) * p..(s * g + a + 1) * p];
+            for (t, blocks) in totals.iter_mut().zip(row.chunks_exact(g)) {
+                *t += blocks.iter().sum::<u64>();
+            }
+        }
+        totals[s] = 0;
+    }
+}
+
+/// One rank's balancing, for server `x` (after `server_totals`, whose totals it keeps):
+/// the tiles x sends, its same-server blocks, moves and `balance_in`, as `balance_into`
+/// makes them; and the tiles x receives, each balanced alone from its rows (a tile's
+/// balancing reads only its own blocks). Those tiles' pieces carry their true Output
+/// offsets (column prefix sums of x's columns, carried tile by tile), and Input and Scratch
+/// offsets at the sender that are right only relative to each other within a carrier's
+/// stream: a rank plan keeps only the receiver's side of what it receives. Likewise the
+/// Output offsets of what x sends hold only x's rows' part of each column's prefix.
+/// Reads the matrix's rows of x and columns of x.
+pub fn balance_rank(traffic: &Traffic, cluster: &Cluster, x: usize, out: &mut Balanced) {
+    let shape = Shape::of(cluster);
+    let Shape { n, g, nics } = shape;
+    assert!(out.servers == n && out.gpus == g && out.server.len() == n * n, "balance_rank: run server_totals for this cluster first");
+    reset(out, shape, Some(x));
+    let data = traffic.data();
+    // A tile of another server: its Scratch offsets from 0.
+    let mut bal_in = std::mem::take(&mut out.lo.temps.tile_bal_in);
+    for s in 0..n {
+        if s == x {
+            let range = x * n * g..(x + 1) * n * g;
+            let sout = ServerOut {
+                targets: &mut out.targets[range.clone()],
+                server: &mut out.server[x * n..(x + 1) * n],
+                stream_range: &mut out.stream_range[range],
+                balance_in: &mut out.balance_in[x * g..(x + 1) * g],
+            };
+            balance_server(data, shape, x, sout, &mut out.lo);
+            continue;
+        }
+        // Tile s → x alone: its sender's offsets from 0, the true column offsets.
+        let Part { pieces, col_acc, temps: tmp, .. } = &mut out.lo;
+        tmp.prepare(g);
+        let total = read_tile(data, shape, s, x, &mut col_acc[x * g..(x + 1) * g], tmp);
+        debug_assert_eq!(total, out.server[s * n + x]);
+        refill(&mut bal_in, g, 0);
+        let streams = (s * n + x) * g..(s * n + x + 1) * g;
+        let tgt = &mut out.targets[streams.clone()];
+        carrier_targets(total, s, x, g, nics, tgt);
+        split_tile(shape, s, x, tgt, tmp, pieces, &mut MovesOut::Dropped, &mut bal_in, &mut out.stream_range[streams]);
+    }
+    out.lo.temps.tile_bal_in = bal_in;
 }
 
 #[derive(Clone, Copy)]
@@ -347,73 +322,172 @@ struct ServerOut<'a> {
     stream_range: &'a mut [(u32, u32)],
     /// `g`: per local rank.
     balance_in: &'a mut [u64],
-    /// `n·g`, like `targets`, where summaries are kept.
-    summary: Option<&'a mut [StreamSummary]>,
-    /// See `balance_for`.
-    pieces_of: Option<usize>,
+}
+
+impl BalanceTemps {
+    /// Sized for `g` GPUs per server; a server's row offsets start at 0.
+    fn prepare(&mut self, g: usize) {
+        refill(&mut self.row_acc, g, 0); // `row_acc[a]`: input offset of the next block of row (s,a)
+        refill(&mut self.in_off, g * g, 0); // per tile: input offset of block a→j
+        refill(&mut self.out_off, g * g, 0); // per tile: output offset of block a→j
+        // Per-tile state, reused.
+        refill(&mut self.rem, g * g, 0); // rem[a*g+j]: bytes of block a→j not yet placed
+        refill(&mut self.off, g * g, 0); // consumed prefix of block a→j
+        refill(&mut self.cap, g, 0); // carrier capacity left
+        refill(&mut self.row, g, 0);
+        refill(&mut self.excess, g, 0);
+        refill(&mut self.move_count, g * g + 1, 0);
+        // Pieces of one tile, per carrier, in four classes (own non-direct, own direct, moved non-direct, moved direct).
+        self.per_carrier.resize_with(g, Default::default);
+    }
+}
+
+/// One row-major pass over tile (s, d): torch offsets (`row_acc` per row of s, `cols` per
+/// column of d, both advanced past the tile), what is left of each block, row sums. Returns
+/// the tile's total.
+#[inline(always)]
+fn read_tile(data: &[u64], shape: Shape, s: usize, d: usize, cols: &mut [u64], tmp: &mut BalanceTemps) -> u64 {
+    let Shape { n, g, .. } = shape;
+    let p = n * g;
+    let BalanceTemps { row_acc, col_run, in_off, out_off, rem, off, row, .. } = tmp;
+    // `col_run[j]` is the output offset of the next block into (d,j).
+    col_run.clear();
+    col_run.extend_from_slice(cols);
+    let mut total = 0u64;
+    for a in 0..g {
+        let src = (s * g + a) * p + d * g;
+        let mut r = 0;
+        for j in 0..g {
+            let k = a * g + j;
+            let v = data[src + j];
+            out_off[k] = col_run[j];
+            col_run[j] += v;
+            in_off[k] = row_acc[a];
+            row_acc[a] += v;
+            rem[k] = v;
+            off[k] = 0;
+            r += v;
+        }
+        row[a] = r;
+        total += r;
+    }
+    cols.copy_from_slice(col_run);
+    total
+}
+
+/// Split tile (s, d), read by `read_tile`, over its carriers' targets `tgt` and write the
+/// carriers' streams (`streams`, per carrier) after `pieces`; moves go to `sink`, Scratch
+/// offsets advance `bal_in` (per local rank of s).
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn split_tile(shape: Shape, s: usize, d: usize, tgt: &[u64], tmp: &mut BalanceTemps, pieces: &mut Vec<Piece>, sink: &mut MovesOut, bal_in: &mut [u64], streams: &mut [(u32, u32)]) {
+    let g = shape.g;
+    let BalanceTemps { in_off, out_off, rem, off, cap, row, excess, per_carrier, .. } = tmp;
+    let (in_off, out_off, rem, off, cap, row, excess) = (&in_off[..], &out_off[..], &mut rem[..], &mut off[..], &mut cap[..], &row[..], &mut excess[..]);
+    let per_carrier = &mut per_carrier[..g];
+    cap.copy_from_slice(tgt);
+    for pc in per_carrier.iter_mut() {
+        for v in pc.iter_mut() {
+            v.clear();
+        }
+    }
+    let tile_ctx = TileCtx { s, d, g, in_off, out_off };
+    // A: every GPU keeps its same-index block (it lands directly in the peer's Output).
+    for a in 0..g {
+        let x = rem[a * g + a].min(cap[a]);
+        if x > 0 {
+            take(&tile_ctx, a, a, a, x, rem, off, cap, per_carrier, sink, bal_in);
+        }
+    }
+    // Light GPUs (row ≤ target) keep everything: moving their bytes away only adds scale-up traffic.
+    for a in 0..g {
+        if row[a] <= tgt[a] {
+            excess[a] = 0;
+            for j in 0..g {
+                let x = rem[a * g + j];
+                if x > 0 {
+                    take(&tile_ctx, a, j, a, x, rem, off, cap, per_carrier, sink, bal_in);
+                }
+            }
+        } else {
+            excess[a] = row[a] - tgt[a];
+        }
+    }
+    // B: a heavy GPU hands a light carrier c the bytes destined to (d,c): same-index
+    // preference, so they need no redistribution at the receiver.
+    for a in 0..g {
+        if excess[a] == 0 {
+            continue;
+        }
+        for c in 0..g {
+            if c == a || cap[c] == 0 || excess[a] == 0 {
+                continue;
+            }
+            let x = rem[a * g + c].min(cap[c]).min(excess[a]);
+            if x > 0 {
+                excess[a] -= x;
+                take(&tile_ctx, a, c, c, x, rem, off, cap, per_carrier, sink, bal_in);
+            }
+        }
+    }
+    // C: a heavy GPU keeps what fits its own target.
+    for a in 0..g {
+        for j in 0..g {
+            if cap[a] == 0 {
+                break;
+            }
+            let x = rem[a * g + j].min(cap[a]);
+            if x > 0 {
+                take(&tile_ctx, a, j, a, x, rem, off, cap, per_carrier, sink, bal_in);
+            }
+        }
+    }
+    // D: the rest of each heavy GPU goes to carriers with room, in index order.
+    let mut c = 0;
+    for a in 0..g {
+        for j in 0..g {
+            while rem[a * g + j] > 0 {
+                while cap[c] == 0 {
+                    c += 1;
+                }
+                let x = rem[a * g + j].min(cap[c]);
+                take(&tile_ctx, a, j, c, x, rem, off, cap, per_carrier, sink, bal_in);
+            }
+        }
+    }
+    // Streams: own pieces before balanced-in ones (the first stage need not wait for
+    // balancing), and within each, pieces for other GPUs before same-index ones (the
+    // last stages then carry fewer bytes that need redistribution).
+    for (c, classes) in per_carrier.iter().enumerate() {
+        let begin = pieces.len() as u32;
+        for class in classes {
+            pieces.extend_from_slice(class);
+        }
+        streams[c] = (begin, pieces.len() as u32);
+    }
 }
 
 /// Balance the tiles of source server `s` into `out` and `part`.
-fn balance_server(data: &[u64], shape: Shape, s: usize, mut out: ServerOut, part: &mut Part, id_tag: u32) {
+fn balance_server(data: &[u64], shape: Shape, s: usize, out: ServerOut, part: &mut Part) {
     let Shape { n, g, nics } = shape;
     let p = n * g;
-    let Part { pieces, runs, moves, keys, intra, ends, key_ends, col_acc, temps: tmp } = part;
+    let Part { pieces, moves, intra, col_acc, temps: tmp } = part;
     // Upper bounds for one server (each block is cut at most a few times): the lists then
     // grow at most once per server, and not at all once reused.
     pieces.reserve(n * g * g + n * g);
-    runs.reserve(n * g * g + n * g);
     moves.reserve(n * g * g / 2 + g);
     intra.reserve(g * g);
-    refill(&mut tmp.row_acc, g, 0); // `row_acc[a]`: input offset of the next block of row (s,a)
-    refill(&mut tmp.in_off, g * g, 0); // per tile: input offset of block a→j
-    refill(&mut tmp.out_off, g * g, 0); // per tile: output offset of block a→j
-    // Per-tile state, reused.
-    refill(&mut tmp.rem, g * g, 0); // rem[a*g+j]: bytes of block a→j not yet placed
-    refill(&mut tmp.off, g * g, 0); // consumed prefix of block a→j
-    refill(&mut tmp.cap, g, 0); // carrier capacity left
-    refill(&mut tmp.row, g, 0);
-    refill(&mut tmp.excess, g, 0);
-    refill(&mut tmp.move_count, g * g + 1, 0);
-    // Pieces of one tile, per carrier, in four classes (own non-direct, own direct, moved non-direct, moved direct).
-    tmp.per_carrier.resize_with(g, Default::default);
-    let BalanceTemps { row_acc, col_run, in_off, out_off, rem, off, cap, row, excess, move_count, move_tmp, per_carrier } = tmp;
-    let (row_acc, in_off, out_off, rem, off, cap, row, excess) =
-        (&mut row_acc[..], &mut in_off[..], &mut out_off[..], &mut rem[..], &mut off[..], &mut cap[..], &mut row[..], &mut excess[..]);
-    let per_carrier = &mut per_carrier[..g];
+    tmp.prepare(g);
     let server_moves_start = moves.len();
-    // Whole moves where the assembler reads them; else keys for counting their transfers.
-    let whole = out.pieces_of.is_none_or(|x| x == s) || n > MoveKey::MAX_SERVERS;
-    let mut sink = if whole { MovesOut::Whole(&mut *moves) } else { MovesOut::Keys(&mut *keys) };
+    let mut sink = MovesOut::Whole(&mut *moves);
     for d in 0..n {
-        // One row-major pass over the tile: torch offsets, what is left of each block,
-        // row sums. `col_run[j]` is the output offset of the next block into (d,j).
-        col_run.clear();
-        col_run.extend_from_slice(&col_acc[d * g..(d + 1) * g]);
-        let mut total = 0u64;
-        for a in 0..g {
-            let src = (s * g + a) * p + d * g;
-            let mut r = 0;
-            for j in 0..g {
-                let k = a * g + j;
-                let v = data[src + j];
-                out_off[k] = col_run[j];
-                col_run[j] += v;
-                in_off[k] = row_acc[a];
-                row_acc[a] += v;
-                rem[k] = v;
-                off[k] = 0;
-                r += v;
-            }
-            row[a] = r;
-            total += r;
-        }
-        col_acc[d * g..(d + 1) * g].copy_from_slice(col_run);
+        let total = read_tile(data, shape, s, d, &mut col_acc[d * g..(d + 1) * g], tmp);
         if d == s {
             for a in 0..g {
                 for j in 0..g {
                     let len = data[(s * g + a) * p + d * g + j];
                     if len > 0 {
-                        intra.push(IntraBlock { i: (s * g + a) as u32, j: (d * g + j) as u32, input_off: in_off[a * g + j], out_off: out_off[a * g + j], len });
+                        intra.push(IntraBlock { i: (s * g + a) as u32, j: (d * g + j) as u32, input_off: tmp.in_off[a * g + j], out_off: tmp.out_off[a * g + j], len });
                     }
                 }
             }
@@ -422,118 +496,11 @@ fn balance_server(data: &[u64], shape: Shape, s: usize, mut out: ServerOut, part
         out.server[d] = total;
         let tgt = &mut out.targets[d * g..(d + 1) * g];
         carrier_targets(total, s, d, g, nics, tgt);
-        let tgt = &*tgt;
-        cap.copy_from_slice(tgt);
-        for pc in per_carrier.iter_mut() {
-            for v in pc.iter_mut() {
-                v.clear();
-            }
-        }
-        let tile_ctx = TileCtx { s, d, g, in_off, out_off };
-        // A: every GPU keeps its same-index block (it lands directly in the peer's Output).
-        for a in 0..g {
-            let x = rem[a * g + a].min(cap[a]);
-            if x > 0 {
-                take(&tile_ctx, a, a, a, x, rem, off, cap, per_carrier, &mut sink, out.balance_in);
-            }
-        }
-        // Light GPUs (row ≤ target) keep everything: moving their bytes away only adds scale-up traffic.
-        for a in 0..g {
-            if row[a] <= tgt[a] {
-                excess[a] = 0;
-                for j in 0..g {
-                    let x = rem[a * g + j];
-                    if x > 0 {
-                        take(&tile_ctx, a, j, a, x, rem, off, cap, per_carrier, &mut sink, out.balance_in);
-                    }
-                }
-            } else {
-                excess[a] = row[a] - tgt[a];
-            }
-        }
-        // B: a heavy GPU hands a light carrier c the bytes destined to (d,c): same-index
-        // preference, so they need no redistribution at the receiver.
-        for a in 0..g {
-            if excess[a] == 0 {
-                continue;
-            }
-            for c in 0..g {
-                if c == a || cap[c] == 0 || excess[a] == 0 {
-                    continue;
-                }
-                let x = rem[a * g + c].min(cap[c]).min(excess[a]);
-                if x > 0 {
-                    excess[a] -= x;
-                    take(&tile_ctx, a, c, c, x, rem, off, cap, per_carrier, &mut sink, out.balance_in);
-                }
-            }
-        }
-        // C: a heavy GPU keeps what fits its own target.
-        for a in 0..g {
-            for j in 0..g {
-                if cap[a] == 0 {
-                    break;
-                }
-                let x = rem[a * g + j].min(cap[a]);
-                if x > 0 {
-                    take(&tile_ctx, a, j, a, x, rem, off, cap, per_carrier, &mut sink, out.balance_in);
-                }
-            }
-        }
-        // D: the rest of each heavy GPU goes to carriers with room, in index order.
-        let mut c = 0;
-        for a in 0..g {
-            for j in 0..g {
-                while rem[a * g + j] > 0 {
-                    while cap[c] == 0 {
-                        c += 1;
-                    }
-                    let x = rem[a * g + j].min(cap[c]);
-                    take(&tile_ctx, a, j, c, x, rem, off, cap, per_carrier, &mut sink, out.balance_in);
-                }
-            }
-        }
-        // Streams: own pieces before balanced-in ones (the first stage need not wait for
-        // balancing), and within each, pieces for other GPUs before same-index ones (the
-        // last stages then carry fewer bytes that need redistribution).
-        let keep = out.pieces_of.is_none_or(|x| s == x || d == x);
-        for (c, classes) in per_carrier.iter().enumerate() {
-            let begin = pieces.len() as u32 | id_tag;
-            if keep {
-                for class in classes {
-                    pieces.extend_from_slice(class);
-                }
-            }
-            out.stream_range[d * g + c] = (begin, pieces.len() as u32 | id_tag);
-            // The summary, from the classes (in cache): non-direct runs and the class ends.
-            if let Some(summary) = out.summary.as_deref_mut() {
-                let r0 = runs.len() as u32;
-                let own_nd = push_runs(&classes[0], runs);
-                let r1 = runs.len() as u32;
-                let own = own_nd + classes[1].iter().map(|pc| pc.len).sum::<u64>();
-                let nd_end = own + push_runs(&classes[2], runs);
-                summary[d * g + c] = StreamSummary { own_nd, own, nd_end, runs: (r0, r1, runs.len() as u32) };
-            }
-        }
+        split_tile(shape, s, d, tgt, tmp, pieces, &mut sink, out.balance_in, &mut out.stream_range[d * g..(d + 1) * g]);
     }
     // Group this server's moves by (a, c) so each (a, c) pair is one balancing transfer
     // (counting sort: stable, no comparisons).
-    if whole {
-        group_moves(moves, server_moves_start, g, move_count, move_tmp);
-    }
-    ends.push((moves.len(), intra.len()));
-    key_ends.push(keys.len());
-}
-
-/// Append `pieces`' runs (owner and length) to `runs`; their bytes.
-#[inline]
-fn push_runs(pieces: &[Piece], runs: &mut Vec<Run>) -> u64 {
-    let mut bytes = 0;
-    for pc in pieces {
-        runs.push(Run { len: pc.len, j: pc.j });
-        bytes += pc.len;
-    }
-    bytes
+    group_moves(moves, server_moves_start, g, &mut tmp.move_count, &mut tmp.move_tmp);
 }
 
 /// Where the blocks of the tile being balanced start (read by `take`).
@@ -566,7 +533,7 @@ fn take(t: &TileCtx, a: usize, j: usize, c: usize, len: u64, rem: &mut [u64], of
         bal_in[c] += len;
         match moves {
             MovesOut::Whole(m) => m.push(Move { s: t.s as u32, a: a as u32, c: c as u32, d: t.d as u32, j: j as u32, input_off, len, scratch_off: o }),
-            MovesOut::Keys(k) => k.push(MoveKey::pack(a, c, t.d)),
+            MovesOut::Dropped => {}
         }
         o
     };
@@ -577,25 +544,8 @@ fn take(t: &TileCtx, a: usize, j: usize, c: usize, len: u64, rem: &mut [u64], of
 /// Where `take` puts a server's moves.
 enum MovesOut<'a> {
     Whole(&'a mut Vec<Move>),
-    /// Only which (a, c) pair moves bytes for which destination server: what counting the
-    /// server's balancing transfers reads (`MoveKey`), in a twelfth of a `Move`'s bytes.
-    Keys(&'a mut Vec<u32>),
-}
-
-/// A move `(a, c, d)` packed in 32 bits (local indices below 64, servers below 2^20).
-struct MoveKey;
-
-impl MoveKey {
-    const MAX_SERVERS: usize = 1 << 20;
-    #[inline]
-    fn pack(a: usize, c: usize, d: usize) -> u32 {
-        debug_assert!(a < 64 && c < 64 && d < Self::MAX_SERVERS);
-        (a as u32) << 26 | (c as u32) << 20 | d as u32
-    }
-    #[inline]
-    fn unpack(k: u32) -> (u32, u32, u32) {
-        (k >> 26, k >> 20 & 63, k & ((1 << 20) - 1))
-    }
+    /// Another server's tile, balanced alone for one rank: its moves are not the rank's.
+    Dropped,
 }
 
 /// Stable counting sort of `moves[start..]` by (a, c).
@@ -622,6 +572,22 @@ fn group_moves(moves: &mut [Move], start: usize, g: usize, count: &mut [usize], 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `carrier_target` is `carrier_targets`' entry, for any NIC sharing and remainder.
+    #[test]
+    fn one_carrier_target_is_the_lists_entry() {
+        for (gpus, nics) in [(1, 1), (4, 4), (4, 2), (3, 2), (8, 3), (6, 1)] {
+            let mut t = vec![0; gpus];
+            for r in [0u64, 1, 5, 7, 1000, 1001, 12_345_677] {
+                for (s, d) in [(0, 1), (2, 1), (3, 5)] {
+                    carrier_targets(r, s, d, gpus, nics, &mut t);
+                    for (c, &want) in t.iter().enumerate() {
+                        assert_eq!(carrier_target(r, s, d, gpus, nics, c), want, "r {r} s {s} d {d} gpus {gpus} nics {nics} c {c}");
+                    }
+                }
+            }
+        }
+    }
 
     #[test]
     fn targets_split_nics_then_gpus() {

@@ -287,7 +287,7 @@ pub fn plan_in(ws: &mut Workspace, traffic: &Traffic, cluster: &Cluster, opts: &
     let o = FastOptions::parse(opts, cluster, "fast", &[])?;
     let n = cluster.servers as usize;
     let Workspace { bal, assemble } = ws;
-    balance::balance_for(traffic, cluster, bal, balance::Keep::Pieces);
+    balance::balance_into(traffic, cluster, bal);
     crate::timeline::mark("servers balanced");
     let sched = schedule(traffic, &bal.server, n, cluster, &o);
     crate::timeline::mark("schedule computed");
@@ -323,7 +323,7 @@ pub fn plan_unless<X>(traffic: &Traffic, cluster: &Cluster, opts: &Options, stop
     let o = FastOptions::parse(opts, cluster, "fast", &[])?;
     let n = cluster.servers as usize;
     let mut bal = balance::Balanced::default();
-    balance::balance_for(traffic, cluster, &mut bal, balance::Keep::Pieces);
+    balance::balance_into(traffic, cluster, &mut bal);
     let bal = &bal;
     let sched = schedule(traffic, &bal.server, n, cluster, &o);
     let preview = ScaleoutPreview { cluster, bal, rounds: &sched.rounds };
@@ -433,13 +433,12 @@ fn schedule(traffic: &Traffic, server: &[u64], n: usize, cluster: &Cluster, o: &
     Schedule { rounds, birkhoff_stages, decomposed, exact_stages }
 }
 
-/// Digest of FAST's decisions: the balanced tile totals, what each rank receives while
-/// balancing, and every round's server pairs with their bytes.
-pub fn decisions_of(bal: &balance::Balanced, rounds: &[Round]) -> u64 {
+/// Digest of FAST's decisions: the tile totals (`server`, N×N) and every round's server
+/// pairs with their bytes. Every rank computes both alike, before its own balancing; the
+/// balancing amounts follow from the matrix, which the inputs' hash covers.
+pub fn decisions_of(server: &[u64], rounds: &[Round]) -> u64 {
     let mut h = crate::plan::hash::Fnv64::new();
-    h.write_u64s(&bal.server);
-    h.write_u64s(&bal.balance_in);
-    h.write_u64(bal.num_moves() as u64);
+    h.write_u64s(server);
     let mut words = Vec::new();
     for r in rounds {
         words.clear();
@@ -450,27 +449,29 @@ pub fn decisions_of(bal: &balance::Balanced, rounds: &[Round]) -> u64 {
 }
 
 /// `rank`'s part of FAST's plan: the same decisions and the same assembly as `plan`, run
-/// over the rank's part only (`pipeline::assemble_rank`) into a builder that keeps only the
-/// rank's transfers (`PlanBuilder::for_rank`). Returns it with
-/// the digest of the decisions (before the inputs are mixed in) and the nanoseconds spent
-/// deciding (balancing, the schedule and the prefix counts of the ids).
+/// over the rank's part only. Deciding is the tile totals (one pass over the matrix) and
+/// the schedule, which every rank computes alike; the rank then balances only the tiles its
+/// server sends or receives (`balance::balance_rank`) and assembles its own transfers
+/// (`pipeline::assemble_rank`) into a builder that keeps only them (`PlanBuilder::for_rank`).
+/// Returns the rank plan with the digest of the decisions (before the inputs are mixed in)
+/// and the nanoseconds spent deciding.
 pub fn plan_rank(ws: &mut Workspace, traffic: &Traffic, cluster: &Cluster, opts: &Options, rank: u32) -> Result<(RankPlan, u64, u64)> {
     let t0 = std::time::Instant::now();
     let o = FastOptions::parse(opts, cluster, "fast", &[])?;
     let n = cluster.servers as usize;
     let Workspace { bal, assemble } = ws;
-    // Pieces only where this rank's expansion reads them (see `pipeline::assemble_rank`).
-    let keep = if pipeline::focuses(cluster) { balance::Keep::Rank(rank as usize / cluster.gpus_per_server as usize) } else { balance::Keep::Pieces };
-    balance::balance_for(traffic, cluster, bal, keep);
-    crate::timeline::mark("servers balanced");
+    balance::server_totals(traffic, cluster, bal);
+    crate::timeline::mark("tile totals");
     let sched = schedule(traffic, &bal.server, n, cluster, &o);
     crate::timeline::mark("schedule computed");
     let decide_ns = t0.elapsed().as_nanos() as u64;
     let r = rank as usize;
+    balance::balance_rank(traffic, cluster, r / cluster.gpus_per_server as usize, bal);
+    crate::timeline::mark("rank's tiles balanced");
     let b = PlanBuilder::for_rank("fast", traffic.n() as u32, cluster.gpus_per_server, rank, traffic.row_sum(r), traffic.col_sum(r));
     let (rp, _) = pipeline::assemble_rank(assemble, b, cluster, bal, &sched.rounds, true).finish_rank().expect("a one-rank builder");
-    // The prefix counts are the same on every rank: deciding, not this rank's expansion.
-    Ok((rp, decisions_of(bal, &sched.rounds), decide_ns + assemble.count_ns))
+    crate::timeline::mark("rank assembled");
+    Ok((rp, decisions_of(&bal.server, &sched.rounds), decide_ns))
 }
 
 fn finish_into(scratch: &mut pipeline::AssembleScratch, b: PlanBuilder, cluster: &Cluster, o: &FastOptions, bal: &balance::Balanced, sched: &Schedule) -> PlanBuilder {
@@ -485,7 +486,7 @@ fn finish_into(scratch: &mut pipeline::AssembleScratch, b: PlanBuilder, cluster:
     b.set_meta("min_stage_bytes", o.min_stage_bytes);
     b.set_meta("order", if o.ascending { "asc" } else { "desc" });
     b.set_meta("server_max_line_bytes", max_line_sum(&bal.server, n));
-    b.set_decisions(decisions_of(bal, rounds));
+    b.set_decisions(decisions_of(&bal.server, rounds));
     b
 }
 

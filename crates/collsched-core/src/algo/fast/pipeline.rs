@@ -194,37 +194,18 @@ pub struct AssembleScratch {
     intra_load: Vec<u64>,
     cuts: Cuts,
     rounds_state: RoundState,
-    /// One rank's expansion: the global id of each visit's first transfer (see `Focus`).
-    visit_base: Vec<u32>,
-    /// One rank's expansion: per (server, carrier), the owners it redistributes to in the
-    /// round being counted, and its receive cursor (`count_rank_ids`).
-    owners_in_round: Vec<u64>,
-    cursor: Vec<u64>,
-    recv_at: Vec<u64>,
-    /// Nanoseconds the last `assemble_rank` spent on its prefix counts (the counted cut pass
-    /// and `count_rank_ids`): work every rank does alike, so its callers count it as deciding.
-    pub count_ns: u64,
 }
 
-/// What one rank's expansion (`assemble_rank`) needs beside the decisions: the rank, and
-/// the global ids of the transfers before each part it writes, from prefix counts.
+/// What one rank's expansion (`assemble_rank`) needs beside the decisions.
 #[derive(Clone, Copy)]
 struct Focus<'a> {
-    /// The rank's server and local index.
+    /// The rank's server, local index and NIC index.
     x: usize,
     i: usize,
-    /// Id of server x's first balancing transfer, and of its first same-server transfer.
-    balancing_base: u32,
-    intra_base: u32,
-    /// Per visit, the id of its first scale-out transfer; per `visit * g + c`, what carrier
-    /// c's cut makes (`Cuts::tally`: its `count` of transfers; the rank's server's visits
-    /// only); per visit, its counts (`Cuts::visit`: which carriers move bytes).
-    visit_base: &'a [u32],
-    counts: &'a [super::cuts::CutTally],
-    visits: &'a [super::cuts::VisitCount],
-    /// Per visit from server x: where the receiving carrier i's Scratch receive region
-    /// stands before it (what the visits into that server before it parked there).
-    recv_at: &'a [u64],
+    lane: usize,
+    /// Per visit of a tile server x has no part in, whether a carrier on the rank's NIC
+    /// index moves bytes (`Cuts::lane_busy`).
+    lane_busy: &'a [bool],
 }
 
 /// Assemble the plan. `chain_nics` orders successive rounds per NIC (FAST); without it all
@@ -246,24 +227,17 @@ pub fn assemble_with(scratch: &mut AssembleScratch, b: PlanBuilder, cluster: &Cl
     assemble_inner(scratch, b, cluster, bal, rounds, chain_nics, false)
 }
 
-/// One rank's part of `assemble_with`'s plan, into `b` (a `PlanBuilder::for_rank`): the same
-/// code, run only over what the rank takes part in — its server's balancing and
-/// same-server blocks, and the visits its server sends or receives in (its own carrier's
-/// cuts when sending, every carrier's when receiving, for the redistribution it gets). The
-/// ids of everything skipped come from prefix counts (`count_rank_ids`), the whole plan's
-/// moving pairs likewise; nothing else of the other ranks is written. Its loads are not
-/// the whole plan's (the rank plan has no meta). With more than `MAX_COUNTED_GPUS` GPUs per
-/// server the counts do not fit their masks: the whole assembly then runs into `b`.
+/// One rank's part of `assemble_with`'s plan, into `b` (a `PlanBuilder::for_rank`), from a
+/// balancing for the rank (`balance::balance_rank`): the same code, run only over what the
+/// rank takes part in — its server's balancing and same-server blocks, and the visits its
+/// server sends or receives in (its own carrier's cuts when sending, every carrier's when
+/// receiving, for the redistribution it gets). Its transfers come in the whole plan's order
+/// under ids of their own (`RankPlan::finish` re-keys them). Of the other servers' visits it
+/// reads only whether the carriers on its NIC index move bytes (the NIC chains of its own
+/// transfers). Its loads are not the whole plan's (the rank plan has no meta).
 pub fn assemble_rank(scratch: &mut AssembleScratch, b: PlanBuilder, cluster: &Cluster, bal: &Balanced, rounds: &[Round], chain_nics: bool) -> PlanBuilder {
     assert!(b.rank().is_some(), "assemble_rank: a one-rank builder");
-    let focused = focuses(cluster);
-    assemble_inner(scratch, b, cluster, bal, rounds, chain_nics, focused).0
-}
-
-/// Whether `assemble_rank` writes only the rank's part on `cluster` (else the whole
-/// assembly runs into its builder, and balancing must keep every tile's pieces).
-pub fn focuses(cluster: &Cluster) -> bool {
-    cluster.gpus_per_server as usize <= super::cuts::MAX_COUNTED_GPUS && cluster.servers > 0
+    assemble_inner(scratch, b, cluster, bal, rounds, chain_nics, true).0
 }
 
 fn assemble_inner(scratch: &mut AssembleScratch, mut b: PlanBuilder, cluster: &Cluster, bal: &Balanced, rounds: &[Round], chain_nics: bool, focused: bool) -> (PlanBuilder, Loads) {
@@ -279,11 +253,6 @@ fn assemble_inner(scratch: &mut AssembleScratch, mut b: PlanBuilder, cluster: &C
         intra_load,
         cuts,
         rounds_state,
-        visit_base,
-        owners_in_round,
-        cursor,
-        recv_at,
-        count_ns,
     } = scratch;
     let n = bal.servers;
     let g = bal.gpus;
@@ -314,20 +283,12 @@ fn assemble_inner(scratch: &mut AssembleScratch, mut b: PlanBuilder, cluster: &C
         }
     }
     let intra_step = u32::from(!rounds.is_empty() || bal.num_moves() > 0);
-    // One rank: cut every visit and count every part's transfers first (the ids), then
-    // write the rank's parts only.
-    *count_ns = 0;
+    // One rank: cut only the visits of its server's tiles (see `Cuts::make_rank`).
     let focus = if focused {
-        let t0 = std::time::Instant::now();
         let rank = b.rank().expect("a one-rank builder") as usize;
-        cuts.make_counted(bal, rounds, rank);
-        crate::timeline::mark("cuts counted");
-        let ids = IdScratch { visit_base, owners_in_round, cursor, recv_at };
-        let (balancing_base, intra_base, pairs) = count_rank_ids(bal, rounds, cuts, tile_class, intra_step, rank, ids);
-        b.set_moving_pairs(pairs);
-        crate::timeline::mark("rank ids counted");
-        *count_ns = t0.elapsed().as_nanos() as u64;
-        Some(Focus { x: rank / g, i: rank % g, balancing_base, intra_base, visit_base, counts: &cuts.tally, visits: &cuts.visit, recv_at })
+        cuts.make_rank(bal, rounds, rank);
+        crate::timeline::mark("rank's cuts");
+        Some((rank / g, rank % g))
     } else {
         cuts.make(bal, rounds);
         None
@@ -350,16 +311,9 @@ fn assemble_inner(scratch: &mut AssembleScratch, mut b: PlanBuilder, cluster: &C
         urgent_from.reset(p, g);
         urgent_into.reset(p, g);
         deps.clear();
-        // One rank: its server's moves only, after the balancing transfers of the servers before.
-        let all_moves = match focus {
-            Some(f) => {
-                b.skip_to(f.balancing_base);
-                bal.server_moves(f.x)
-            }
-            None => bal.all_moves(),
-        };
+        // One rank's balancing kept only its server's moves.
         {
-            let moves = all_moves;
+            let moves = bal.all_moves();
             let mut server_begin = 0;
             while server_begin < moves.len() {
                 let s = moves[server_begin].s as usize;
@@ -417,14 +371,7 @@ fn assemble_inner(scratch: &mut AssembleScratch, mut b: PlanBuilder, cluster: &C
 
         // Intra-server part: beside the first scale-out round (step 1), or step 0 if there is none.
         refill(intra_load, p, 0);
-        let blocks = match focus {
-            Some(f) => {
-                b.skip_to(f.intra_base);
-                bal.intra_in(bal.server_intra(f.x))
-            }
-            None => bal.intra_in(0..bal.num_intra()),
-        };
-        for blk in blocks {
+        for blk in bal.intra() {
             let seg = Segment { src_buf: Buf::Input, src_off: blk.input_off, dst_buf: Buf::Output, dst_off: blk.out_off, len: blk.len };
             deps.clear();
             if blk.i != blk.j {
@@ -445,6 +392,7 @@ fn assemble_inner(scratch: &mut AssembleScratch, mut b: PlanBuilder, cluster: &C
     // A NIC's transfers in one round: two per carrier on it, per pair its server is in.
     let pairs_per_server = if chain_nics { max_pairs_per_server(rounds, n) } else { 0 };
     let nic_cap = 2 * g.div_ceil(nics) * pairs_per_server;
+    let focus = focus.map(|(x, i)| Focus { x, i, lane: i % nics, lane_busy: &cuts.lane_busy });
     let cx = RoundCtx { bal, rounds, cuts: &cuts.cuts, bal_id, tile_class, classes, nics, chain_nics, focus };
     rounds_state.reset(Some(&bal.balance_in), p, g, n * nics, nic_cap);
     write_rounds(&cx, rounds_state, &mut b, 0..rounds.len());
@@ -455,97 +403,6 @@ fn assemble_inner(scratch: &mut AssembleScratch, mut b: PlanBuilder, cluster: &C
         b.need_scratch(r as u32, bytes);
     }
     (b, loads)
-}
-
-/// The prefix counts one rank's expansion needs, from the decisions (every rank computes
-/// the same): the id of server `x`'s first balancing transfer and of its first same-server
-/// transfer; per visit, the id of its first scale-out transfer (`visit_base`); and the whole
-/// plan's `(step, distinct moving pairs)`; and, per visit from server x, where the receiving
-/// carrier's Scratch region stands (`recv_at`). Reads every move, same-server block and
-/// visit's counts (`Cuts::make_counted`) once; writes no transfer.
-fn count_rank_ids(bal: &Balanced, rounds: &[Round], cuts: &Cuts, tile_class: &[u8], intra_step: u32, rank: usize, ids: IdScratch) -> (u32, u32, Vec<(u32, u32)>) {
-    let IdScratch { visit_base, owners_in_round, cursor, recv_at } = ids;
-    let (n, g) = (bal.servers, bal.gpus);
-    let (x, i) = (rank / g, rank % g);
-    let mut per_step = vec![0u32; rounds.len() + 2];
-    // Balancing: one transfer per (server, a, c, class) with moves; one moving pair per
-    // (server, a, c). Per (a, c), the classes of its moves (any order: only the rank's own
-    // server's moves are grouped).
-    let (mut balancing, mut balancing_base) = (0u32, 0u32);
-    owners_in_round.clear();
-    owners_in_round.resize(g * g, 0);
-    let classes = &mut owners_in_round[..g * g];
-    for s in 0..n {
-        if s == x {
-            balancing_base = balancing;
-        }
-        for m in bal.server_moves(s) {
-            classes[m.a as usize * g + m.c as usize] |= 1 << tile_class[s * n + m.d as usize];
-        }
-        for (a, c, d) in bal.server_move_keys(s) {
-            classes[a as usize * g + c as usize] |= 1 << tile_class[s * n + d as usize];
-        }
-        for k in classes.iter_mut().filter(|k| **k != 0) {
-            balancing += k.count_ones();
-            per_step[0] += 1;
-            *k = 0;
-        }
-    }
-    // Same-server blocks: one transfer each, in server order; those between two ranks move.
-    let intra_base = balancing + bal.server_intra(x).start as u32;
-    per_step[intra_step as usize] += bal.intra_in(0..bal.num_intra()).iter().filter(|blk| blk.i != blk.j).count() as u32;
-    // Scale-out: per visit, its carriers' counted transfers. Round k moves its carriers'
-    // pairs in step k + 1 and redistributes in step k + 2: one pair per (holder, owner),
-    // however many visits into the holder's server the round has (a union of the visits'
-    // owners where a round has several into one server, else the visit's own count).
-    let mut id = balancing + bal.num_intra() as u32;
-    visit_base.clear();
-    recv_at.clear();
-    // Per server d, where carrier (d, i)'s receive region stands.
-    cursor.clear();
-    cursor.extend((0..n).map(|d| bal.balance_in[d * g + i]));
-    let unions = !cuts.owners.is_empty();
-    if unions {
-        refill(owners_in_round, n * g, 0);
-    }
-    let mut v = 0;
-    for (k, round) in rounds.iter().enumerate() {
-        for &(s, d, _) in &round.pairs {
-            visit_base.push(id);
-            let d = d as usize;
-            recv_at.push(if s as usize == x { cursor[d] } else { 0 });
-            let vc = cuts.visit[v];
-            id += vc.count;
-            cursor[d] += vc.parked;
-            per_step[k + 1] += vc.busy.count_ones();
-            if unions {
-                for (acc, &o) in owners_in_round[d * g..(d + 1) * g].iter_mut().zip(&cuts.owners[v * g..(v + 1) * g]) {
-                    *acc |= o;
-                }
-            } else {
-                per_step[k + 2] += vc.owner_pairs;
-            }
-            v += 1;
-        }
-        if unions {
-            for &(_, d, _) in &round.pairs {
-                for owners in &mut owners_in_round[d as usize * g..(d as usize + 1) * g] {
-                    per_step[k + 2] += owners.count_ones();
-                    *owners = 0;
-                }
-            }
-        }
-    }
-    let pairs = per_step.iter().enumerate().filter(|&(_, &c)| c > 0).map(|(s, &c)| (s as u32, c)).collect();
-    (balancing_base, intra_base, pairs)
-}
-
-/// `count_rank_ids`'s outputs and working arrays (`AssembleScratch`'s).
-struct IdScratch<'a> {
-    visit_base: &'a mut Vec<u32>,
-    owners_in_round: &'a mut Vec<u64>,
-    cursor: &'a mut Vec<u64>,
-    recv_at: &'a mut Vec<u64>,
 }
 
 /// Scale-out state carried from round to round.
@@ -630,41 +487,36 @@ fn write_rounds(cx: &RoundCtx, st: &mut RoundState, b: &mut PlanBuilder, range: 
             // transfers' deps come from); elsewhere only where it writes.
             let involved = focus.is_none_or(|f| s == f.x || d == f.x);
             if chain_nics {
-                let (first, stride) = match focus {
-                    Some(f) if !involved => (f.i % nics, nics),
-                    _ => (0, 1),
-                };
-                for c in (first..g).step_by(stride) {
-                    // One rank has cuts only where it writes: the visit's counts say who moves.
-                    let moves = match focus {
-                        Some(f) => f.visits[v].busy >> c & 1 != 0,
-                        None => cuts[v * g + c].bytes > 0,
-                    };
-                    if moves {
-                        send_busy[s * nics + c % nics] = busy_mark;
-                        recv_busy[d * nics + c % nics] = busy_mark;
+                match focus {
+                    // One rank has no cuts where it has no part: who moves on its NIC index.
+                    Some(f) if !involved => {
+                        if f.lane_busy[v] {
+                            send_busy[s * nics + f.lane] = busy_mark;
+                            recv_busy[d * nics + f.lane] = busy_mark;
+                        }
+                    }
+                    _ => {
+                        for c in 0..g {
+                            if cuts[v * g + c].bytes > 0 {
+                                send_busy[s * nics + c % nics] = busy_mark;
+                                recv_busy[d * nics + c % nics] = busy_mark;
+                            }
+                        }
                     }
                 }
             }
             // One rank writes its own carrier's cut where its server sends, every carrier's
-            // where it receives (the redistribution into it), nothing elsewhere.
-            let carriers = match focus {
-                None => 0..g,
-                Some(f) if d == f.x => 0..g,
-                Some(f) if s == f.x => {
-                    // Where the receiver parks what this visit brings: set by the visits
-                    // into its server, which this rank does not write.
-                    recv_cursor[d * g + f.i] = f.recv_at[v];
-                    f.i..f.i + 1
-                }
+            // where it receives (the redistribution into it), nothing elsewhere. Where it
+            // sends, it neither knows nor needs the receiver's Scratch offsets (a rank plan
+            // keeps only the sender's side) nor parks for the redistribution there; where it
+            // receives, the sender's balancing is not its own.
+            let (carriers, sender_is_ours, receiver_is_ours) = match focus {
+                None => (0..g, true, true),
+                Some(f) if d == f.x => (0..g, false, true),
+                Some(f) if s == f.x => (f.i..f.i + 1, true, false),
                 Some(_) => continue,
             };
-            let mut next_id = focus.map_or(0, |f| f.visit_base[v] + f.counts[v * g..v * g + carriers.start].iter().map(|t| t.count).sum::<u32>());
             for c in carriers {
-                if let Some(f) = focus {
-                    b.skip_to(next_id);
-                    next_id += f.counts[v * g + c].count;
-                }
                 let cut = cuts[v * g + c];
                 let mut x = cut.bytes;
                 if x == 0 {
@@ -693,9 +545,11 @@ fn write_rounds(cx: &RoundCtx, st: &mut RoundState, b: &mut PlanBuilder, range: 
                         let a = piece.a as usize;
                         let j = piece.j as usize;
                         let src_buf = if in_scratch {
-                            let dep = bal_id[((s * g + a) * g + c) * classes + tile_class[tile] as usize];
-                            if pdeps.len() == dep_begin || pdeps.last() != Some(&dep) {
-                                pdeps.push(dep);
+                            if sender_is_ours {
+                                let dep = bal_id[((s * g + a) * g + c) * classes + tile_class[tile] as usize];
+                                if pdeps.len() == dep_begin || pdeps.last() != Some(&dep) {
+                                    pdeps.push(dep);
+                                }
                             }
                             Buf::Scratch
                         } else {
@@ -709,7 +563,9 @@ fn write_rounds(cx: &RoundCtx, st: &mut RoundState, b: &mut PlanBuilder, range: 
                             let at = recv_cursor[dst_rank];
                             recv_cursor[dst_rank] += y;
                             push_merged_from(psegs, seg_begin, Segment { src_buf, src_off, dst_buf: Buf::Scratch, dst_off: at, len: y });
-                            redistributor.park(j, at, out_off, y);
+                            if receiver_is_ours {
+                                redistributor.park(j, at, out_off, y);
+                            }
                         }
                         bytes += y;
                         x -= y;
@@ -747,13 +603,21 @@ fn write_rounds(cx: &RoundCtx, st: &mut RoundState, b: &mut PlanBuilder, range: 
         // round twice is a no-op.
         let mut round_max = 0;
         for &(s, d, _) in &round.pairs {
-            // One rank: a pair it has no part in changes only its NIC index's chains.
-            let (first, count) = match focus {
-                Some(f) if s as usize != f.x && d as usize != f.x => (f.i % nics, 1),
-                _ => (0, nics),
-            };
-            let (s_nics, d_nics) = (s as usize * nics + first, d as usize * nics + first);
-            for nic in (s_nics..s_nics + count).chain(d_nics..d_nics + count) {
+            // One rank: a pair it has no part in wrote nothing; only the chains of its NIC
+            // index move on (its loads are not kept).
+            if let Some(f) = focus.filter(|f| s as usize != f.x && d as usize != f.x) {
+                if chain_nics {
+                    for nic in [s as usize * nics + f.lane, d as usize * nics + f.lane] {
+                        sends.close_round(nic, send_busy[nic] == busy_mark);
+                        recvs.close_round(nic, recv_busy[nic] == busy_mark);
+                        send_busy[nic] = 0;
+                        recv_busy[nic] = 0;
+                    }
+                }
+                continue;
+            }
+            let (s_nics, d_nics) = (s as usize * nics, d as usize * nics);
+            for nic in (s_nics..s_nics + nics).chain(d_nics..d_nics + nics) {
                 round_max = round_max.max(nic_send_bytes[nic]).max(nic_recv_bytes[nic]);
                 nic_send_bytes[nic] = 0;
                 nic_recv_bytes[nic] = 0;
