@@ -67,7 +67,8 @@ fn check(n: usize, data: &[u64]) -> Result<u64> {
     Ok(hash)
 }
 
-fn check_sums(n: usize, data: &[u64]) -> Result<()> {
+/// Rows, columns and the total of the row-major `n × n` `data` must fit in u64.
+pub(crate) fn check_sums(n: usize, data: &[u64]) -> Result<()> {
     let mut total: u128 = 0;
     let mut cols = vec![0u128; n];
     for i in 0..n {

@@ -2,7 +2,6 @@
 //! (the lower bound's terms per NIC, GPU and server, plus what each candidate's routing
 //! puts on the links), with no plan built. O(P²) with a few additions per entry.
 use crate::error::Result;
-use crate::invalid;
 use crate::plan::Plan;
 use crate::topology::{Cluster, Tier};
 
@@ -172,7 +171,7 @@ impl Loads {
             l.finish_server(s, &tiles, &mut server_means);
         }
         if 2 * largest as u128 * (n * n) as u128 > u64::MAX as u128 {
-            check_sums(data, n)?;
+            crate::traffic::check_sums(n, data)?;
         }
         for j in 0..n {
             let s = j / g;
@@ -315,30 +314,6 @@ fn tiles_any(g: usize, rows: &[u64], col: &mut [u64], tiles: &mut [u64], fold: &
         nz[a] = row.iter().map(|&b| u64::from(b != 0)).sum();
     }
     any
-}
-
-/// Rows, columns and the total must fit in u64 (the same rule as `Traffic::new`).
-fn check_sums(data: &[u64], n: usize) -> Result<()> {
-    let mut cols = vec![0u128; n];
-    let mut total = 0u128;
-    for (i, row) in data.chunks_exact(n).enumerate() {
-        let mut r = 0u128;
-        for (c, &b) in cols.iter_mut().zip(row) {
-            r += b as u128;
-            *c += b as u128;
-        }
-        if r > u64::MAX as u128 {
-            return invalid!("traffic matrix row {i} sums past 2^64 bytes");
-        }
-        total += r;
-    }
-    if let Some(j) = cols.iter().position(|&c| c > u64::MAX as u128) {
-        return invalid!("traffic matrix column {j} sums past 2^64 bytes");
-    }
-    if total > u64::MAX as u128 {
-        return invalid!("traffic matrix total sums past 2^64 bytes");
-    }
-    Ok(())
 }
 
 /// Scale-out bytes a plan sends and receives per global NIC: (up, down). Tests compare
