@@ -100,7 +100,7 @@ class AllToAllStep:
     self_local: int = -1  # index in StepProgram.local of a local copy carried as the self block
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class StepProgram:
     step: int
     sends: list = field(default_factory=list)  # Messages, in plan order
