@@ -80,10 +80,20 @@ fn check_all_ranks(cluster: &Cluster, t: &Traffic, algo: &str) -> Result<(), Tes
         restricted(&plan, &cut);
         prop_assert_eq!(cut.digest, plan.decisions_digest);
     }
-    // With the moving pairs (the collective transports), for one rank.
+    // With the moving pairs (the collective transports), for one rank: the distinct pairs
+    // moving bytes in each step, counted by brute force; the rest as without them.
     let rank = (t.total() % u64::from(cluster.num_gpus())) as u32;
     let with = plan_for_rank_in(&mut Workspace::default(), t, cluster, rank, algo, &opts, true).unwrap().0;
     prop_assert!(with == plan.rank_plan_with(rank, true).unwrap(), "{} on {} rank {}: the moving pairs differ", algo, cluster.spec(), rank);
+    let mut pairs: std::collections::BTreeMap<u32, std::collections::BTreeSet<(u32, u32)>> = Default::default();
+    for tr in &plan.transfers {
+        if tr.src != tr.dst && plan.transfer_bytes(tr) > 0 {
+            pairs.entry(tr.step).or_default().insert((tr.src, tr.dst));
+        }
+    }
+    let expected: Vec<(u32, u32)> = pairs.iter().map(|(&s, set)| (s, set.len() as u32)).collect();
+    prop_assert_eq!(with.moving_pairs.as_ref(), Some(&expected));
+    prop_assert_eq!(RankPlan { moving_pairs: None, ..with }, plan.rank_plan(rank).unwrap());
     Ok(())
 }
 

@@ -257,56 +257,9 @@ mod tests {
     use crate::plan::Options;
     use crate::traffic::generators;
     use crate::Cluster;
-    use proptest::prelude::*;
-    use std::collections::BTreeSet;
 
-    proptest! {
-        #![proptest_config(ProptestConfig::with_cases(48))]
-        /// Against the definition: every transfer touching the rank in id order, its tag the
-        /// count of earlier ones with the same (src, dst), its deps the rows of the rank's
-        /// transfers it depends on, its non-empty segments with the peer's side cleared; the
-        /// distinct moving pairs of each step counted by brute force; without the counts the
-        /// same rows and no pairs.
-        #[test]
-        fn a_rank_plan_is_the_plan_restricted_to_the_rank(servers in 1u32..5, gpus in 1u32..5, algo in 0usize..4, seed in 0u64..500) {
-            let c = Cluster::parse(&format!("h200:{servers},gpus={gpus}")).unwrap();
-            let p_ranks = c.num_gpus() as usize;
-            let t = generators::zipf(p_ranks, 0.9, 1 << 16, seed).unwrap();
-            let name = ["fast", "fanout", "spreadout", "balanced_direct"][algo];
-            let plan = plan_all_to_all(&t, &c, name, &Options::new()).unwrap();
-            let mut pairs: std::collections::BTreeMap<u32, BTreeSet<(u32, u32)>> = Default::default();
-            for tr in &plan.transfers {
-                if tr.src != tr.dst && plan.transfer_bytes(tr) > 0 {
-                    pairs.entry(tr.step).or_default().insert((tr.src, tr.dst));
-                }
-            }
-            let expected_pairs: Vec<(u32, u32)> = pairs.iter().map(|(&s, set)| (s, set.len() as u32)).collect();
-            for rank in 0..p_ranks as u32 {
-                let v = plan.rank_plan_with(rank, true).unwrap();
-                prop_assert_eq!(v.moving_pairs.as_ref(), Some(&expected_pairs));
-                let own = plan.rank_plan(rank).unwrap();
-                prop_assert_eq!(&own, &RankPlan { moving_pairs: None, ..v.clone() });
-                let mine: Vec<u32> = (0..plan.transfers.len() as u32).filter(|&i| { let t = &plan.transfers[i as usize]; t.src == rank || t.dst == rank }).collect();
-                prop_assert_eq!(v.transfers.len(), mine.len());
-                let mut seen = std::collections::BTreeMap::new();
-                for (k, &id) in mine.iter().enumerate() {
-                    let (orig, got) = (&plan.transfers[id as usize], &v.transfers[k]);
-                    prop_assert_eq!((got.src, got.dst, got.op, got.tier, got.step), (orig.src, orig.dst, orig.op, orig.tier, orig.step));
-                    let tag = seen.entry((orig.src, orig.dst)).or_insert(0u32);
-                    prop_assert_eq!(v.tags[k], *tag);
-                    *tag += 1;
-                    let deps: Vec<u32> = plan.deps_of(orig).iter().filter_map(|d| mine.binary_search(d).ok().map(|r| r as u32)).collect();
-                    prop_assert_eq!(v.deps_of(got), &deps[..]);
-                    let kept: Vec<Segment> = plan.segments_of(orig).iter().copied().filter(|s| s.len > 0).map(|s| match (orig.src == orig.dst, orig.src == rank) {
-                        (true, _) => s,
-                        (false, true) => Segment { dst_buf: Buf::Input, dst_off: 0, ..s },
-                        (false, false) => Segment { src_buf: Buf::Input, src_off: 0, ..s },
-                    }).collect();
-                    prop_assert_eq!(v.segments_of(got), &kept[..]);
-                }
-            }
-        }
-    }
+    // The definition of a rank plan (rows, tags, deps, own sides, moving pairs) is checked
+    // for every producer in tests/rank_plan.rs (`restricted`, `check_all_ranks`).
 
     /// Without per-step totals (or past the stamp table's size) the pairs are sorted: same counts.
     #[test]
