@@ -174,6 +174,9 @@ def correctness(algorithms: list[str]) -> dict:
 
     _case(res, "api/verified_skip_interleaved", verified_skip_interleaved)
 
+    if DEVICE.type == "cuda":
+        _case(res, "gpu/host_runs_ahead", _host_runs_ahead)
+
     # Synthetic plans: multi-step, scratch, relays, multi-segment messages, reduce, other collectives.
     import _synthetic_plans as S
 
@@ -185,6 +188,51 @@ def correctness(algorithms: list[str]) -> dict:
     _autograd_cases(res, n, rank)
     _collective_cases(res, n, rank)
     return res
+
+
+# Spin cycles of the GPU kernel the host must not wait for (≈ 0.2 s alone on a 2 GHz GPU;
+# the ranks sharing one GPU stretch it).
+_SPIN_CYCLES = 400_000_000
+
+
+def _host_runs_ahead() -> bool:
+    """On NCCL a call only enqueues, like torch's: with a long kernel queued before it, the call
+    returns well before the kernel ends (its exchanges run on the host group, not behind the
+    kernel), and the output is right once the GPU is done. A new matrix (check round) and a
+    repeat, for a planned algorithm and for auto."""
+    rank, n = dist.get_rank(), dist.get_world_size()
+    cl = "h200:2,gpus=4"
+    host_group = comm.groups.host_group(None, 20.0)
+
+    def start_together():
+        # Ranks sharing one GPU leave their synchronize() at different times: line them up on
+        # the host, so no rank's call waits for a peer that is still in the previous round.
+        torch.cuda.synchronize()
+        dist.barrier(group=host_group)
+
+    for k, alg in enumerate(("fanout", "auto")):
+        rows = workloads(n)["zipf"] + (k + 1)  # a matrix no earlier case planned
+        in_splits, out_splits = [int(v) for v in rows[rank]], [int(v) for v in rows[:, rank]]
+        x = _fill((sum(in_splits), 3), torch.float32, 990 + 10 * k + rank)
+        ref = torch.empty((sum(out_splits), 3), device=DEVICE)
+        dist.all_to_all_single(ref, x, out_splits, in_splits)
+        start_together()
+        t0 = time.perf_counter()
+        torch.cuda._sleep(_SPIN_CYCLES)
+        torch.cuda.synchronize()
+        busy = time.perf_counter() - t0
+        for repeat in (False, True):
+            out = torch.full_like(ref, 7)
+            start_together()
+            torch.cuda._sleep(_SPIN_CYCLES)
+            t0 = time.perf_counter()
+            collsched.all_to_all_single(out, x, out_splits, in_splits, algorithm=alg, cluster=cl, timeout=20)
+            host = time.perf_counter() - t0
+            torch.cuda.synchronize()
+            if not (host < busy / 2 and torch.equal(out, ref)):
+                raise AssertionError(f"{alg} (repeat={repeat}): the call took {host * 1e3:.1f} ms on the host with a "
+                                     f"{busy * 1e3:.1f} ms kernel queued before it; output equal: {torch.equal(out, ref)}")
+    return True
 
 
 def _collective_cases(res, n, rank):

@@ -73,6 +73,13 @@ def test_executor_runs_multistep_scratch_reduce_and_other_collectives(correctnes
     assert _failures(correctness_results, "execute/") == {}
 
 
+def test_nccl_call_does_not_wait_for_the_gpu(correctness_results):
+    """On NCCL the host runs ahead of the GPU, as with torch's call (skipped on Gloo: no GPU)."""
+    if "gpu/host_runs_ahead" not in correctness_results[0]:
+        pytest.skip("the process group has no GPU (Gloo)")
+    assert _failures(correctness_results, "gpu/") == {}
+
+
 def test_autograd_gradients_equal_torch(correctness_results):
     assert _count(correctness_results, "autograd/") == 3
     assert _failures(correctness_results, "autograd/") == {}

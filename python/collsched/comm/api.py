@@ -5,7 +5,9 @@ One call:
    alone would leave the others waiting);
 2. one small all_gather of a descriptor per rank: ok/error code, dtype, elements
    per row, a hash of (cluster, algorithm, options), the traffic hash when the
-   caller passed `traffic=`, input and output split sizes;
+   caller passed `traffic=`, input and output split sizes; on the host (on NCCL a
+   Gloo group over the same ranks, `groups.host_group`), so the call never waits for
+   the GPU's queue;
 3. every rank checks the gathered descriptors the same way and raises the same
    error, or builds the byte matrix and plans (cached; `auto` is cached like any
    algorithm: a new matrix is chosen and its winner expanded in one core call, a
@@ -31,7 +33,7 @@ from collsched.comm.cache import DEFAULT_CACHE, PlanCache, fast_matrix_hash, sam
 from collsched.comm.errors import (CollectiveInputError, CommTimeoutError, PlanMismatchError, TrafficMismatchError,
                                    collapse_rank_messages, name_missing_ranks, resolve_timeout)
 from collsched.comm.executor import byte_view, choose_transport, needs_collective_steps, run_program
-from collsched.comm.groups import all_gather_i64, require_initialized
+from collsched.comm.groups import exchange_i64, require_initialized
 from collsched.comm.pool import DEFAULT_POOL
 
 DEFAULT_PRESET = "h200"
@@ -332,8 +334,7 @@ def all_to_all_single(output: torch.Tensor, input: torch.Tensor, output_split_si
     desc += list(in_splits) + list(out_splits)
     t0 = time.perf_counter()
     try:
-        gathered = all_gather_i64(torch.tensor(desc, dtype=torch.int64, device=device), group, timeout_s,
-                                  f"collsched.all_to_all_single descriptor exchange on rank {rank}").numpy()
+        gathered = exchange_i64(desc, group, timeout_s, f"collsched.all_to_all_single descriptor exchange on rank {rank}")
     except CommTimeoutError as e:
         raise name_missing_ranks(e, group, timeout_s) from None
     stats.exchange_s = time.perf_counter() - t0
@@ -373,8 +374,7 @@ def all_to_all_single(output: torch.Tensor, input: torch.Tensor, output_split_si
         # 4. compare plan hashes (a planning failure also travels here so nobody is left waiting).
         t0 = time.perf_counter()
         mine = -1 if err else _i64(entry.plan_hash)
-        hashes = all_gather_i64(torch.tensor([mine], dtype=torch.int64, device=device), group, timeout_s,
-                                f"collsched.all_to_all_single plan-hash check on rank {rank}").numpy()[:, 0]
+        hashes = exchange_i64([mine], group, timeout_s, f"collsched.all_to_all_single plan-hash check on rank {rank}")[:, 0]
         stats.check_s = time.perf_counter() - t0
         if err or (hashes == -1).any():
             bad = [int(r) for r in np.nonzero(hashes == -1)[0]]

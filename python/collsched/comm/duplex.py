@@ -8,7 +8,7 @@ duplex: every message from a lower to a higher group rank travels on ``up``, eve
 from a higher to a lower rank on ``down``, so each direction has a connection of its own.
 Tags stay unique per group: a transfer id always travels in one direction, so on one group.
 
-The groups are created once per (group, backend) and cached. ``new_group`` is collective
+The groups are created once per group and cached (`groups.gloo_groups`). ``new_group`` is collective
 over the members, so every rank of the group must reach `duplex_groups` in the same order
 relative to other group creations; the executor calls it on every Gloo point-to-point
 run, whether or not this rank sends anything, so that holds. NCCL is full duplex already
@@ -16,16 +16,11 @@ and never comes here.
 """
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
-from datetime import timedelta
 
 import torch.distributed as dist
 
-from collsched.comm.errors import classify_transport_error
-from collsched.comm.groups import global_ranks
-
-BACKEND = "gloo"
+from collsched.comm.groups import cached_gloo_groups, gloo_groups, global_ranks
 
 
 @dataclass(frozen=True)
@@ -60,43 +55,14 @@ class Router:
         return self.up if peer < self.rank else self.down
 
 
-_LOCK = threading.Lock()
-_GROUPS: dict = {}  # (id(group), backend) -> (group, up, down)
-
-
 def duplex_groups(group, timeout_s: float) -> tuple:
     """The (up, down) Gloo groups over `group`'s ranks, created on first use (collectively:
-    every member must call this) and cached for the life of `group`.
-
-    Args:
-        group: the process group (None: the default group).
-        timeout_s: bound on the creation's rendezvous and on the new groups' own waits.
-
-    Returns:
-        (up, down): ``ProcessGroup`` objects over the same ranks as `group`.
+    every member must call this) and cached for the life of `group` (`gloo_groups`).
 
     Raises:
         CommTimeoutError / PeerFailureError: a member never joined the creation.
     """
-    g = dist.GroupMember.WORLD if group is None else group
-    key = (id(g), BACKEND)
-    with _LOCK:
-        hit = _GROUPS.get(key)
-        if hit is not None and hit[0] is g:  # the same object, not a new group at a reused address
-            return hit[1], hit[2]
-    ranks = global_ranks(group)
-    what = f"collsched: creating the per-direction Gloo groups over ranks {ranks}"
-    try:
-        # Local synchronisation: only the members take part (the group may be a subgroup),
-        # and the groups get names from their ranks, so the default group's counter (which
-        # names the user's later groups) does not move.
-        made = tuple(dist.new_group(ranks, backend=BACKEND, timeout=timedelta(seconds=timeout_s),
-                                    use_local_synchronization=True) for _ in range(2))
-    except RuntimeError as e:
-        raise classify_transport_error(e, what) from e
-    with _LOCK:
-        _GROUPS[key] = (g, made[0], made[1])
-    return made
+    return gloo_groups(group, "per-direction", 2, timeout_s)
 
 
 def router(group, timeout_s: float, duplex: bool = True) -> Router:
@@ -112,8 +78,7 @@ def router(group, timeout_s: float, duplex: bool = True) -> Router:
 
 def cached_groups() -> int:
     """How many groups have their direction groups cached (tests check reuse)."""
-    with _LOCK:
-        return len(_GROUPS)
+    return cached_gloo_groups("per-direction")
 
 
 __all__ = ["Router", "duplex_groups", "router", "cached_groups"]

@@ -1,9 +1,11 @@
 """Small facts about a process group that the runtime needs on every call."""
 from __future__ import annotations
 
+import threading
 import time
 from datetime import timedelta
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -58,40 +60,91 @@ def wait_all(works, timeout_s: float, blocking: bool, what: str) -> None:
             raise CommTimeoutError(f"{what}: timed out after {timeout_s:g} s")
 
 
-def poll_until_done(works, timeout_s: float, what: str) -> None:
-    """Bounded wait for small GPU collectives whose result the host needs anyway."""
-    deadline = time.monotonic() + timeout_s
-    sleep = 20e-6
-    for w in works:
-        while not w.is_completed():
-            if time.monotonic() > deadline:
-                raise CommTimeoutError(f"{what}: timed out after {timeout_s:g} s")
-            time.sleep(sleep)
-            sleep = min(sleep * 2, 1e-3)
-        try:
-            w.wait()
-        except RuntimeError as e:
-            raise classify_transport_error(e, what) from e
+_GLOO = "gloo"
+_LOCK = threading.Lock()
+_GLOO_GROUPS: dict = {}  # (id(group), purpose) -> (group, (gloo groups...))
 
 
-def all_gather_i64(values: torch.Tensor, group, timeout_s: float, what: str) -> torch.Tensor:
-    """All-gather a small 1-D int64 tensor with a bounded wait; returns world × len on the host.
+def gloo_groups(group, purpose: str, count: int, timeout_s: float) -> tuple:
+    """`count` Gloo groups over `group`'s ranks for `purpose`, created on first use and cached
+    for the life of `group`.
 
-    On Gloo this is an all-to-all of copies: Gloo's all_gather is a ring (world-1 rounds
-    of latency), its all-to-all posts every pair at once (one round)."""
-    world = dist.get_world_size(group)
-    blocking = blocking_waits(group, values.device)
+    Creation is collective over the members (not the whole job): every member must ask for
+    the same purposes in the same order relative to its other group creations.
+
+    Args:
+        group: the process group (None: the default group).
+        purpose: what the groups are for ("per-direction", "host-exchange"): one cache entry
+            each, and the name errors give them.
+        count: how many groups to create.
+        timeout_s: bound on the creation's rendezvous and on the new groups' own waits.
+
+    Returns:
+        tuple of `count` ``ProcessGroup`` objects over the same ranks as `group`.
+
+    Raises:
+        CommTimeoutError / PeerFailureError: a member never joined the creation.
+    """
+    g = dist.GroupMember.WORLD if group is None else group
+    key = (id(g), purpose)
+    with _LOCK:
+        hit = _GLOO_GROUPS.get(key)
+        if hit is not None and hit[0] is g:  # the same object, not a new group at a reused address
+            return hit[1]
+    ranks = global_ranks(group)
+    what = f"collsched: creating the {purpose} Gloo group{'s' if count > 1 else ''} over ranks {ranks}"
     try:
-        if blocking:
-            out = torch.empty(world * values.numel(), dtype=values.dtype, device=values.device)
-            work = dist.all_to_all_single(out, values.repeat(world), group=group, async_op=True)
-        else:
-            outs = [torch.empty_like(values) for _ in range(world)]
-            work = dist.all_gather(outs, values, group=group, async_op=True)
+        # Local synchronisation: only the members take part (the group may be a subgroup),
+        # and the groups get names from their ranks, so the default group's counter (which
+        # names the user's later groups) does not move.
+        made = tuple(dist.new_group(ranks, backend=_GLOO, timeout=timedelta(seconds=timeout_s),
+                                    use_local_synchronization=True) for _ in range(count))
     except RuntimeError as e:
         raise classify_transport_error(e, what) from e
-    if blocking:
-        wait_all([work], timeout_s, True, what)
-        return out.reshape(world, -1).cpu()
-    poll_until_done([work], timeout_s, what)
-    return torch.stack(outs).cpu()
+    with _LOCK:
+        _GLOO_GROUPS[key] = (g, made)
+    return made
+
+
+def cached_gloo_groups(purpose: str) -> int:
+    """How many process groups have their `purpose` Gloo groups cached (tests check reuse)."""
+    with _LOCK:
+        return sum(1 for _, p in _GLOO_GROUPS if p == purpose)
+
+
+def host_group(group, timeout_s: float):
+    """The group that small host-side exchanges (split sizes, hashes) travel on: `group`
+    itself when its backend moves CPU tensors, else (NCCL) a Gloo group over the same ranks.
+
+    An exchange on an NCCL group would run on the GPU behind every kernel already queued
+    there, so the host would wait for the queue to drain on every call; on a Gloo group the
+    host only waits for its peers, and then enqueues the data movement and returns, as
+    torch's own ``all_to_all_single`` does.
+    """
+    backends = str(dist.get_backend(group)).lower()
+    if "gloo" in backends:
+        return group
+    return gloo_groups(group, "host-exchange", 1, timeout_s)[0]
+
+
+def exchange_i64(values, group, timeout_s: float, what: str) -> np.ndarray:
+    """Every rank's `values` (the same number of int64 on each), gathered on the host over
+    `host_group`: an array of shape ``[world, len(values)]`` with ``numpy.int64``, row r from
+    group rank r. Never touches a GPU.
+
+    On Gloo this is an all-to-all of copies: Gloo's all_gather is a ring (world − 1 rounds of
+    latency), its all-to-all posts every pair at once (one round).
+
+    Raises:
+        CommTimeoutError / PeerFailureError: a peer did not take part within `timeout_s`.
+    """
+    g = host_group(group, timeout_s)
+    mine = torch.as_tensor(np.asarray(values, dtype=np.int64))
+    world = dist.get_world_size(g)
+    out = torch.empty(world * mine.numel(), dtype=torch.int64)
+    try:
+        work = dist.all_to_all_single(out, mine.repeat(world), group=g, async_op=True)
+    except RuntimeError as e:
+        raise classify_transport_error(e, what) from e
+    wait_all([work], timeout_s, True, what)
+    return out.reshape(world, -1).numpy()

@@ -27,7 +27,7 @@ import torch
 import torch.distributed as dist
 
 from collsched.comm.errors import CollectiveInputError, resolve_timeout
-from collsched.comm.groups import all_gather_i64, blocking_waits, require_initialized, wait_all
+from collsched.comm.groups import blocking_waits, exchange_i64, require_initialized, wait_all
 from collsched.moe.routing import (DEDUP_MODES, SCHEDULES, CallPlan, Layout, hop_pairs, plan_exchange, plan_local,
                                    unit_ids)
 
@@ -145,9 +145,8 @@ class MoEBuffer:
         self.rank = dist.get_rank(group)
         self.world = dist.get_world_size(group)
         self.timeout_s = resolve_timeout(timeout)
-        # The small exchanges run where the backend can move them (NCCL: the current GPU).
-        nccl = "nccl" in str(dist.get_backend(group)).lower()
-        self._exchange_device = torch.device("cuda", torch.cuda.current_device()) if nccl else torch.device("cpu")
+        # The small exchanges run on the host (on NCCL a Gloo group over the same ranks,
+        # `groups.host_group`), so they never wait for the GPU's queue.
         # Local checks never raise alone (the peers would wait in the exchange below): the
         # problem travels as a code and every rank raises the same error.
         code, a, b = 0, 0, 0
@@ -196,8 +195,7 @@ class MoEBuffer:
                     if col != 5 else f"ranks disagree on the expert placement (rank 0 vs rank {bad})")
 
     def _check_config(self, desc: torch.Tensor) -> np.ndarray:
-        got = all_gather_i64(desc.to(self._exchange_device), self.group, self.timeout_s,
-                             "MoEBuffer configuration exchange").numpy()
+        got = exchange_i64(desc.numpy(), self.group, self.timeout_s, "MoEBuffer configuration exchange")
         bad = np.nonzero(got[:, 0])[0]
         if bad.size:
             r = int(bad[0])
@@ -223,7 +221,7 @@ class MoEBuffer:
         wait_all([work], self.timeout_s, blocking_waits(self.group, inp.device), what)
 
     def _check_all(self, desc: torch.Tensor, what: str) -> np.ndarray:
-        got = all_gather_i64(desc.to(self._exchange_device), self.group, self.timeout_s, what).numpy()
+        got = exchange_i64(desc.numpy(), self.group, self.timeout_s, what)
         bad = np.nonzero(got[:, 0])[0]
         if bad.size:
             r = int(bad[0])
