@@ -89,22 +89,37 @@ def save(table: dict, path: Path | None = None) -> Path:
     return p
 
 
-def measure_planning(iters: int = 5, spec: str = "h200:8", seed: int = 1) -> dict[str, float]:
-    """Host ns per planned transfer of each planner on a Zipf(0.8) matrix (median of ``iters``)."""
-    from collsched import plan_all_to_all, traffic
+def measure_planning(iters: int = 5, spec: str = "h200:40", seed: int = 1) -> dict[str, float]:
+    """Each planner's host cost of a new matrix on one rank, per transfer of the whole plan
+    (median of ``iters`` Zipf(0.8) matrices, a different rank each).
+
+    What the runtime pays per rank for a new matrix: ``plan_for_rank`` (the decisions and this
+    rank's expansion) and compiling the rank's program. Divided by the whole plan's transfers,
+    the quantity `choose` estimates for every candidate without planning it. Measured at 320
+    GPUs (the default `spec`), the middle of the range the targets name: one rank's cost
+    grows more slowly than the whole plan (a third to a quarter of this per transfer at 64
+    GPUs it is two to four times this, for all but the SABRE planners; docs/auto.md).
+    """
+    from collsched import plan_all_to_all, plan_for_rank, traffic
+    from collsched.comm.program import compile_rank_program
 
     c = _core.Cluster.parse(spec)
+    n = c.num_gpus
     out = {}
     for name in _core.auto_candidates():
         if name == "native":
             continue
         per = []
         for k in range(iters):
-            m = traffic.zipf(c.num_gpus, 0.8, (16 << 20) // c.num_gpus, seed=seed + k)
+            m = traffic.zipf(n, 0.8, (16 << 20) // n, seed=seed + k)
+            rank = (k * 7919) % n
             t0 = time.perf_counter()
-            p = plan_all_to_all(m, c, name)
-            per.append((time.perf_counter() - t0) * 1e9 / max(p.num_transfers, 1))
-        out[name] = round(statistics.median(per), 1)
+            compile_rank_program(plan_for_rank(m, c, rank, name), rank, collective_steps=False)
+            spent = time.perf_counter() - t0
+            if k == 0:
+                transfers = max(plan_all_to_all(m, c, name).num_transfers, 1)
+            per.append(spent * 1e9 / transfers)
+        out[name] = round(statistics.median(per), 2)
     return out
 
 
