@@ -67,6 +67,8 @@ def rank_main(reps: int, spin: int, algorithms: tuple) -> dict:
             if i:
                 times.append(t)
         out[alg] = statistics.median(times)
+        if alg == "auto":
+            out["_auto_chose"] = collsched.comm.last_call_stats().choice
     out["_kernel"] = statistics.median(kernel)
     return out
 
@@ -92,11 +94,12 @@ def main() -> None:
           f"{a.reps}, worst rank; collsched {collsched.__version__} from {os.path.dirname(collsched.__file__)})")
     kernel = max(r["_kernel"] for r in res)
     base = max(r["torch"] for r in res) if "torch" in algs else None
-    print(f"{'algorithm':>10} {'host ms':>9} {'kernel ms':>10} {'vs torch':>9} {'waits':>6}")
+    print(f"{'algorithm':>16} {'host ms':>9} {'kernel ms':>10} {'vs torch':>9} {'waits':>6}")
     for alg in algs:
         t = max(r[alg] for r in res)
         ratio = f"{t / base:9.1f}" if base else f"{'-':>9}"
-        print(f"{alg:>10} {t * 1e3:9.2f} {kernel * 1e3:10.1f} {ratio} {'yes' if t >= kernel / 2 else 'no':>6}")
+        name = f"auto ({res[0].get('_auto_chose', '?')})" if alg == "auto" else alg
+        print(f"{name:>16} {t * 1e3:9.2f} {kernel * 1e3:10.1f} {ratio} {'yes' if t >= kernel / 2 else 'no':>6}")
 
 
 if __name__ == "__main__":

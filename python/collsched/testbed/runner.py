@@ -19,6 +19,7 @@ from collsched.testbed.launch import report_progress, run_ranks, teardown_on_sig
 from collsched.testbed.model import DEFAULT_PARAMS, ModelParams, cluster_spec, predict
 
 TORCH = "torch"
+NATIVE = "native"  # auto's name for torch's own call
 # The whole run's host memory: every rank holds input, output and torch's reference.
 MAX_BYTES_PER_RANK = 256 * 2**20
 MAX_SECONDS = 600.0  # longest run we start (predicted from the fabric's lower bound)
@@ -91,7 +92,9 @@ def rank_worker(matrix_rows: list, cluster: str, algorithms: list, iters: int, w
             calls[a]()
         same = bool(torch.equal(outs[a], ref))
         st = comm.last_call_stats() if a != TORCH else None
-        info[a] = {"identical": same, "steps": st.steps if st else 0}
+        # What this rank ran: auto's choice as the runtime made it (its backend, its calibration).
+        info[a] = {"identical": same, "steps": st.steps if st else 0,
+                   "chose": (st.choice or st.planned_by or a) if st else TORCH}
     times = {a: [] for a in algorithms}
     for it in range(iters):
         if rank == 0:
@@ -157,11 +160,15 @@ def run_on_fabric(fabric: Fabric, matrix: np.ndarray, cfg: RunConfig, on_progres
     for a in cfg.algorithms:
         per_round = np.max(np.array([r["times"][a] for r in res]), axis=0)  # slowest rank per round
         t = float(np.median(per_round))
-        pred, chose = None, TORCH
-        if a != TORCH:
-            # The same plan the ranks made (planning is deterministic), to simulate and to say what auto chose.
-            plan = collsched.plan_all_to_all(matrix, cluster, a)
-            pred, chose = predict(matrix, cluster, a, cfg.params, plan=plan), plan.meta.get("choice", a)
+        # What the ranks ran (auto: what the runtime chose on this backend; every rank alike, since
+        # they choose from the same gathered matrix), simulated as the same plan (planning is
+        # deterministic); torch's own call, also when auto chose it, has no prediction.
+        chosen = {r["info"][a]["chose"] for r in res}
+        if len(chosen) != 1:
+            raise TestbedError(f"{a}: the ranks ran different algorithms {sorted(chosen)}")
+        chose = chosen.pop()
+        planned = chose if a == "auto" else a  # a selector (sabre) is simulated as itself
+        pred = None if chose in (TORCH, NATIVE) else predict(matrix, cluster, planned, cfg.params)
         rows.append({"algorithm": a, "time_s": t, "predicted_s": pred,
                      "ratio_to_predicted": None if pred is None else t / pred,
                      "algbw_gbps": bytes_per_rank / t / 1e9 if t > 0 else None,
