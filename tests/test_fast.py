@@ -69,13 +69,13 @@ def test_plan_hash_is_identical_across_processes():
 # taken from them. A change that is meant to alter these plans updates this table, and says so.
 PINNED_HASHES = [
     ("h200:8", "zipf0.8", "fast", "f5a4ce76a38eceb8", "6f0ba5197754440e"),
-    ("h200:8", "zipf0.8", "auto", "0bff015921fca4ef", "bd1462afe266907c"),  # auto re-pinned 2026-11-26 twice (issue 33's model fixes, the second sabre_light's forwarding: same choices, predictions in meta changed)
+    ("h200:8", "zipf0.8", "auto", "3272456031912a8a", "6cc0c2e47de9df98"),  # auto re-pinned 2026-11-26 three times (issue 33's model fixes, sabre_light's forwarding, planning costs of the per-rank path): same choices, predictions in meta changed
     ("h200:8", "zipf0.8", "fanout", "0986d68c2a4e6f47", "9a460575464f81c5"),
     ("h200:5,nics=4", "zipf0.99", "fast", "5c2afeb3d0f61bf4", "0cc4dc2135f677d6"),
     ("h200:16,nics=2", "zipf0.8", "balanced_direct", "1d1ff8968a2f3d3f", "ba55aef159a82614"),
     ("h200:40", "zipf0.8", "fast", "f684c6dbfcb84b98", "5fb66196e9e8bb5a"),  # 320 GPUs: planned on two threads
-    ("h200:40", "zipf0.99", "auto", "72f56a380446bbb7", "3b94380d367ef5c9"),
-    ("mi300x:3", "uniform", "auto", "76421684330b6e13", "b8a5769001890546"),
+    ("h200:40", "zipf0.99", "auto", "fbc86321a2e4967c", "1240f5a30a0b81a8"),
+    ("mi300x:3", "uniform", "auto", "c8682c6eb7b0d28d", "2c6692338faa21e1"),
     ("h200:4,nics=2", "uniform", "hierarchical", "524493fa71199dc4", "20a28046a99efc78"),
     ("h200:4,nics=2", "uniform", "sabre_light", "916d17016243a407", "2cf35cc5cf66cab2"),
     ("perlmutter:4", "zipf0.99", "sabre_skewed", "898d7d28bb38c63e", "70b660191f1f8a6f"),
