@@ -191,6 +191,60 @@ def test_cli_calibrate_show_and_measure(tmp_path, monkeypatch):
     assert all(v >= 0 for v in t["backends"]["gloo"].values())
 
 
+def test_cli_calibrate_backend_errors(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from collsched.cli import _register_all, app
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    _register_all()
+    runner = CliRunner()
+    r = runner.invoke(app, ["calibrate", "--backend", "mpi"])
+    assert r.exit_code == 2 and "--backend must be gloo, nccl or auto" in r.output
+    import torch
+
+    if not torch.cuda.is_available():
+        r = runner.invoke(app, ["calibrate", "--backend", "nccl", "--nprocs", "2"])
+        assert r.exit_code == 2 and "needs a CUDA GPU" in r.output
+    assert not (tmp_path / "cache").exists()  # nothing written on a refusal
+
+
+def _cuda() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+@pytest.mark.skipif(not _cuda(), reason="needs a CUDA GPU and NCCL")
+def test_cli_calibrate_measures_nccl_and_keeps_gloo(tmp_path, monkeypatch):
+    import torch
+    from typer.testing import CliRunner
+
+    from collsched.cli import _register_all, app
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv(ENV, raising=False)
+    _register_all()
+    runner = CliRunner()
+    out = tmp_path / "nccl.json"
+    n = torch.cuda.device_count() + 1  # more ranks than GPUs: refused unless asked for
+    r = runner.invoke(app, ["calibrate", "--backend", "nccl", "--nprocs", str(n), "--iters", "3", "--mib", "1",
+                            "-o", str(out)])
+    assert r.exit_code == 2 and "--shared-gpus" in r.output and not out.exists()
+    r = runner.invoke(app, ["calibrate", "--backend", "nccl", "--nprocs", str(n), "--shared-gpus", "--iters", "3",
+                            "--mib", "1", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    t = json.loads(_core.Calibration.from_json(out.read_text()).to_json())
+    defaults = json.loads(DEFAULTS.to_json())
+    assert t["backends"]["gloo"] == defaults["backends"]["gloo"]
+    assert t["backends"]["nccl"] != defaults["backends"]["nccl"]
+    assert all(v >= 0 for v in t["backends"]["nccl"].values())
+    assert f"nccl measured by `collsched calibrate` on {n} local NCCL ranks sharing GPUs" in t["source"]
+    assert "gloo kept from the previous table" in t["source"]
+
+
 def test_the_plan_cache_chooses_a_matrix_once_per_calibration(monkeypatch):
     """auto in the runtime's cache: a miss makes one core call (choice + expansion), a repeated
     matrix is a hit with no call, and other constants are another key."""
