@@ -13,9 +13,7 @@ def run_ranks(fn: str, world: int, *args, gpus_per_server: int = 4, timeout_s: f
     """Run ``_runtime_scenarios.<fn>`` on `world` ranks; returns per-rank results
     (RankFailure objects where a rank raised, died or was killed at the deadline)."""
     return run_local(f"_runtime_scenarios:{fn}", world, args, kwargs, gpus_per_server=gpus_per_server,
-                     timeout_s=timeout_s, extra_pythonpath=[TESTS_DIR], raise_on_failure=False, backend=backend,
-                     # CUDA must start fresh in each rank: NCCL ranks are spawned, not forked.
-                     start_method="spawn" if backend == "nccl" else None)
+                     timeout_s=timeout_s, extra_pythonpath=[TESTS_DIR], raise_on_failure=False, backend=backend)
 
 
 def failures(results, prefix: str = "") -> dict:

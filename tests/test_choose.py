@@ -235,7 +235,7 @@ def test_cli_calibrate_measures_nccl_and_keeps_gloo(tmp_path, monkeypatch):
     assert r.exit_code == 2 and "--shared-gpus" in r.output and not out.exists()
     r = runner.invoke(app, ["calibrate", "--backend", "nccl", "--nprocs", str(n), "--shared-gpus", "--iters", "3",
                             "--mib", "1", "-o", str(out)])
-    assert r.exit_code == 0, r.output
+    assert r.exit_code == 0, f"{r.output}\n{r.exception!r}"
     t = json.loads(_core.Calibration.from_json(out.read_text()).to_json())
     defaults = json.loads(DEFAULTS.to_json())
     assert t["backends"]["gloo"] == defaults["backends"]["gloo"]

@@ -24,3 +24,16 @@ def test_a_dead_ranks_cause_falls_back_to_the_last_python_error(tmp_path):
     p.write_text("Traceback (most recent call last):\n  File \"x.py\", line 1\ntorch.OutOfMemoryError: CUDA out of memory\n")
     assert _cause(str(p)) == "OutOfMemoryError: CUDA out of memory"
     assert _cause(str(tmp_path / "missing.log")) == ""
+
+
+def test_nccl_ranks_are_spawned_gloo_ranks_forked_on_linux():
+    """NCCL ranks start fresh (a parent that touched the CUDA driver, as torch.cuda.is_available()
+    does, cannot fork one); Gloo ranks fork on Linux while CUDA is untouched."""
+    import sys
+
+    from collsched.comm.launch import default_start_method
+
+    assert default_start_method("nccl") == "spawn"
+    assert default_start_method("NCCL") == "spawn"
+    want = "fork" if sys.platform.startswith("linux") else "spawn"
+    assert default_start_method("gloo") == want

@@ -86,6 +86,19 @@ def _resolve(spec: str):
     return obj
 
 
+def default_start_method(backend: str) -> str:
+    """"fork" for Gloo on Linux while CUDA is not initialised in this process, else "spawn".
+
+    NCCL ranks always start fresh: a process that has touched the CUDA driver (even
+    ``torch.cuda.is_available()`` does, without ``torch.cuda.is_initialized()`` saying so)
+    cannot hand it to a forked child, whose CUDA calls then fail.
+    """
+    import torch
+
+    gloo_only = "nccl" not in backend.lower()
+    return "fork" if sys.platform.startswith("linux") and gloo_only and not torch.cuda.is_initialized() else "spawn"
+
+
 def run_local(fn, world_size: int, args: tuple = (), kwargs: dict | None = None, *, gpus_per_server: int | None = None,
               timeout_s: float = 120.0, backend: str = "gloo", pg_timeout_s: float | None = None,
               extra_pythonpath: list[str] | None = None, env: dict | None = None, on_progress=None,
@@ -95,15 +108,15 @@ def run_local(fn, world_size: int, args: tuple = (), kwargs: dict | None = None,
     Returns each rank's return value (a RankFailure where a rank raised, died or
     was killed at the deadline). With `raise_on_failure`, any failure raises
     LaunchError carrying the results. `on_progress(line)` receives lines workers
-    wrote with `report_progress`. `start_method`: "fork" (default on Linux while CUDA
-    is not initialised here: children share the already imported torch, which saves
-    seconds per rank) or "spawn" (fresh interpreters: ``python -m collsched.comm.launch``).
+    wrote with `report_progress`. `start_method`: "fork" (default on Linux for Gloo while
+    CUDA is not initialised here: children share the already imported torch, which saves
+    seconds per rank) or "spawn" (fresh interpreters: ``python -m collsched.comm.launch``;
+    the default for NCCL).
     """
-    import torch
     import torch.distributed as dist
 
     if start_method is None:
-        start_method = "fork" if sys.platform.startswith("linux") and not torch.cuda.is_initialized() else "spawn"
+        start_method = default_start_method(backend)
     if start_method not in ("fork", "spawn"):
         raise ValueError(f"start_method must be 'fork' or 'spawn', got {start_method!r}")
 
