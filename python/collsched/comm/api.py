@@ -334,7 +334,8 @@ def all_to_all_single(output: torch.Tensor, input: torch.Tensor, output_split_si
     desc += list(in_splits) + list(out_splits)
     t0 = time.perf_counter()
     try:
-        gathered = exchange_i64(desc, group, timeout_s, f"collsched.all_to_all_single descriptor exchange on rank {rank}")
+        gathered = exchange_i64(desc, group, timeout_s,
+                                f"collsched.all_to_all_single descriptor exchange on rank {rank}")
     except CommTimeoutError as e:
         raise name_missing_ranks(e, group, timeout_s) from None
     stats.exchange_s = time.perf_counter() - t0
@@ -374,7 +375,8 @@ def all_to_all_single(output: torch.Tensor, input: torch.Tensor, output_split_si
         # 4. compare plan hashes (a planning failure also travels here so nobody is left waiting).
         t0 = time.perf_counter()
         mine = -1 if err else _i64(entry.plan_hash)
-        hashes = exchange_i64([mine], group, timeout_s, f"collsched.all_to_all_single plan-hash check on rank {rank}")[:, 0]
+        hashes = exchange_i64([mine], group, timeout_s,
+                              f"collsched.all_to_all_single plan-hash check on rank {rank}")[:, 0]
         stats.check_s = time.perf_counter() - t0
         if err or (hashes == -1).any():
             bad = [int(r) for r in np.nonzero(hashes == -1)[0]]
