@@ -56,7 +56,8 @@ def register(app: typer.Typer) -> None:
     @app.command("calibrate")
     @reporting_errors
     def calibrate(
-        nprocs: int = typer.Option(8, "--nprocs", help="local ranks to spawn when not under torchrun (Gloo, or NCCL with --backend nccl)"),
+        nprocs: int = typer.Option(8, "--nprocs",
+                                   help="local ranks to spawn when not under torchrun (Gloo, or NCCL with --backend nccl)"),
         iters: int = typer.Option(20, "--iters", help="timed repetitions of each measurement (bounded)"),
         mib: int = typer.Option(4, "--mib", help="MiB per message for the copy and duplex measurements"),
         output: Optional[str] = typer.Option(None, "--out", "-o",
