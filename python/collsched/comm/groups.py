@@ -87,23 +87,24 @@ def gloo_groups(group, purpose: str, count: int, timeout_s: float) -> tuple:
     """
     g = dist.GroupMember.WORLD if group is None else group
     key = (id(g), purpose)
+    # Created under the lock: two threads of one rank (autograd's backward beside the caller)
+    # must not both create them, or this rank would join one creation more than its peers.
     with _LOCK:
         hit = _GLOO_GROUPS.get(key)
         if hit is not None and hit[0] is g:  # the same object, not a new group at a reused address
             return hit[1]
-    ranks = global_ranks(group)
-    what = f"collsched: creating the {purpose} Gloo group{'s' if count > 1 else ''} over ranks {ranks}"
-    try:
-        # Local synchronisation: only the members take part (the group may be a subgroup),
-        # and the groups get names from their ranks, so the default group's counter (which
-        # names the user's later groups) does not move.
-        made = tuple(dist.new_group(ranks, backend=_GLOO, timeout=timedelta(seconds=timeout_s),
-                                    use_local_synchronization=True) for _ in range(count))
-    except RuntimeError as e:
-        raise classify_transport_error(e, what) from e
-    with _LOCK:
+        ranks = global_ranks(group)
+        what = f"collsched: creating the {purpose} Gloo group{'s' if count > 1 else ''} over ranks {ranks}"
+        try:
+            # Local synchronisation: only the members take part (the group may be a subgroup),
+            # and the groups get names from their ranks, so the default group's counter (which
+            # names the user's later groups) does not move.
+            made = tuple(dist.new_group(ranks, backend=_GLOO, timeout=timedelta(seconds=timeout_s),
+                                        use_local_synchronization=True) for _ in range(count))
+        except RuntimeError as e:
+            raise classify_transport_error(e, what) from e
         _GLOO_GROUPS[key] = (g, made)
-    return made
+        return made
 
 
 def cached_gloo_groups(purpose: str) -> int:
