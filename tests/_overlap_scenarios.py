@@ -165,6 +165,30 @@ def duplex_routes(nbytes: int) -> dict:
     return res
 
 
+def host_group_exchange() -> dict:
+    """The host-exchange path of a group whose backend cannot move CPU tensors (NCCL), run on
+    Gloo by making the group report another backend: the exchange then travels on a Gloo group
+    of its own over the same ranks, created once, and gathers every rank's values in rank order."""
+    from collsched.comm import groups
+
+    rank, n = dist.get_rank(), dist.get_world_size()
+    real = dist.get_backend
+    dist.get_backend = lambda group=None: "nccl"
+    try:
+        before = groups.cached_gloo_groups("host-exchange")
+        g1 = groups.host_group(None, 20.0)
+        got = groups.exchange_i64([rank, 10 * rank, -rank], None, 20.0, "test exchange")
+        g2 = groups.host_group(None, 20.0)
+        created_once = g1 is g2 and groups.cached_gloo_groups("host-exchange") == before + 1
+    finally:
+        dist.get_backend = real
+    want = np.array([[r, 10 * r, -r] for r in range(n)], dtype=np.int64)
+    on_gloo = groups.host_group(None, 20.0) is None  # a Gloo group is its own host group
+    dist.barrier()
+    return {"created_once": created_once, "own_group": g1 is not None, "values": bool(np.array_equal(got, want)),
+            "gloo_is_its_own": on_gloo}
+
+
 def run(fn: str, world: int, *args, gpus_per_server: int = 4, timeout_s: float = 120.0) -> list:
     """From pytest: run `fn` of this module on `world` local Gloo ranks (RankFailure where one failed)."""
     from collsched.comm.launch import run_local

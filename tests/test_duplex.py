@@ -45,3 +45,10 @@ def test_creating_the_direction_groups_is_bounded_by_the_timeout():
         assert isinstance(res, dict) and res["is_timeout"], str(res)
         assert "per-direction Gloo groups over ranks [0, 1, 2, 3]" in res["message"]
         assert res["elapsed"] < timeout_s + 3.0, res
+
+
+def test_a_group_that_cannot_move_cpu_tensors_exchanges_on_a_gloo_group_of_its_own():
+    results = run_ranks("host_group_exchange", 4, gpus_per_server=2, timeout_s=90)
+    for r, res in enumerate(results):
+        assert isinstance(res, dict), str(res)
+        assert res == {"created_once": True, "own_group": True, "values": True, "gloo_is_its_own": True}, f"rank {r}: {res}"
