@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # What a session that is lent a GPU machine runs there, in one go (see docs/runtime.md, "On a GPU"):
 #   1. the machine (GPU, torch, NCCL, cores);
-#   2. the NCCL tests: the runtime's correctness and fault cases and the MoE layer, 8 ranks;
+#   2. the NCCL tests: the runtime's correctness and fault cases (the host running ahead of
+#      the GPU included), the MoE layer and `collsched calibrate --backend nccl`, 8 ranks;
 #      with one GPU the launcher gives each rank its own NCCL host id, so the bytes go over
 #      loopback sockets (functional, not a bandwidth figure);
 #   3. the per-call host benchmark (benchmarks/rank_program.py) on that machine's CPU;
-#   4. `collsched bench` on NCCL, 8 ranks (nccl-tests table; functional, same caveat);
-#   5. whether the namespace testbed can run there (root, ip, tc) and, if so, one testbed run.
+#   4. whether a call waits for the GPU (benchmarks/host_runahead.py, 8 NCCL ranks);
+#   5. `collsched bench` on NCCL, 8 ranks (nccl-tests table; functional, same caveat);
+#   6. whether the namespace testbed can run there (root, ip, tc) and, if so, one testbed run.
 # Expects the collsched wheel (built here with `maturin build`) in .whl/; writes logs to $OUT.
 # Every step is bounded by `timeout`; a failing step does not stop the others.
 set -u
@@ -24,10 +26,14 @@ python3 -c "import torch, collsched; print('torch', torch.__version__, torch.cud
 
 step "NCCL tests"
 timeout "${NCCL_TESTS_S:-330}" python3 -m pytest -q -p no:cacheprovider -o addopts="" -rfEs --durations=5 \
-  tests/test_moe_nccl.py tests/test_runtime.py -k "nccl" --junitxml "$OUT/nccl_tests.xml" 2>&1 | tail -40
+  tests/test_moe_nccl.py tests/test_runtime.py tests/test_choose.py -k "nccl" --junitxml "$OUT/nccl_tests.xml" 2>&1 \
+  | tail -40
 
 step "per-call host benchmark"
 timeout "${RANK_PROGRAM_S:-90}" python3 benchmarks/rank_program.py --servers 8,40,128 --reps 21 2>&1 | tee "$OUT/rank_program.txt"
+
+step "does a call wait for the GPU? (8 NCCL ranks)"
+timeout "${RUNAHEAD_S:-90}" python3 benchmarks/host_runahead.py --reps 7 --spin 100000000 2>&1 | tee "$OUT/host_runahead.txt"
 
 step "collsched bench on NCCL (8 ranks, one GPU: functional)"
 timeout "${BENCH_S:-90}" collsched bench -w zipf:0.8 -c h100:2,gpus=4 --backend nccl --nprocs 8 -b 1MiB -e 4MiB -n 5 2>&1 | tail -25
