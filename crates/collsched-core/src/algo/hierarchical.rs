@@ -129,26 +129,12 @@ pub fn plan_rank(traffic: &Traffic, cluster: &Cluster, rank: usize, digest: u64,
     let g = cluster.gpus_per_server as usize;
     let (s, l) = (rank / g, rank % g);
     let at = |i: usize, j: usize| m[i * n + j];
-    // From the server's rows: gather[ls * g + lp]: message (s, ls) → (s, lp) is non-empty;
-    // rail_out[sp]: message (s, l) → (sp, l) is non-empty. From the rank's column:
+    // From the server's rows (`server_messages`): which of its gathers and rail messages are
+    // non-empty; this rank sends the rail messages of its index l. From the rank's column:
     // rail_in[t]: message (t, l) → (s, l) is non-empty.
-    let mut gather = vec![false; g * g];
-    let mut rail_out = vec![false; servers];
-    for ls in 0..g {
-        let src = s * g + ls;
-        for (j, &v) in m[src * n..(src + 1) * n].iter().enumerate() {
-            if v == 0 {
-                continue;
-            }
-            let (sp, lp) = (j / g, j % g);
-            if sp == s || lp != ls {
-                gather[ls * g + lp] = true;
-            }
-            if sp != s && lp == l {
-                rail_out[sp] = true;
-            }
-        }
-    }
+    let (mut gather, mut rail) = (Vec::new(), Vec::new());
+    server_messages(m, n, servers, g, s, &mut gather, &mut rail);
+    let rail_out: Vec<bool> = (0..servers).map(|sp| rail[sp * g + l]).collect();
     let rail_in: Vec<bool> = (0..servers).map(|t| t != s && (0..g).any(|ls| at(t * g + ls, rank) > 0)).collect();
     // This rank's offsets: input offset of block (rank, j) is its row's prefix, output
     // offset of block (i, rank) its column's. The peer's side of a message is not this
@@ -263,27 +249,41 @@ pub fn plan_rank(traffic: &Traffic, cluster: &Cluster, rank: usize, digest: u64,
     rp
 }
 
-/// The whole plan's `(step, distinct moving pairs)`: step 0's gathers between two ranks,
-/// step 1's rail messages (one counting pass over the matrix).
-fn moving_pairs(m: &[u64], n: usize, servers: usize, g: usize) -> Vec<(u32, u32)> {
-    let mut gather = vec![false; n * g];
-    let mut rail = vec![false; servers * servers * g];
-    for src in 0..n {
-        let (t, ls) = (src / g, src % g);
+/// Which of server `s`'s messages are non-empty, from its rows: `gather[ls * g + lp]`, message
+/// (s, ls) → (s, lp) of step 0 (a block to another server travels via the aggregator of its
+/// destination's index, a block inside the server to its destination); `rail[sp * g + lp]`,
+/// message (s, lp) → (sp, lp) of step 1. Both are cleared and sized here.
+fn server_messages(m: &[u64], n: usize, servers: usize, g: usize, s: usize, gather: &mut Vec<bool>, rail: &mut Vec<bool>) {
+    gather.clear();
+    gather.resize(g * g, false);
+    rail.clear();
+    rail.resize(servers * g, false);
+    for ls in 0..g {
+        let src = s * g + ls;
         for (j, &v) in m[src * n..(src + 1) * n].iter().enumerate() {
             if v == 0 {
                 continue;
             }
             let (sp, lp) = (j / g, j % g);
-            if sp == t || lp != ls {
-                gather[src * g + lp] = true;
+            if sp == s || lp != ls {
+                gather[ls * g + lp] = true;
             }
-            if sp != t {
-                rail[(t * servers + sp) * g + lp] = true;
+            if sp != s {
+                rail[sp * g + lp] = true;
             }
         }
     }
-    let step0 = (0..n * g).filter(|&k| gather[k] && k / g % g != k % g).count() as u32;
-    let step1 = rail.iter().filter(|&&f| f).count() as u32;
+}
+
+/// The whole plan's `(step, distinct moving pairs)`: step 0's gathers between two ranks,
+/// step 1's rail messages (one counting pass over the matrix).
+fn moving_pairs(m: &[u64], n: usize, servers: usize, g: usize) -> Vec<(u32, u32)> {
+    let (mut gather, mut rail) = (Vec::new(), Vec::new());
+    let (mut step0, mut step1) = (0u32, 0u32);
+    for s in 0..servers {
+        server_messages(m, n, servers, g, s, &mut gather, &mut rail);
+        step0 += (0..g * g).filter(|&k| gather[k] && k / g != k % g).count() as u32;
+        step1 += rail.iter().filter(|&&f| f).count() as u32;
+    }
     [(0, step0), (1, step1)].into_iter().filter(|&(_, k)| k > 0).collect()
 }
