@@ -199,7 +199,7 @@ def test_plan_from_json_mutated(data):
 def _cli(*args):
     import typer
 
-    from collsched import cli_core
+    from collsched.cli import core as cli_core
 
     app = typer.Typer(pretty_exceptions_enable=False)
     cli_core.register(app)

@@ -16,7 +16,7 @@ from collsched import cli, sim
 @pytest.fixture(scope="module")
 def app():
     a = typer.Typer(pretty_exceptions_enable=False)
-    from collsched import cli_core
+    from collsched.cli import core as cli_core
 
     cli_core.register(a)
     return a

@@ -137,7 +137,7 @@ def test_bench_default_set_streams_rows_with_auto_torch_and_the_nccl_tests_foote
 
 
 def test_bench_footer_averages_bus_bandwidth_per_method():
-    from collsched.bench import format_footer
+    from collsched.cli.bench import format_footer
 
     rows = [{"algorithm": "torch", "busbw_gbs": 1.0, "wrong": 0}, {"algorithm": "torch", "busbw_gbs": 3.0, "wrong": 0},
             {"algorithm": "fast", "busbw_gbs": 5.0, "wrong": 2}]
@@ -181,7 +181,8 @@ def test_short_flags_mean_the_same_in_every_command():
 
 
 def test_workload_formats_are_one_list():
-    from collsched import bench, traffic, workloads
+    from collsched import traffic, workloads
+    from collsched.cli import bench
 
     assert workloads.FILE_SUFFIXES == traffic.FILE_SUFFIXES
     for s in traffic.FILE_SUFFIXES:
@@ -192,7 +193,8 @@ def test_workload_formats_are_one_list():
 
 
 def test_bench_reads_a_csv_matrix(tmp_path):
-    from collsched import bench, traffic
+    from collsched import traffic
+    from collsched.cli import bench
 
     path = tmp_path / "m.csv"
     traffic.save(path, np.arange(16, dtype=np.uint64).reshape(4, 4))

@@ -12,7 +12,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from collsched import _core, cli_forest
+from collsched import _core
+from collsched.cli import forest as cli_forest
 from collsched.export.validate import validate_msccl_xml
 
 # A fresh app with a group callback, so `forest` is a subcommand whatever else is registered.

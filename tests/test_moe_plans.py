@@ -252,7 +252,7 @@ def _cli(*args):
     import typer
     from typer.testing import CliRunner
 
-    from collsched import cli_moe
+    from collsched.cli import moe as cli_moe
 
     app = typer.Typer()
     cli_moe.register(app)

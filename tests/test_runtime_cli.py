@@ -9,7 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 from typer.testing import CliRunner  # noqa: E402
 
-from collsched.bench import BenchConfig, format_table, run_bench, sizes, workload_rows  # noqa: E402
+from collsched.cli.bench import BenchConfig, format_table, run_bench, sizes, workload_rows  # noqa: E402
 
 
 def test_size_sweep_is_geometric_and_validated():
@@ -92,7 +92,7 @@ def test_nccl_ranks_without_a_gpu_say_so():
 
 
 def test_demo_runs_and_outputs_match():
-    from collsched.demo import run_demo
+    from collsched.cli.demo import run_demo
 
     assert run_demo(tokens_per_rank=128, iters=1, timeout_s=120) == 0
 

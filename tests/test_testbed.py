@@ -359,7 +359,7 @@ def test_calibration_fit_recovers_a_model_from_its_own_predictions():
 
 @needs_netns
 def test_bench_runs_its_table_on_a_testbed_fabric():
-    from collsched.bench import BenchConfig
+    from collsched.cli.bench import BenchConfig
     from collsched.testbed.bench import run_bench_on_testbed
 
     cfg = BenchConfig(min_bytes=64 * 1024, max_bytes=64 * 1024, workload="zipf:0.9", warmup=1, iters=1,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from collsched import _core
-from collsched.planning import _cluster
+from collsched.topology import as_cluster as _cluster
 
 
 def worst_case_ratio(cluster) -> float:

@@ -2,15 +2,8 @@
 from __future__ import annotations
 
 from collsched import _core
-from collsched.traffic import wire_matrix
-
-
-def _cluster(cluster) -> _core.Cluster:
-    if isinstance(cluster, _core.Cluster):
-        return cluster
-    if isinstance(cluster, str):
-        return _core.Cluster.parse(cluster)
-    raise TypeError(f"cluster must be a collsched.Cluster or a spec string like 'h200:4', got {type(cluster).__name__}")
+from collsched.matrix import wire_matrix
+from collsched.topology import as_cluster
 
 
 def plan_all_to_all(traffic, cluster, algorithm: str = "auto", options: dict | None = None, **knobs) -> _core.Plan:
@@ -22,7 +15,7 @@ def plan_all_to_all(traffic, cluster, algorithm: str = "auto", options: dict | N
     must agree.
     """
     m = wire_matrix(traffic)  # the core checks that sums fit u64 (same errors)
-    c = _cluster(cluster)
+    c = as_cluster(cluster)
     opts = _merged_options(options, knobs)
     return _core.plan_all_to_all(m, c, algorithm, opts)  # read in place; the plan keeps one copy
 
@@ -81,7 +74,7 @@ def _plan_for_rank_timed(traffic, cluster, rank: int, algorithm: str, options: d
     ``workspace`` (a ``_core.Workspace`` the caller keeps across calls) when given; with
     ``moving_pairs`` (see `plan_for_rank`)."""
     m = wire_matrix(traffic)
-    c = _cluster(cluster)
+    c = as_cluster(cluster)
     if not isinstance(rank, int) or isinstance(rank, bool) or rank < 0:
         raise ValueError(f"rank must be a non-negative int, got {rank!r}")
     opts = {str(k): str(v) for k, v in options.items()}
@@ -93,11 +86,6 @@ def _plan_for_rank_timed(traffic, cluster, rank: int, algorithm: str, options: d
 def all_to_all_algorithms() -> list[tuple[str, str]]:
     """``[(name, description)]`` of every all-to-all algorithm."""
     return _core.all_to_all_algorithms()
-
-
-def as_cluster(cluster) -> _core.Cluster:
-    """A Cluster from a Cluster or a spec string (``"h200:4,nic=200Gbps"``)."""
-    return _cluster(cluster)
 
 
 def save_plan(plan: _core.Plan, path) -> None:

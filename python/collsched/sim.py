@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from collsched import _core
-from collsched.planning import _cluster
-from collsched.traffic import as_matrix
+from collsched.topology import as_cluster as _cluster
+from collsched.matrix import as_matrix
 
 DEFAULT_TOLERANCE = 1e-3
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from collsched import _core
-from collsched.planning import _cluster
-from collsched.traffic import as_matrix
+from collsched.topology import as_cluster as _cluster
+from collsched.matrix import as_matrix
 
 
 class MTM(NamedTuple):

@@ -36,10 +36,10 @@ def parse_testbed(text: str) -> FabricSpec:
 
 
 def run_bench_on_testbed(cfg, testbed: str, timeout_s: float = 600.0) -> dict:
-    """Run ``collsched.bench.bench_worker`` on every rank of a fresh fabric (torn down after).
+    """Run ``collsched.cli.bench.bench_worker`` on every rank of a fresh fabric (torn down after).
 
     Args:
-        cfg: a ``collsched.bench.BenchConfig``; its cluster defaults to the fabric's derived spec.
+        cfg: a ``collsched.cli.bench.BenchConfig``; its cluster defaults to the fabric's derived spec.
         testbed: the fabric, see ``parse_testbed``.
 
     Returns:
@@ -48,7 +48,7 @@ def run_bench_on_testbed(cfg, testbed: str, timeout_s: float = 600.0) -> dict:
     Raises:
         TestbedError: bad spec, not root, no namespaces, or a rank failed.
     """
-    from collsched.bench import bench_worker
+    from collsched.cli.bench import bench_worker
 
     spec = parse_testbed(testbed)
     if not cfg.cluster:

@@ -8,7 +8,7 @@ from typing import Callable, Optional
 
 import typer
 
-from collsched.cli_core import EXIT_BAD_INPUT, _one_line, _stderr, _stdout, reporting_errors
+from collsched.cli.core import EXIT_BAD_INPUT, _one_line, _stderr, _stdout, reporting_errors
 
 EXIT_INTERRUPTED = 130
 

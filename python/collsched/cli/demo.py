@@ -152,7 +152,7 @@ def run_on_testbed(console, tokens_per_rank: int, iters: int) -> int:
     """The demo on a 2×4 namespace fabric (caller checked that it can be built)."""
     from rich.panel import Panel
 
-    from collsched.cli_testbed import format_results
+    from collsched.cli.testbed import format_results
     from collsched.testbed.fabric import FabricSpec
     from collsched.testbed.runner import RunConfig, run
 

@@ -9,7 +9,7 @@ from typing import Optional
 
 import typer
 
-from collsched.cli_core import MAX_MEMORY_HELP, MAX_TIME_HELP
+from collsched.cli.core import MAX_MEMORY_HELP, MAX_TIME_HELP
 
 COLLECTIVES = ("allgather", "reduce_scatter", "allreduce")
 

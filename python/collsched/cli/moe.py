@@ -5,7 +5,7 @@ import json
 
 import typer
 
-from collsched.cli_core import reporting_errors
+from collsched.cli.core import reporting_errors
 
 
 def parse_tokens(text: str) -> list:

@@ -6,12 +6,12 @@ from typing import Optional
 
 import typer
 
-from collsched.cli_core import _WORKLOADS, parsed, reporting_errors
+from collsched.cli.core import _WORKLOADS, parsed, reporting_errors
 
 
 def _stream(line: str) -> bool:
     """Print a header or row a bench rank streamed (``bench.emit``); True when it was one."""
-    from collsched.bench import format_header, format_row
+    from collsched.cli.bench import format_header, format_row
 
     kind, _, payload = line.partition(" ")
     if kind == "bench-header":
@@ -37,7 +37,7 @@ def register(app: typer.Typer) -> None:
              iters: int = typer.Option(7, help="timed calls per method (interleaved rounds)")) -> None:
         """Run a skewed MoE all-to-all on 8 Gloo ranks (on the 2 x 4 namespace testbed when root, else
         over loopback) through torch and collsched, check outputs, then show the simulated prediction for h200:8."""
-        from collsched.demo import run_demo
+        from collsched.cli.demo import run_demo
 
         raise typer.Exit(run_demo(tokens, iters))
 
@@ -68,12 +68,12 @@ def register(app: typer.Typer) -> None:
                                               help="run on the namespace testbed, e.g. 2x4,nic=200Mbps (root; docs/testbed.md)"),
     ) -> None:
         """nccl-tests-style all-to-all benchmark of torch and every collsched algorithm (torchrun or local ranks)."""
-        from collsched.bench import BenchConfig, format_footer, format_table, run_bench
+        from collsched.cli.bench import BenchConfig, format_footer, format_table, run_bench
         from collsched.units import parse_bytes
 
         json_out = out or json_out
         if planning:
-            from collsched.bench import format_planning, planning_times
+            from collsched.cli.bench import format_planning, planning_times
 
             rows = planning_times()
             print(format_planning(rows))
@@ -106,7 +106,7 @@ def register(app: typer.Typer) -> None:
             raise ValueError(f"--algorithms: unknown algorithm {unknown[0]!r} (known: {', '.join(sorted(known))})")
         streamed = []
         if testbed:
-            from collsched.cli_testbed import testbed_errors
+            from collsched.cli.testbed import testbed_errors
             from collsched.testbed.bench import run_bench_on_testbed
 
             result = testbed_errors(run_bench_on_testbed)(cfg, testbed)

@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from collsched.cli_core import reporting_errors
+from collsched.cli.core import reporting_errors
 
 
 _NAMES = {"gloo": "Gloo", "nccl": "NCCL"}

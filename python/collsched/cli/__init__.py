@@ -1,7 +1,8 @@
 """The ``collsched`` command line (typer + rich).
 
-Each area registers its own commands from its own module, so the command tree
-grows without everyone editing this file.
+Each area registers its own commands from its own module in this package, so the
+command tree grows without everyone editing this file. ``demo`` and ``bench`` hold
+what those two commands run (torch is imported only when they run).
 """
 from __future__ import annotations
 
@@ -21,14 +22,14 @@ app = typer.Typer(
 
 
 # One module per area, each with a `register(app)`; add a name here to add an area.
-AREAS = ("cli_core", "cli_runtime", "cli_forest", "cli_testbed", "cli_moe", "cli_calibrate")
+AREAS = ("core", "runtime", "forest", "testbed", "moe", "calibrate")
 
 
 def _register_all() -> None:
     import importlib
 
     for name in AREAS:
-        importlib.import_module(f"collsched.{name}").register(app)
+        importlib.import_module(f"collsched.cli.{name}").register(app)
 
 
 def main() -> None:
@@ -54,6 +55,3 @@ def main() -> None:
         # the command's message, at times a traceback from an exit hook), so from here it is ignored.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
 
-
-if __name__ == "__main__":
-    main()
