@@ -3,6 +3,7 @@ and the knob checks every host can run."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -410,3 +411,64 @@ def test_clean_command_reports_what_it_removed():
         assert _ours(dead.prefix) == []
     finally:
         dead.teardown()
+
+
+def _zombie() -> subprocess.Popen:
+    """A child that exited and is not reaped yet (state Z) until the caller's ``wait()``."""
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        with open(f"/proc/{proc.pid}/stat") as f:
+            if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                return proc
+        time.sleep(0.02)
+    proc.kill()
+    proc.wait()
+    pytest.fail("the child never became a zombie")
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="needs /proc")
+def test_a_zombie_owner_counts_as_dead():
+    # After `timeout -s KILL`, the killed owner stays a zombie until reaped: `clean` saw it as
+    # alive (os.kill(pid, 0) succeeds on a zombie) and kept its fabric.
+    proc = _zombie()
+    try:
+        assert not fab._alive(proc.pid)
+        assert fab._alive(os.getpid())
+    finally:
+        proc.wait()
+    assert not fab._alive(proc.pid)  # reaped: gone from /proc
+
+
+@needs_netns
+def test_clean_after_sigkill_removes_zombie_owners_fabric_and_folder_and_says_what_it_kept(tmp_path):
+    import tempfile
+
+    from typer.testing import CliRunner
+
+    from collsched.cli import _register_all, app
+
+    proc = _zombie()
+    dead = live = None
+    dead_dir = tempfile.mkdtemp(prefix=f"collsched-testbed-{proc.pid}-")
+    live_dir = fab.new_jobdir()  # owned by this (live) process
+    try:
+        dead = Fabric(FabricSpec.from_knobs(1, 1, "100Mbps"), prefix=f"collsched-{proc.pid}-{os.urandom(3).hex()}").build()
+        live = Fabric(FabricSpec.from_knobs(1, 1, "100Mbps")).build()
+        _register_all()
+        r = CliRunner().invoke(app, ["testbed", "clean"])
+        assert r.exit_code == 0, r.output
+        assert _ours(dead.prefix) == [] and not os.path.exists(dead_dir)
+        assert len(_ours(live.prefix)) == 2 and os.path.isdir(live_dir)
+        assert f"{dead.prefix}-r0" in r.output and dead_dir in r.output
+        assert (f"kept the namespaces of run {live.prefix}: its owner, pid {os.getpid()} "
+                f"(") in r.output and "is still running (--all removes them too)" in r.output
+        assert f"kept {live_dir}: its owner, pid {os.getpid()}" in r.output
+    finally:
+        for f in (dead, live):
+            if f is not None:
+                f.teardown()
+        for d in (dead_dir, live_dir):
+            shutil.rmtree(d, ignore_errors=True)
+        proc.wait()
+    assert _ours(live.prefix) == []

@@ -150,9 +150,23 @@ def register(app: typer.Typer) -> None:
     @tb.command("clean")
     @testbed_errors
     def clean_cmd(all_runs: bool = typer.Option(False, "--all", help="also remove fabrics of runs still alive")) -> None:
-        """Remove the namespaces (and with them veths, bridges, qdiscs) left by runs that died."""
+        """Remove the namespaces (and with them veths, bridges, qdiscs) and the scratch folders
+        left by runs that died (a zombie owner counts as dead); say what was kept and why."""
         from collsched.testbed.fabric import check_available, clean
 
         check_available()
-        removed = clean(all_runs)
-        print(f"removed {len(removed)} namespace(s)" + (": " + " ".join(removed) if removed else ""))
+        for line in format_clean(clean(all_runs)):
+            print(line)
+
+
+def format_clean(report) -> list[str]:
+    """The lines ``testbed clean`` prints for a ``fabric.CleanReport``: what it removed, then
+    one line per run or folder it kept, with the reason and how to remove it anyway."""
+    lines = [f"removed {len(report.removed)} namespace(s)" + (": " + " ".join(report.removed) if report.removed else "")]
+    if report.removed_dirs:
+        lines.append(f"removed {len(report.removed_dirs)} scratch folder(s): " + " ".join(report.removed_dirs))
+    for prefix, why in report.kept.items():
+        lines.append(f"kept the namespaces of run {prefix}: {why} (--all removes them too)")
+    for path, why in report.kept_dirs.items():
+        lines.append(f"kept {path}: {why} (--all removes it too)")
+    return lines

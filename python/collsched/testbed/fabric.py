@@ -29,6 +29,7 @@ import secrets
 import shutil
 import signal
 import subprocess
+import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -377,24 +378,112 @@ _OWNER = re.compile(rf"^{re.escape(NS_PREFIX)}(\d+)-")
 
 
 def _alive(pid: int) -> bool:
+    """Whether ``pid`` is a running process. A zombie (state Z in /proc/PID/stat: it died and
+    its parent has not reaped it yet, as right after ``timeout -s KILL``) counts as dead: it
+    will never tear its fabric down."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            stat = f.read()
+    except FileNotFoundError:
         return False
-    except PermissionError:
+    except OSError:  # no /proc here: fall back to the signal probe, which sees zombies as alive
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
         return True
-    return True
+    # "PID (comm) S ...": comm may hold spaces and parentheses, so the state follows the last ')'.
+    state = stat[stat.rfind(")") + 1:].split()[:1]
+    return state not in (["Z"], ["X"])
 
 
-def clean(all_runs: bool = False) -> list[str]:
-    """Remove leftover namespaces of earlier runs; returns the names removed.
+def _command(pid: int) -> str:
+    """The process's command name (for telling the user who keeps a fabric), or '?'."""
+    try:
+        with open(f"/proc/{pid}/comm", encoding="utf-8", errors="replace") as f:
+            return f.read().strip() or "?"
+    except OSError:
+        return "?"
+
+
+# The ranks' scratch folders (testbed/launch.py): the owner's pid after the prefix, like a namespace.
+TMP_PREFIX = "collsched-testbed-"
+_TMP_OWNER = re.compile(rf"^{re.escape(TMP_PREFIX)}(\d+)-")
+
+
+def new_jobdir() -> str:
+    """A fresh scratch folder for one run's ranks, named with this process's pid so that
+    ``clean`` can remove it once this process is dead (a SIGKILL skips every ``finally``)."""
+    return tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{os.getpid()}-")
+
+
+@dataclass
+class CleanReport:
+    """What :func:`clean` did.
+
+    Attributes:
+        removed: namespace names removed (their owners were dead, or ``all_runs``).
+        kept: ``{run prefix: why}`` for runs left alone (their owner is alive).
+        removed_dirs: scratch folders removed from the temp directory.
+        kept_dirs: ``{folder: why}`` for scratch folders left alone.
+    """
+
+    removed: list[str]
+    kept: dict[str, str]
+    removed_dirs: list[str]
+    kept_dirs: dict[str, str]
+
+
+def _why_kept(pid: int) -> str:
+    return f"its owner, pid {pid} ({_command(pid)}), is still running"
+
+
+def clean(all_runs: bool = False, tmpdir: str | None = None) -> CleanReport:
+    """Remove leftover namespaces and scratch folders of earlier runs.
 
     Without ``all_runs`` a run whose owning process is still alive is left alone (a
-    concurrent run keeps its fabric)."""
-    victims = []
+    concurrent run keeps its fabric); a zombie owner counts as dead. Namespaces without an
+    owner pid are removed; scratch folders without one are kept (a run of an older version
+    may still be using them) unless ``all_runs``.
+
+    Args:
+        all_runs: also remove the fabrics and folders of live runs.
+        tmpdir: where the scratch folders are (default: ``tempfile.gettempdir()``).
+
+    Returns:
+        CleanReport: what was removed and what was kept, with the reason.
+    """
+    report = CleanReport([], {}, [], {})
     for n in list_namespaces():
         m = _OWNER.match(n)
         if all_runs or m is None or not _alive(int(m.group(1))):
-            victims.append(n)
-    delete_namespaces(victims)
-    return victims
+            report.removed.append(n)
+        else:
+            prefix = n[:n.index("-", m.end())] if "-" in n[m.end():] else n
+            report.kept[prefix] = _why_kept(int(m.group(1)))
+    delete_namespaces(report.removed)
+    tmpdir = tmpdir or tempfile.gettempdir()
+    try:
+        names = sorted(os.listdir(tmpdir))
+    except OSError:
+        names = []
+    for n in names:
+        if not n.startswith(TMP_PREFIX):
+            continue
+        path = os.path.join(tmpdir, n)
+        m = _TMP_OWNER.match(n)
+        if m is None and not all_runs:
+            # Named by an older collsched, without the owner's pid: it may belong to a run going on now.
+            report.kept_dirs[path] = "no owner pid in its name (an older collsched made it)"
+            continue
+        if all_runs or not _alive(int(m.group(1))):
+            shutil.rmtree(path, ignore_errors=True)
+            if not os.path.exists(path):
+                report.removed_dirs.append(path)
+            else:
+                report.kept_dirs[path] = "could not be removed (permissions?)"
+        else:
+            report.kept_dirs[path] = _why_kept(int(m.group(1)))
+    return report

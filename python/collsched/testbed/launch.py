@@ -15,14 +15,13 @@ import pickle
 import shutil
 import signal
 import sys
-import tempfile
 import time
 import traceback
 from contextlib import contextmanager
 from datetime import timedelta
 
 from collsched.comm.launch import PROGRESS_ENV, relay_progress, report_progress  # noqa: F401  (ranks report progress with it)
-from collsched.testbed.fabric import STORE_PORT, Fabric, TestbedError, rank_addr, signals_deferred
+from collsched.testbed.fabric import STORE_PORT, Fabric, TestbedError, new_jobdir, rank_addr, signals_deferred
 
 CLONE_NEWNET = 0x40000000
 PR_SET_PDEATHSIG = 1
@@ -138,7 +137,7 @@ def run_ranks(fabric: Fabric, fn, args: tuple = (), *, env: dict | None = None, 
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         raise TestbedError("cannot fork testbed ranks after CUDA was initialised in this process")
     spec = fabric.spec
-    jobdir = tempfile.mkdtemp(prefix="collsched-testbed-")
+    jobdir = new_jobdir()
     progress = os.path.join(jobdir, "progress.log")
     open(progress, "w").close()
     job = {"fn": f"{fn.__module__}:{fn.__qualname__}", "args": tuple(args), "world": spec.ranks,
