@@ -238,6 +238,7 @@ def error_worker():
     expect("weights shape", lambda: buf.dispatch(x, idx, w[:, :1] if bad else w))
     expect("duplicate expert", lambda: buf.dispatch(x, torch.tensor([[0, 0], [1, 2], [3, 4], [5, 6]]) if bad else idx, w))
     expect("hidden differs", lambda: buf.dispatch(torch.ones((4, 9)) if bad else x, idx, w))
+    expect("dtype differs", lambda: buf.dispatch(x.bfloat16() if bad else x, idx, w))
     expect("weights on some ranks", lambda: buf.dispatch(x, idx, None if bad else w))
     d_now = buf.dispatch(x, idx, None)
     expect("weighted combine without weights", lambda: buf.combine(torch.ones_like(d_now.x), d_now.handle))
@@ -268,6 +269,8 @@ def test_bad_input_raises_the_same_error_on_every_rank():
     assert "rank 3" in text["num_experts not a multiple"] and "20" in text["num_experts not a multiple"]
     assert "rank 5" in text["bad dedup on one rank"] and "dedup" in text["bad dedup on one rank"]
     assert "int64" in text["topk_idx dtype"]
+    # Names, not the descriptor's codes ("rank 0 has 1, rank 3 has 4" before).
+    assert text["dtype differs"].endswith("ranks disagree on dtype: rank 0 has float32, rank 3 has bfloat16")
     assert "twice" in text["duplicate expert"]
     assert "topk_weights" in text["weighted combine without weights"]
     assert "another MoEBuffer" in text["handle of another buffer"]
@@ -339,3 +342,15 @@ def test_whole_dispatch_and_combine_plans_verify_and_execute_to_the_same_rows():
     for dedup in ("node", "rank", "none"):
         assert all(r["combine " + dedup][0] for r in res), dedup  # executed combine Plan == MoEBuffer.combine
         assert res[0]["combine " + dedup][1] > 0 and res[0]["combine " + dedup][2]
+
+
+def test_shared_dtype_table_names_codes_as_the_runtime_does():
+    # comm/dtypes.py is the one table (the runtime's api.py is to import it): same codes, same names.
+    from collsched.comm import api
+    from collsched.comm.dtypes import DTYPES, dtype_code, dtype_name
+
+    assert DTYPES == api._DTYPES
+    assert [dtype_name(dtype_code(d)) for d in (torch.float32, torch.bfloat16, torch.int64)] == \
+        ["float32", "bfloat16", "int64"]
+    assert all(dtype_name(c) == api._dtype_name(c) for c in range(0, len(DTYPES) + 3))
+    assert dtype_code(torch.quint8) == 99 and dtype_name(99) == "dtype#99"

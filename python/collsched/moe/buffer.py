@@ -26,6 +26,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from collsched.comm.dtypes import dtype_code, dtype_name
 from collsched.comm.errors import CollectiveInputError, resolve_timeout
 from collsched.comm.groups import blocking_waits, exchange_i64, require_initialized, wait_all
 from collsched.moe.routing import (DEDUP_MODES, SCHEDULES, CallPlan, Layout, hop_pairs, plan_exchange, plan_local,
@@ -33,7 +34,6 @@ from collsched.moe.routing import (DEDUP_MODES, SCHEDULES, CallPlan, Layout, hop
 
 _IDS = itertools.count(1)
 _FLOAT_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
-_DTYPE_CODE = {d: i + 1 for i, d in enumerate(_FLOAT_DTYPES)}
 
 # Problem codes: (code, a, b) travel in the descriptor so every rank words the same error.
 _PROBLEMS = {
@@ -255,7 +255,7 @@ class MoEBuffer:
             ekeys = np.zeros(lay.num_experts, np.int64)
             kkeys = np.zeros(lay.ranks, np.int64)
         t = int(x.shape[0]) if ok else 0
-        hdr = [code, a, b, t, int(x.shape[1]) if ok else 0, _DTYPE_CODE.get(x.dtype, 0) if ok else 0,
+        hdr = [code, a, b, t, int(x.shape[1]) if ok else 0, dtype_code(x.dtype) if ok else 0,
                int(topk_idx.shape[1]) if ok else 0, int(topk_weights is not None)]
         desc = torch.from_numpy(np.concatenate([np.asarray(hdr, np.int64), ekeys, kkeys]))
         got = self._check_all(desc, f"MoE dispatch count exchange on rank {self.rank}")
@@ -263,8 +263,9 @@ class MoEBuffer:
             vals = got[:, col]
             if (vals != vals[0]).any():
                 j = int(np.nonzero(vals != vals[0])[0][0])
-                raise CollectiveInputError(f"ranks disagree on {name}: rank 0 has {int(vals[0])}, rank {j} has "
-                                           f"{int(vals[j])}" + (" (1 = given)" if col == 7 else ""))
+                show = dtype_name if col == 5 else int  # the dtype column holds codes: name them
+                raise CollectiveInputError(f"ranks disagree on {name}: rank 0 has {show(vals[0])}, rank {j} has "
+                                           f"{show(vals[j])}" + (" (1 = given)" if col == 7 else ""))
         e = lay.num_experts
         plan = plan_exchange(self.rank, lay, self.dedup, self.balance, got[:, _HDR:_HDR + e],
                              got[:, _HDR + e:_HDR + e + lay.ranks])
