@@ -118,3 +118,56 @@ def test_launcher_spawn_mode_and_failures_are_reported():
     res = run_local("_runtime_scenarios:no_such_function", 2, gpus_per_server=2, timeout_s=60,
                     extra_pythonpath=[tests_dir], raise_on_failure=False)
     assert all(isinstance(x, RankFailure) and x.kind == "raised" and x.exc_type == "AttributeError" for x in res)
+
+
+def _bench_cli(monkeypatch, args):
+    """``collsched bench ARGS`` in this process, failing the test if it spawns any rank."""
+    from collsched.cli import _register_all, app
+    from collsched.comm import launch
+
+    def spawned(*a, **k):
+        raise AssertionError("ranks were spawned")
+
+    monkeypatch.setattr(launch, "run_local", spawned)
+    for var in ("RANK", "WORLD_SIZE", "MASTER_ADDR"):  # not under torchrun
+        monkeypatch.delenv(var, raising=False)
+    _register_all()
+    return CliRunner().invoke(app, ["bench", *args])
+
+
+def test_cli_bench_nccl_without_a_gpu_exits_2_at_once(monkeypatch):
+    # Before: 8 ranks spawned, each failed in NCCL after seconds, and the command exited 3.
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    r = _bench_cli(monkeypatch, ["--backend", "nccl", "-b", "1KiB", "-e", "1KiB", "-a", "fanout"])
+    assert r.exit_code == 2, r.output
+    assert "--backend nccl needs a CUDA GPU" in r.output and "--backend gloo" in r.output
+
+
+def test_cli_bench_refuses_sizes_that_do_not_fit_before_spawning(monkeypatch):
+    # Before: `-b 64GiB -e 64GiB` spawned the ranks, which died with "can't allocate ...", exit 3.
+    r = _bench_cli(monkeypatch, ["-b", "64GiB", "-e", "64GiB", "-n", "1", "-a", "fanout"])
+    assert r.exit_code == 2, r.output
+    assert "collsched bench at -e 64.0 GiB per rank would need about" in r.output
+    assert "8 ranks on this machine" in r.output and "--max-memory" in r.output
+    # An explicit limit is honoured, and named.
+    r = _bench_cli(monkeypatch, ["-b", "1MiB", "-e", "1MiB", "-a", "fanout", "--max-memory", "1MiB"])
+    assert r.exit_code == 2 and "(--max-memory 1MiB)" in r.output, r.output
+
+
+def test_bench_estimate_scales_with_ranks_size_and_dtype():
+    from collsched.guard import estimate_bench
+
+    small = estimate_bench(8, 1 << 20, 4)
+    assert small.memory_bytes == 8 * (1 << 20) * 11  # 7 copies + 16 B of pattern per 4-byte element
+    assert estimate_bench(16, 1 << 20, 4).memory_bytes == 2 * small.memory_bytes
+    assert estimate_bench(8, 1 << 20, 1).memory_bytes > small.memory_bytes  # more elements per byte
+
+
+def test_bench_table_names_what_auto_ran():
+    from collsched.cli.bench import format_row
+
+    row = {"size": 4096, "count": 1024, "type": "float32", "algorithm": "auto", "planned_by": "balanced_direct",
+           "time_us": 10.0, "algbw_gbs": 1.0, "busbw_gbs": 0.9, "wrong": 0}
+    assert "auto (balanced_direct)" in format_row(row, 20.0)  # before: "auto" only (the JSON had planned_by)
+    assert " fanout " in format_row(dict(row, algorithm="fanout", planned_by="fanout"), 20.0)
+    assert "auto (native)" in format_row(dict(row, planned_by="native", error="x"), None)

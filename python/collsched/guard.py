@@ -43,6 +43,12 @@ PLAN_SECONDS_PER_ENTRY = 0.3e-6
 FOREST_SECONDS_1024 = 36.0
 FOREST_EXPONENT = 2.2
 FOREST_BYTES_PER_GPU_SQUARED = 64
+# `collsched bench`, per rank and byte of its largest size (bytes sent per rank): the input and
+# the output, the expected output, the runtime's send and receive staging (rounded up to a
+# power of two, so up to 2× each): 7 copies in the benchmark's dtype, plus the expected output's
+# int64 pattern and its modulo (2 × 8 bytes per element) while it is built.
+BENCH_DATA_COPIES = 7
+BENCH_PATTERN_BYTES_PER_ELEMENT = 16
 
 
 class ResourceLimitError(ValueError):
@@ -198,6 +204,26 @@ def estimate_forest(gpus: int) -> Estimate:
     return Estimate(f"ForestColl generation for {gpus} GPUs", int(mem), secs,
                     f"{FOREST_BYTES_PER_GPU_SQUARED} B per GPU pair; {FOREST_SECONDS_1024:g} s for 1 024 GPUs, "
                     f"growing as GPUs^{FOREST_EXPONENT}")
+
+
+def estimate_bench(ranks_here: int, max_bytes: int, elem_bytes: int) -> Estimate:
+    """``collsched bench``'s largest size on the ``ranks_here`` ranks that share this machine's
+    memory (buffers are freed between sizes, so only the largest counts).
+
+    Args:
+        ranks_here (int): ranks on this machine (local spawn: ``--nprocs``; testbed: all ranks).
+        max_bytes (int): the largest size, bytes each rank sends (``-e/--maxbytes``).
+        elem_bytes (int): the element size of ``--dtype``.
+
+    Returns:
+        Estimate: memory for those ranks (time is not estimated: 0).
+    """
+    copies = BENCH_DATA_COPIES + BENCH_PATTERN_BYTES_PER_ELEMENT / elem_bytes
+    mem = ranks_here * max_bytes * copies
+    return Estimate(f"collsched bench at -e {_fmt_bytes(max_bytes)} per rank", int(mem), 0.0,
+                    f"{ranks_here} ranks on this machine × {_fmt_bytes(max_bytes)} × ≈{copies:.0f} copies: input, "
+                    "output, expected output, staging",
+                    "use a smaller -e/--maxbytes or fewer ranks (--nprocs)")
 
 
 @contextmanager

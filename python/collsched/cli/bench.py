@@ -260,7 +260,9 @@ def default_algorithms(collsched) -> list[str]:
     return [TORCH] + _fixed_algorithms(collsched) + ["auto"]
 
 
-_COLUMNS = (f"#{'size':>12} {'count':>11} {'type':>8} {'algorithm':>16} {'time(us)':>11} {'algbw':>7} {'busbw':>7} "
+# Wide enough for "auto (balanced_direct)": the row names what auto ran.
+_ALG_WIDTH = 22
+_COLUMNS = (f"#{'size':>12} {'count':>11} {'type':>8} {'algorithm':>{_ALG_WIDTH}} {'time(us)':>11} {'algbw':>7} {'busbw':>7} "
             f"{'#wrong':>7} {'exec(us)':>10} {'plan(ms)':>9} {'vs torch':>8}")
 
 
@@ -276,15 +278,23 @@ def format_header(info: dict) -> str:
             + _COLUMNS)
 
 
+def algorithm_label(r: dict) -> str:
+    """The row's method, with what ``auto`` ran in parentheses (``auto (fast)``; ``native`` =
+    torch's own call), as the JSON's ``planned_by`` says."""
+    by = r.get("planned_by") or ""
+    return r["algorithm"] if by in ("", r["algorithm"]) else f"{r['algorithm']} ({by})"
+
+
 def format_row(r: dict, torch_time_us: float | None) -> str:
     """One row; ``torch_time_us`` (or the row's own ``torch_time_us``) gives the vs-torch ratio."""
+    name = algorithm_label(r)
     if "error" in r:
-        return f" {r['size']:>12} {r['count']:>11} {r['type']:>8} {r['algorithm']:>16}  error: {r['error']}"
+        return f" {r['size']:>12} {r['count']:>11} {r['type']:>8} {name:>{_ALG_WIDTH}}  error: {r['error']}"
     base = torch_time_us if torch_time_us is not None else r.get("torch_time_us")
     ratio = f"{r['time_us'] / base:8.2f}" if base and r["algorithm"] != TORCH else f"{'':>8}"
     ex = f"{r['exec_us']:10.1f}" if "exec_us" in r else f"{'':>10}"
     pl = f"{r['plan_ms']:9.3f}" if "plan_ms" in r else f"{'':>9}"
-    return (f" {r['size']:>12} {r['count']:>11} {r['type']:>8} {r['algorithm']:>16} {r['time_us']:11.1f} "
+    return (f" {r['size']:>12} {r['count']:>11} {r['type']:>8} {name:>{_ALG_WIDTH}} {r['time_us']:11.1f} "
             f"{r['algbw_gbs']:7.2f} {r['busbw_gbs']:7.2f} {r['wrong']:>7} {ex} {pl} {ratio}")
 
 
@@ -333,10 +343,14 @@ def run_bench(cfg: BenchConfig, nprocs: int = 8, gpus_per_server: int = 4, timeo
             dist.destroy_process_group()
     from collsched.comm.launch import run_local
 
-    if backend == "auto":
-        import torch
+    import torch
 
+    if backend == "auto":
         backend = "nccl" if torch.cuda.is_available() else "gloo"
+    elif backend == "nccl" and not torch.cuda.is_available():
+        # Before any rank starts: each would fail on its own, after seconds, with NCCL's text.
+        raise ValueError("--backend nccl needs a CUDA GPU, and torch finds none on this machine "
+                         "(torch.cuda.is_available() is False); use --backend gloo, or auto")
     results = run_local(bench_worker, nprocs, (asdict(cfg),), gpus_per_server=gpus_per_server, timeout_s=timeout_s,
                         backend=backend, on_progress=on_progress)
     return results[0]

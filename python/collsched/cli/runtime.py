@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from collsched.cli.core import _WORKLOADS, parsed, reporting_errors
+from collsched.cli.core import _WORKLOADS, MAX_MEMORY_HELP, parsed, reporting_errors
 
 
 def _stream(line: str) -> bool:
@@ -66,6 +66,7 @@ def register(app: typer.Typer) -> None:
                                       help="instead: time planning, program compilation and cache hits here"),
         testbed: Optional[str] = typer.Option(None, "--testbed",
                                               help="run on the namespace testbed, e.g. 2x4,nic=200Mbps (root; docs/testbed.md)"),
+        max_memory: Optional[str] = typer.Option(None, "--max-memory", help=MAX_MEMORY_HELP),
     ) -> None:
         """nccl-tests-style all-to-all benchmark of torch and every collsched algorithm (torchrun or local ranks)."""
         from collsched.cli.bench import BenchConfig, format_footer, format_table, run_bench
@@ -104,6 +105,23 @@ def register(app: typer.Typer) -> None:
         unknown = [a for a in cfg.algorithms if a not in known]
         if unknown:
             raise ValueError(f"--algorithms: unknown algorithm {unknown[0]!r} (known: {', '.join(sorted(known))})")
+        # Resource guard, before any rank starts: the ranks this machine holds at the largest size.
+        from collsched.cli.bench import DTYPES
+        from collsched.guard import check, estimate_bench
+
+        if testbed:
+            from collsched.cli.testbed import testbed_errors
+            from collsched.testbed.bench import parse_testbed
+
+            here = testbed_errors(parse_testbed)(testbed).ranks  # every rank of the fabric runs here
+        elif _printed_by_rank0():  # under torchrun: this node's ranks
+            here = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+        else:
+            here = nprocs
+        # Under torchrun every rank checks alone: only an explicit limit is the same on all of them
+        # (the free memory differs from rank to rank, and one rank refusing would leave the others waiting).
+        if max_memory is not None or not _printed_by_rank0():
+            check(estimate_bench(here, cfg.max_bytes, DTYPES[cfg.dtype]), max_memory)
         streamed = []
         if testbed:
             from collsched.cli.testbed import testbed_errors
