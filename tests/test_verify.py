@@ -157,3 +157,40 @@ def test_plan_hash_is_kept_and_safe_to_ask_from_many_threads():
     assert not any(t.is_alive() for t in threads)
     want = collsched.Plan.from_binary(plan.to_binary()).hash
     assert got == [want] * 8 and plan.hash == want and want in repr(plan)
+
+
+@pytest.mark.parametrize("algorithm", ["fanout", "fast", "auto"])
+def test_input_hash_that_does_not_match_the_traffic_is_rejected_naming_both_hashes(algorithm):
+    # Before, verify checked the transfers only: an input_hash from another matrix (or edited)
+    # passed, and only the plan's own hash changed.
+    plan = _plan(algorithm)
+    plan.verify()
+    d = json.loads(plan.to_json())
+    other = json.loads(_plan(algorithm, gpus=2).to_json())  # a plan of another matrix and cluster
+    assert other["input_hash"] != d["input_hash"]
+    d["input_hash"] = other["input_hash"]
+    with pytest.raises(collsched.VerificationError) as err:
+        collsched.Plan.from_json(json.dumps(d)).verify()
+    msg = str(err.value)
+    traffic_hash = collsched.traffic.matrix_hash(np.array(d["collective"]["traffic"]["data"], dtype=np.uint64)
+                                                 .reshape(6, 6))
+    assert f"input_hash {other['input_hash']:016x} does not match the plan's traffic" in msg, msg
+    assert f"traffic hash {traffic_hash}" in msg and f"gives input_hash {plan.input_hash}" in msg, msg
+    d["meta"]["setting_hash"] = "xyz"
+    with pytest.raises(collsched.VerificationError, match="setting_hash must be 16 hex digits"):
+        collsched.Plan.from_json(json.dumps(d)).verify()
+
+
+def test_cli_verify_rejects_a_mismatched_input_hash(tmp_path):
+    from typer.testing import CliRunner
+
+    from collsched.cli import _register_all, app
+
+    d = json.loads(_plan("fanout").to_json())
+    d["input_hash"] ^= 1
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(d))
+    _register_all()
+    r = CliRunner().invoke(app, ["verify", str(path)])
+    assert r.exit_code == 1, r.output
+    assert r.output.startswith(f"violation: input_hash {d['input_hash']:016x} does not match the plan's traffic")

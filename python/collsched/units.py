@@ -7,6 +7,8 @@ _SIZE = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 1
          "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
 _BW = {"": 1, "b/s": 1, "kb/s": 10**3, "mb/s": 10**6, "gb/s": 10**9, "tb/s": 10**12,
        "kbps": 10**3 / 8, "mbps": 10**6 / 8, "gbps": 10**9 / 8, "tbps": 10**12 / 8}
+# As users should write them (the tables are matched case-insensitively, then a lowercase b is refused).
+_KNOWN = {id(_SIZE): "B, KB, MB, GB, TB, KiB, MiB, GiB, TiB", id(_BW): "B/s, KB/s, MB/s, GB/s, TB/s, Kbps, Mbps, Gbps, Tbps"}
 _NUM = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([A-Za-z/]*)\s*$")
 
 
@@ -25,11 +27,24 @@ def _parse(text: str | int, table: dict, what: str) -> int:
         raise ValueError(f"cannot parse {what} {text!r} (expected a number with an optional unit, e.g. {example})")
     unit = m.group(2).lower()
     if unit not in table:
-        units = ", ".join(sorted({k for k in table if k}, key=lambda k: (table[k], k)))
+        units = _KNOWN[id(table)]
         raise ValueError(f"unknown unit {m.group(2)!r} in {what} {text!r} (known: {units})")
+    # A lowercase b means bits by convention (64Mb = 8 MB); reading it as bytes would be off 8×.
+    raw = m.group(2)
+    if table is _SIZE and raw.endswith("b"):
+        prefix = raw[:-1].rstrip("iI")
+        raise ValueError(f"{what} {text!r}: a lowercase b means bits, and sizes are in bytes: write "
+                         + (f"{m.group(1)}{prefix.upper()}B (10^3 steps) or {m.group(1)}{prefix.upper()}iB (2^10 steps)"
+                            if prefix else f"{m.group(1)}B or {m.group(1)}"))
+    if table is _BW and raw.endswith("b/s"):
+        raise ValueError(f"{what} {text!r}: a lowercase b means bits: write {m.group(1)}{raw[:-3].upper()}bps "
+                         f"for bits or {m.group(1)}{raw[:-3].upper()}B/s for bytes per second")
     from fractions import Fraction
 
-    return int(Fraction(m.group(1)) * Fraction(table[unit]))
+    value = Fraction(m.group(1)) * Fraction(table[unit])
+    if table is _SIZE and value.denominator != 1:
+        raise ValueError(f"{what} {text!r} is not a whole number of bytes ({float(value):g} B)")
+    return int(value)
 
 
 def parse_bytes(text: str | int) -> int:

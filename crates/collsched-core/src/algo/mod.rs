@@ -92,6 +92,8 @@ pub fn plan_all_to_all_in(ws: &mut Workspace, traffic: &Traffic, cluster: &Clust
         plan.hash()
     };
     plan.decisions_digest = decisions_digest(plan.input_hash, decided);
+    // After the digest (the decisions, not this record of the inputs): lets `verify` check input_hash.
+    plan.meta.insert(SETTING_HASH.into(), format!("{:016x}", setting_hash(cluster, algorithm, opts)));
     Ok(plan)
 }
 
@@ -185,16 +187,36 @@ pub fn plan_for_rank_in(ws: &mut Workspace, traffic: &Traffic, cluster: &Cluster
 }
 
 /// Hash of everything a plan is computed from; equal inputs give equal plans.
+///
+/// Composed of the matrix's hash and `setting_hash` (what else the plan was computed from),
+/// which the plan records in `meta[SETTING_HASH]`: the verifier recomputes this from the plan's
+/// own traffic and so rejects a plan whose `input_hash` does not belong to its matrix.
 pub fn input_hash(traffic: &Traffic, cluster: &Cluster, algorithm: &str, opts: &Options) -> u64 {
+    compose_input_hash(traffic.hash(), setting_hash(cluster, algorithm, opts))
+}
+
+/// Meta key of an all-to-all plan's `setting_hash` (16 hex digits).
+pub const SETTING_HASH: &str = "setting_hash";
+
+/// Hash of the cluster, algorithm and options a plan is computed from (all but the matrix).
+pub fn setting_hash(cluster: &Cluster, algorithm: &str, opts: &Options) -> u64 {
     let mut h = crate::plan::hash::Fnv64::new();
-    h.write_u64(traffic.hash());
     h.write(cluster.spec().as_bytes());
+    h.write(b";");
     h.write(algorithm.as_bytes());
+    h.write(b";");
     for (k, v) in opts {
         h.write(k.as_bytes());
         h.write(b"=");
         h.write(v.as_bytes());
         h.write(b";");
     }
+    h.finish()
+}
+
+/// `input_hash` from the matrix's hash (`Traffic::hash`) and the `setting_hash`.
+pub fn compose_input_hash(traffic_hash: u64, setting: u64) -> u64 {
+    let mut h = crate::plan::hash::Fnv64::new();
+    h.write_u64s(&[traffic_hash, setting]);
     h.finish()
 }

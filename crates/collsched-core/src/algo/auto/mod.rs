@@ -197,7 +197,8 @@ pub fn plan(traffic: &Traffic, cluster: &Cluster, opts: &Options) -> Result<Plan
     let (choice, planned) = choose_from_options(traffic.data(), traffic.n(), cluster, opts, None)?;
     let backend = choice.backend.as_str();
     let mut plan = algo::plan_all_to_all(traffic, cluster, planned, &Options::new())?;
-    let own = std::mem::take(&mut plan.meta);
+    let mut own = std::mem::take(&mut plan.meta);
+    own.remove(algo::SETTING_HASH); // the winner's own; auto's is set by plan_all_to_all
     for (k, v) in own {
         plan.meta.insert(format!("{planned}.{k}"), v);
     }

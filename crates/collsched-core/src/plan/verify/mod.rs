@@ -86,11 +86,30 @@ pub fn verify_with(plan: &Plan, final_state: FinalState) -> Result<VerifyReport>
 
 /// Header facts the transfers cannot show: an all-to-all is always planned for a cluster,
 /// so its server size is known (0 is the "no cluster" marker of collective and forest plans).
+/// An all-to-all plan's `input_hash` must belong to its own matrix: it is recomputed from the
+/// plan's traffic and the `setting_hash` the planner recorded in `meta` (plans without one,
+/// made elsewhere or with `input_hash` 0, say nothing about their inputs and are not checked).
 fn check_header(plan: &Plan) -> Result<()> {
     if matches!(plan.collective, crate::plan::Collective::AllToAll { .. }) && plan.gpus_per_server == 0 {
         return Err(Error::Verification(
             "malformed plan: gpus_per_server is 0, but an all-to-all plan is made for a cluster with at least 1 GPU per server".into(),
         ));
+    }
+    if let crate::plan::Collective::AllToAll { traffic } = &plan.collective {
+        if let Some(text) = plan.meta.get(crate::algo::SETTING_HASH) {
+            let setting = u64::from_str_radix(text, 16).ok().filter(|_| text.len() == 16).ok_or_else(|| {
+                Error::Verification(format!("malformed plan: meta {} must be 16 hex digits, got {text:?}", crate::algo::SETTING_HASH))
+            })?;
+            let t = traffic.hash();
+            let want = crate::algo::compose_input_hash(t, setting);
+            if plan.input_hash != want {
+                return Err(Error::Verification(format!(
+                    "input_hash {:016x} does not match the plan's traffic (traffic hash {t:016x} with setting_hash {setting:016x} \
+                     gives input_hash {want:016x}): the matrix or the input_hash was changed after planning",
+                    plan.input_hash
+                )));
+            }
+        }
     }
     Ok(())
 }
