@@ -272,7 +272,11 @@ def test_version():
 
 @pytest.mark.parametrize("args, words", [
     (["traffic", "-c", "h200:1", "-m", "abc"], ["-m/--mean", "expected a number with an optional unit"]),
-    (["traffic", "-c", "h200:1", "-m", "5XB"], ["-m/--mean", "unknown unit 'XB'", "kib"]),
+    (["traffic", "-c", "h200:1", "-m", "5XB"], ["-m/--mean", "unknown unit 'XB'", "KiB, MiB"]),
+    # Before: 1.5 was read as 1 byte ("mean pair 0 B" after the workload's rounding), and 64Mb as
+    # 64 megabytes though a lowercase b means bits.
+    (["traffic", "-c", "h200:1", "-m", "1.5"], ["-m/--mean", "'1.5' is not a whole number of bytes"]),
+    (["traffic", "-c", "h200:1", "-m", "64Mb"], ["-m/--mean", "lowercase b means bits", "write 64MB", "or 64MiB"]),
     (["traffic", "-c", "h200:1", "-m", "99999999999999999999999TB"], ["-m/--mean", "at most 2^64-1"]),
     (["traffic", "-c", "h200:1", "--seed", "-1"], ["--seed", "[0, 2^64)"]),
     (["simulate", "-c", "h200:10000000000000000000000"], ["server count", "too large", "at most 4294967295"]),

@@ -135,10 +135,11 @@ def test_units_at_the_edges():
     assert parse_bandwidth("400Gbps") == 50 * GBS
     assert parse_bandwidth("450GB/s") == 450 * GBS
     assert format_bytes(3 * 2**20) == "3.00MiB"
-    for bad in ("-1MiB", "MiB", "1.2.3GB", "5 parsecs", True):
+    assert parse_bytes("1.5KiB") == 1536  # fractions are fine when the bytes are whole
+    for bad in ("-1MiB", "MiB", "1.2.3GB", "5 parsecs", True, "1.5", "0.3KiB", "64Mb", "64mb", "4kib", "8b"):
         with pytest.raises(ValueError):
             parse_bytes(bad)
-    for bad in ("0Gbps", "-5Gbps", "fast"):
+    for bad in ("0Gbps", "-5Gbps", "fast", "10Gb/s"):
         with pytest.raises(ValueError):
             parse_bandwidth(bad)
 
