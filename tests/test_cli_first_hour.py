@@ -345,3 +345,22 @@ def test_generator_arguments_are_checked_not_truncated_or_overflowed(call, words
         call()
     assert words in str(e.value)
     assert collsched.traffic.zipf(8, 1.2, 100.0).sum() == collsched.traffic.zipf(8, 1.2, 100).sum()
+
+
+@pytest.mark.parametrize("args", [["clusters", "--json"], ["clusters"]])
+def test_a_closed_pipe_ends_the_command_quietly(args):
+    # `collsched clusters --json | head` ended with "error: [Errno 32] Broken pipe" (exit 2).
+    # Here the reader is gone before the first write, so every write fails, the same way.
+    import os
+    import subprocess
+    import sys
+
+    r, w = os.pipe()
+    os.close(r)
+    try:
+        proc = subprocess.run([sys.executable, "-m", "collsched.cli", *args], stdout=w, stderr=subprocess.PIPE,
+                              text=True, timeout=120)
+    finally:
+        os.close(w)
+    assert proc.stderr == "", proc.stderr  # no "error: [Errno 32] Broken pipe", no "Exception ignored"
+    assert proc.returncode == 1  # click's code for a closed stdout (not 2: the input was fine)

@@ -39,8 +39,32 @@ def main() -> None:
         print("interrupted: nothing was started", file=sys.stderr)
         raise SystemExit(130) from None
     try:
+        _run_app()
+    except BrokenPipeError:
+        _exit_on_closed_pipe()
+    finally:
+        # The command is over (output printed, any fabric removed): a Ctrl-C while the interpreter
+        # exits has nothing left to stop and would only kill it half-way (exit by SIGINT without
+        # the command's message, at times a traceback from an exit hook), so from here it is ignored.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _exit_on_closed_pipe() -> None:
+    """The reader of stdout went away after the command wrote its last line (``collsched
+    clusters --json | head``): say nothing (the reader asked for no more) and exit 1, as click
+    does when a write fails the same way during the command. stdout now points at /dev/null, so
+    the interpreter's own flush at exit cannot raise again ("Exception ignored ...")."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    raise SystemExit(1)
+
+
+def _run_app() -> None:
+    try:
         app()
     except SystemExit as e:
+        sys.stdout.flush()  # a closed pipe shows here (BrokenPipeError), not at interpreter exit
         if e.code == 130:  # a Ctrl-C the command reported ("interrupted: ...")
             # Observed: after a caught Ctrl-C, CPython sometimes still kills itself by SIGINT at exit
             # (exit -2 after the one-line message; cause not pinned down), so leave as told.
@@ -49,9 +73,4 @@ def main() -> None:
             sys.stderr.flush()
             os._exit(130)
         raise
-    finally:
-        # The command is over (output printed, any fabric removed): a Ctrl-C while the interpreter
-        # exits has nothing left to stop and would only kill it half-way (exit by SIGINT without
-        # the command's message, at times a traceback from an exit hook), so from here it is ignored.
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
 

@@ -43,8 +43,8 @@ def reporting_errors(fn: Callable) -> Callable:
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
-        except (typer.Exit, typer.Abort, SystemExit):
-            raise
+        except (typer.Exit, typer.Abort, SystemExit, BrokenPipeError):
+            raise  # BrokenPipeError: the reader of stdout went away; click (or main()) exits 1 quietly
         except (ValueError, TypeError, OSError) as e:
             print(f"error: {_one_line(e)}", file=sys.stderr)
             raise typer.Exit(EXIT_BAD_INPUT) from None
