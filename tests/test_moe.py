@@ -354,3 +354,17 @@ def test_shared_dtype_table_names_codes_as_the_runtime_does():
         ["float32", "bfloat16", "int64"]
     assert all(dtype_name(c) == api._dtype_name(c) for c in range(0, len(DTYPES) + 3))
     assert dtype_code(torch.quint8) == 99 and dtype_name(99) == "dtype#99"
+
+
+def test_megatron_adapter_without_megatron_says_which_extra_to_install():
+    # Before: a raw "ModuleNotFoundError: No module named 'megatron'" from deep in the import.
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.modules['megatron'] = None  # as if megatron-core were not installed\n"
+            "import collsched.moe.megatron")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last == ("ImportError: collsched.moe.megatron needs megatron-core, which is not installed: "
+                    "pip install 'collsched[megatron]'"), proc.stderr

@@ -7,14 +7,24 @@ Megatron's ``routing_map [T, E]`` / ``probs [T, E]`` into ``topk_idx`` / ``topk_
 out, no permute), ``token_combine`` the differentiable `collsched.moe.combine`. As in Megatron's
 all-to-all dispatcher, the experts apply the permuted probabilities, so combine sums unweighted.
 
-Importing this module needs ``megatron-core`` (``pip install megatron-core``).
+Importing this module needs ``megatron-core`` (``pip install 'collsched[megatron]'``).
 """
 from __future__ import annotations
 
 from typing import List, Optional
 
 import torch
-from megatron.core.transformer.moe.token_dispatcher import MoETokenDispatcher
+
+try:
+    from megatron.core.transformer.moe.token_dispatcher import MoETokenDispatcher
+except ImportError as _e:
+    import importlib.util
+
+    if importlib.util.find_spec("megatron") is None:  # not installed: say how to get it, in one line
+        raise ImportError("collsched.moe.megatron needs megatron-core, which is not installed: "
+                          "pip install 'collsched[megatron]'") from None
+    raise ImportError(f"collsched.moe.megatron needs megatron-core's MoETokenDispatcher, which the installed "
+                      f"megatron does not provide ({_e}); pip install -U 'collsched[megatron]'") from None
 
 from collsched.moe.autograd import combine, dispatch
 from collsched.moe.buffer import MoEBuffer
