@@ -85,14 +85,26 @@ def test_estimate_is_above_what_planning_and_simulating_really_take():
     assert est.memory_bytes >= grown, (est, grown)
 
 
-def test_long_work_gets_a_one_line_summary_when_not_on_a_terminal(monkeypatch, capsys):
+def test_long_work_shows_estimate_progress_and_summary_as_plain_lines_when_not_on_a_terminal(monkeypatch, capsys):
+    # Before: off a terminal nothing appeared until the work was over (one summary line), so a
+    # log of a long `forest` showed no estimate and no progress while it ran.
     monkeypatch.setattr(guard, "PROGRESS_AFTER_S", 0.0)
-    est = guard.Estimate("planning 1 algorithm on 16 GPUs", 1 << 20, 0.5, "test")
+    est = guard.Estimate("planning 2 algorithms on 16 GPUs", 1 << 20, 0.5, "test")
     with guard.progress(est, total=2) as advance:
+        assert capsys.readouterr().err == "planning 2 algorithms on 16 GPUs: started, estimated 0.5 s and 1.0 MiB\n"
         advance("one")
+        assert capsys.readouterr().err.startswith("planning 2 algorithms on 16 GPUs: 1/2 done (one), ")
         advance("two")
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("planning 1 algorithm on 16 GPUs: ") and "estimated 0.5 s" in err
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 2 and lines[0].startswith("planning 2 algorithms on 16 GPUs: 2/2 done (two)")
+    assert lines[1].startswith("planning 2 algorithms on 16 GPUs: ") and "(estimated 0.5 s, 1.0 MiB)" in lines[1]
+
+
+def test_forest_off_a_terminal_prints_its_estimate_before_it_works(monkeypatch):
+    monkeypatch.setattr(guard, "FOREST_SECONDS_1024", 1e9)  # every estimate long enough to report
+    r = _cli("forest", "--topology", "h200:1", "--max-time", "1e12")
+    assert r.exit_code == 0, r.output
+    assert r.stderr.startswith("ForestColl generation for 8 GPUs: started, estimated "), r.stderr
 
 
 # ------------------------------------------------------------------ 2. bench never invents a number

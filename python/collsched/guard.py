@@ -228,8 +228,10 @@ def estimate_bench(ranks_here: int, max_bytes: int, elem_bytes: int) -> Estimate
 
 @contextmanager
 def progress(est: Estimate, total: int | None = None, enabled: bool = True):
-    """Show progress while the body runs: a rich bar on a terminal when ``est`` is longer than
-    :data:`PROGRESS_AFTER_S`, else a one-line summary on stderr when the work took that long.
+    """Show progress on stderr while the body runs, when ``est`` is longer than
+    :data:`PROGRESS_AFTER_S`: a rich bar on a terminal; elsewhere (a log, a pipe, CI) plain
+    lines: the estimate when the work starts, one line per finished item. Either way a
+    one-line summary follows when the work took that long.
 
     Yields ``advance(description)``, to call after each of ``total`` items (a no-op when hidden).
     """
@@ -249,6 +251,19 @@ def progress(est: Estimate, total: int | None = None, enabled: bool = True):
                 bar.update(task, advance=1, description=description or est.what)
 
             yield advance
+    elif enabled and est.seconds >= PROGRESS_AFTER_S:
+        # No terminal to redraw a bar on: say up front what is coming, so a log shows why it waits.
+        print(f"{est.what}: started, estimated {_fmt_seconds(est.seconds)} and {_fmt_bytes(est.memory_bytes)}",
+              file=sys.stderr, flush=True)
+        done = [0]
+
+        def advance(description: str | None = None) -> None:
+            done[0] += 1
+            of = f"/{total}" if total else ""
+            print(f"{est.what}: {done[0]}{of} done" + (f" ({description})" if description else "")
+                  + f", {_fmt_seconds(time.perf_counter() - t0)} so far", file=sys.stderr, flush=True)
+
+        yield advance
     else:
         yield lambda description=None: None
     took = time.perf_counter() - t0
