@@ -692,3 +692,26 @@ def micro_phases(nbytes: int = 1 << 16, iters: int = 20) -> dict:
                 acc[k] = acc.get(k, 0.0) + getattr(st, k) / iters * 1e6
     acc["cache_hit"] = st.cache_hit
     return acc
+
+
+def call_sequence(calls: list) -> dict:
+    """Run `calls` (the same list on every rank): each entry ``(size_class, algorithm, eager_bytes,
+    dtype)``. Returns per call what the runtime decided and whether the output equals torch's,
+    so the parent can check that every rank decided the same."""
+    rank, n = dist.get_rank(), dist.get_world_size()
+    pair_rows = {"tiny": 2, "small": 40, "large": 3000}  # × 4 floats (16 B) per row
+    trace = []
+    for k, (size, alg, eager_bytes, dname) in enumerate(calls):
+        rng = np.random.default_rng(k)
+        rows = rng.integers(0, 2 * pair_rows[size] + 1, (n, n))
+        rows[rng.random((n, n)) < 0.15] = 0  # empty pairs
+        in_s, out_s = [int(v) for v in rows[rank]], [int(v) for v in rows[:, rank]]
+        x = _fill((sum(in_s), 4), DTYPES[dname], 5000 + 10 * k + rank)
+        ref = torch.empty((sum(out_s), 4), dtype=x.dtype)
+        dist.all_to_all_single(ref, x, out_s, in_s)
+        out = torch.full_like(ref, 3)
+        collsched.all_to_all_single(out, x, out_s, in_s, algorithm=alg, cluster=f"h200:{n // 4},gpus=4",
+                                    eager_bytes=eager_bytes, timeout=30)
+        st = comm.last_call_stats()
+        trace.append((st.mode, st.exchanged, st.planned_by, st.ops > 0, bool(torch.equal(out, ref))))
+    return {"trace": trace}

@@ -37,6 +37,8 @@ import torch
 import torch.distributed as dist
 
 import collsched
+from collsched.calibration import load as load_calibration
+from collsched.choose import candidate_list
 from collsched.comm import callsite
 from collsched.comm.cache import DEFAULT_CACHE, PlanCache
 from collsched.comm.descriptor import (CallArgs, LocalProblem, check_gathered, check_traffic, gathered_rows, header,
@@ -126,10 +128,8 @@ def _configure(algorithm: str, options: dict, cluster, transport: str, group, de
     cached, since a training loop passes the same arguments every call."""
     calibration = None
     if algorithm == "auto":
-        from collsched.calibration import load
-
         try:
-            calibration = load()
+            calibration = load_calibration()
         except ValueError as e:
             return _Config(problem=LocalProblem(20, text=str(e)))
     env = (os.environ.get(CLUSTER_ENV, ""), os.environ.get("LOCAL_WORLD_SIZE", "")) if cluster is None else ()
@@ -199,8 +199,6 @@ def _run_options(algorithm: str, options: dict, group, device) -> dict:
     unknown = set(options) - {"candidates"}
     if unknown:
         raise ValueError(f"algorithm='auto' in the runtime takes only the option 'candidates', got {sorted(unknown)}")
-    from collsched.choose import candidate_list
-
     opts = {"backend": _backend_name(group, device)}
     if options.get("candidates") is not None:
         opts["candidates"] = candidate_list(options["candidates"])
