@@ -216,7 +216,8 @@ def check_gathered(g: np.ndarray, world: int, rank: int, problem: LocalProblem |
         PlanMismatchError: configurations, call sequences or the last plans differ.
     """
     errors = []
-    for r in np.nonzero(g[:, W_CODE])[0].tolist():
+    codes = g[:, W_CODE]
+    for r in ([i for i, c in enumerate(codes.tolist()) if c] if codes.any() else []):
         code, d1, d2 = (int(x) for x in g[r, :3])
         text = PROBLEMS.get(code, lambda a, b: f"error code {code}")(d1, d2)
         if r == rank and problem is not None and problem.text:
@@ -248,8 +249,9 @@ def check_gathered(g: np.ndarray, world: int, rank: int, problem: LocalProblem |
         raise TrafficMismatchError("collsched.all_to_all_single: ranks passed different traffic matrices")
     ins = g[:, HEADER_WORDS:HEADER_WORDS + world]
     outs = g[:, HEADER_WORDS + world:HEADER_WORDS + 2 * world]
-    bad = np.argwhere(outs.T != ins)  # outs[j][i] must equal ins[i][j]
-    if len(bad):
+    mismatch = outs.T != ins  # outs[j][i] must equal ins[i][j]
+    if mismatch.any():
+        bad = np.argwhere(mismatch)
         i, j = (int(x) for x in bad[0])
         raise CollectiveInputError(f"collsched.all_to_all_single: rank {i} sends {int(ins[i, j])} rows to rank {j} "
                                    f"but rank {j} expects {int(outs[j, i])} (output_split_sizes disagree with "
