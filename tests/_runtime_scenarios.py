@@ -715,3 +715,21 @@ def call_sequence(calls: list) -> dict:
         st = comm.last_call_stats()
         trace.append((st.mode, st.exchanged, st.planned_by, st.ops > 0, bool(torch.equal(out, ref))))
     return {"trace": trace}
+
+
+def native_local_problem(timeout_s: float) -> dict:
+    """A call site in native mode runs torch's call without an exchange: a rank whose own
+    arguments are bad raises at once, naming itself; its peers time out naming torch's call."""
+    rank, n = dist.get_rank(), dist.get_world_size()
+    kw = dict(algorithm="auto", cluster=f"h200:1,gpus={n}", options={"candidates": ["native"]}, eager_bytes=0,
+              timeout=timeout_s)
+    x = torch.arange(n * 3, dtype=torch.float32).reshape(n * 3, 1)
+    out = torch.empty_like(x)
+    collsched.all_to_all_single(out, x, [3] * n, [3] * n, **kw)  # checked: the site turns native
+    res = {"first_mode": comm.last_call_stats().mode}
+    bad = [3] * (n - 1) + [4] if rank == 1 else [3] * n
+    _expect(res, "native_bad_rank", lambda: collsched.all_to_all_single(out, x, [3] * n, bad, **kw),
+            (comm.CollectiveInputError, comm.CommTimeoutError))
+    if rank != 1:
+        time.sleep(1.0)  # the others reach their own deadlines before the bad rank's process ends
+    return res

@@ -470,3 +470,20 @@ def test_plans_used_by_the_tests_verify():
                     raise AssertionError(f"{alg} on {wname} ({row_bytes} B/row, {cluster}): {e}") from e
                 checked += 1
     assert checked >= 7 * 6
+
+
+def test_native_mode_bad_rank_raises_at_once_peers_time_out():
+    # Between checks a native call site runs torch's call alone: no exchange tells the peers.
+    results = run_ranks("native_local_problem", FAULT_WORLD, FAULT_TIMEOUT_S, timeout_s=60,
+                        gpus_per_server=FAULT_WORLD)
+    assert all(isinstance(r, dict) for r in results), [str(r) for r in results]
+    for r, res in enumerate(results):
+        assert res["first_mode"] == "native", res
+        got = res["native_bad_rank"]
+        if r == 1:
+            assert got["raised"] == "CollectiveInputError" and got["elapsed"] < 1.0, got
+            assert "rank 1" in got["message"] and "input_split_sizes sum to" in got["message"], got
+        else:  # the bad rank's process ends (a reset) or not (the timeout): either is named
+            assert got["raised"] in ("CommTimeoutError", "PeerFailureError"), got
+            assert "torch's all-to-all" in got["message"], got
+            assert got["elapsed"] <= FAULT_TIMEOUT_S + SLACK_S, got
