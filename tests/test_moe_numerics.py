@@ -7,7 +7,8 @@ scatter-added into a bfloat16 [T, H] tensor (torchtitan's ``combine``; on CPU to
 scatter-add in float32 and rounds once, the most accurate a plain combine gets). Both the
 weighted combine (router weights applied in combine, torchtitan) and the unweighted one (the
 experts applied them, Megatron) are measured, for dedup "node" and "rank"; a buffer with
-``combine_precision="native"`` (partials rounded to bfloat16 per node) is measured too.
+``combine_precision="native"`` (partials rounded to bfloat16 per node) is measured too, and a
+float64 combine must keep float64 accuracy.
 """
 from __future__ import annotations
 
@@ -75,6 +76,15 @@ def numerics_worker(seed):
             out[f"{dedup}/{prec} weighted"] = sq(buf.combine(y, d.handle, weighted=True), ref)
             yw = (y.float() * d.weights[:, None]).to(torch.bfloat16)  # the experts apply the weights
             out[f"{dedup}/{prec} unweighted"] = sq(buf.combine(yw, d.handle, weighted=False), ref_u)
+    # float64 rows: the partial sums and the origin's sum stay in float64 (they were float32 once).
+    buf = moe.MoEBuffer(None, E, cluster=f"h100:2,gpus={GPN}", dedup="node")
+    d = buf.dispatch(x.double(), idx, w)
+    ys, lo = [], 0
+    for e, n in zip(buf.local_experts, d.tokens_per_expert):
+        ys.append(_expert_out(d.x[lo:lo + n], e, H).double())
+        lo += n
+    y = torch.cat(ys) if ys else d.x
+    out["node float64 weighted"] = sq(buf.combine(y, d.handle, weighted=True), ref)
     return out
 
 
@@ -92,5 +102,7 @@ def test_bf16_combine_error_is_no_worse_than_a_plain_combine():
         # Unweighted: both sum the same bf16 rows in float32 and round once; only the float32
         # summation order differs, far below a bf16 rounding.
         assert err[f"{dedup}/float32 unweighted"] <= err["plain unweighted"] * (1 + 1e-3), err
+    # float64 rows sum in float64: far below float32's 6e-8.
+    assert err["node float64 weighted"] < 1e-13, err
     # The rounding per node is what float32 partials remove (so the test can tell them apart).
     assert err["node/native unweighted"] > err["node/float32 unweighted"] * 1.05, err
