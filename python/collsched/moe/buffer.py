@@ -552,20 +552,20 @@ def _pack_mixed(one: torch.Tensor, many: torch.Tensor, multi: np.ndarray, counts
     """One flat word buffer for an all-to-all: per peer (``counts[p]`` consecutive units), the
     rows of ``one`` [U, w1] of its one-pair units, then the rows of ``many`` [U, w2] of the
     others, each in unit order. Returns (buffer [words], words per peer)."""
+    bounds = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    cut_m = np.concatenate([[0], np.cumsum(multi)]).astype(np.int64)[bounds]  # multi units before each peer
+    cut_1 = bounds - cut_m
+    # One gather per width (units are grouped by peer, so each peer's rows stay one run).
+    idx1, idxm = np.flatnonzero(~multi), np.flatnonzero(multi)
+    g1 = one if idx1.size == multi.size else one.index_select(0, torch.from_numpy(idx1).to(one.device))
+    gm = many if idxm.size == multi.size else many.index_select(0, torch.from_numpy(idxm).to(many.device))
     pieces = []
-    lo = 0
-    for n in counts:
-        m = multi[lo:lo + n]
-        idx1 = np.flatnonzero(~m) + lo
-        idxm = np.flatnonzero(m) + lo
-        for src, idx in ((one, idx1), (many, idxm)):
-            if idx.size:
-                # A run of consecutive units is a view; scattered ones are gathered.
-                block = src[int(idx[0]):int(idx[-1]) + 1] if idx[-1] - idx[0] + 1 == idx.size else \
-                    src.index_select(0, torch.from_numpy(idx).to(src.device))
-                pieces.append(block.reshape(-1))
-        lo += n
-    sizes = _mixed_sizes(multi, counts, one.shape[1], many.shape[1])
+    for p in range(len(counts)):
+        if cut_1[p + 1] > cut_1[p]:
+            pieces.append(g1[int(cut_1[p]):int(cut_1[p + 1])].reshape(-1))
+        if cut_m[p + 1] > cut_m[p]:
+            pieces.append(gm[int(cut_m[p]):int(cut_m[p + 1])].reshape(-1))
+    sizes = (np.diff(cut_1) * one.shape[1] + np.diff(cut_m) * many.shape[1]).tolist()
     flat = torch.cat(pieces) if pieces else torch.empty(0, dtype=one.dtype, device=one.device)
     return flat, sizes
 
