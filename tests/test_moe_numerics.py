@@ -74,6 +74,8 @@ def numerics_worker(seed):
                 lo += n
             y = torch.cat(ys) if ys else d.x
             out[f"{dedup}/{prec} weighted"] = sq(buf.combine(y, d.handle, weighted=True), ref)
+            out[f"{dedup}/{prec} bytes"] = [buf.last_stats["combine_internode_wire_bytes"],
+                                           buf.last_stats["internode_rows"] * H * 2]
             yw = (y.float() * d.weights[:, None]).to(torch.bfloat16)  # the experts apply the weights
             out[f"{dedup}/{prec} unweighted"] = sq(buf.combine(yw, d.handle, weighted=False), ref_u)
     # float64 rows: the partial sums and the origin's sum stay in float64 (they were float32 once).
@@ -93,7 +95,9 @@ def test_bf16_combine_error_is_no_worse_than_a_plain_combine():
                     extra_pythonpath=[TESTS_DIR], raise_on_failure=False)
     failures = [r for r in res if isinstance(r, RankFailure)]
     assert not failures, "\n".join(str(f) + "\n" + f.traceback for f in failures[:2])
-    err = {name: float(np.sqrt(sum(r[name][0] for r in res) / sum(r[name][1] for r in res))) for name in res[0]}
+    sent = {name: [sum(r[name][i] for r in res) for i in (0, 1)] for name in res[0] if name.endswith("bytes")}
+    err = {name: float(np.sqrt(sum(r[name][0] for r in res) / sum(r[name][1] for r in res)))
+           for name in res[0] if not name.endswith("bytes")}
     print({k: f"{v:.3e}" for k, v in err.items()})
     for dedup in ("node", "rank"):
         # Weighted: one rounding per token (plus one per one-pair unit, as plain rounds every
@@ -104,5 +108,13 @@ def test_bf16_combine_error_is_no_worse_than_a_plain_combine():
         assert err[f"{dedup}/float32 unweighted"] <= err["plain unweighted"] * (1 + 1e-3), err
     # float64 rows sum in float64: far below float32's 6e-8.
     assert err["node float64 weighted"] < 1e-13, err
+    # Bytes: "native" returns each cross-node unit as one bf16 row (the dispatch's rows); "float32"
+    # returns the units with two or more pairs at twice that, the one-pair units at the same.
+    for dedup in ("node", "rank"):
+        wire, rows_b = sent[f"{dedup}/native bytes"]
+        assert wire == rows_b, (dedup, sent)
+        wire32, _ = sent[f"{dedup}/float32 bytes"]
+        assert rows_b < wire32 <= 2 * rows_b, (dedup, sent)
+    print({k: v[0] / v[1] for k, v in sent.items()})
     # The rounding per node is what float32 partials remove (so the test can tell them apart).
     assert err["node/native unweighted"] > err["node/float32 unweighted"] * 1.05, err

@@ -464,6 +464,7 @@ class MoEBuffer:
             recv_w = _mixed_sizes(multi_out, plan.send1, one.shape[1], many.shape[1])
             got1 = torch.empty(sum(recv_w), dtype=wd, device=dev)
             self._a2a(got1, back1, recv_w, send_w, what)
+            sent_words = send_w
             one_in, many_in = _unpack_mixed(got1, multi_out, plan.send1, one.shape[1], many.shape[1])
             sel1 = torch.from_numpy(np.flatnonzero(~multi_out)).to(dev)
             selm = torch.from_numpy(np.flatnonzero(multi_out)).to(dev)
@@ -487,11 +488,17 @@ class MoEBuffer:
             got1 = torch.empty((u_out, back1.shape[1]), dtype=wd, device=dev)
             self._a2a(got1, back1, plan.send1, plan.recv1, what,
                       plan.matrix1.T.copy() if self.schedule == "fast" else None)
+            sent_words = [n * back1.shape[1] for n in plan.recv1]
             cut = pw if wide else row_w if hidden else 0
             vals = None
             if hidden:
                 vals = _from_words(got1[:, :cut], torch.float32, h) if wide else _from_words(got1[:, :cut], dtype, h)
             gvals = _from_words(got1[:, cut:], torch.float32, k) if has_s else None
+        lay = self.layout
+        cross = lay.node_of_rank != lay.node_of_rank[self.rank]
+        # What this rank's hop 1 sent to other nodes (partials, and the weight gradients in a
+        # backward): float32 partials make it larger than the dispatch's rows.
+        self.last_stats["combine_internode_wire_bytes"] = int(np.asarray(sent_words, dtype=np.int64)[cross].sum()) * ws
         out = None
         if hidden:
             # The origin adds its units in receive order (by forwarder rank, then token), in
