@@ -224,6 +224,10 @@ def error_worker():
                                                                cluster=f"h100:2,gpus={GPN}"))
     expect("bad dedup on one rank", lambda: moe.MoEBuffer(None, 16, cluster=f"h100:2,gpus={GPN}",
                                                           dedup="nodes" if rank == 5 else "node"))
+    expect("bad combine_precision on one rank", lambda: moe.MoEBuffer(
+        None, 16, cluster=f"h100:2,gpus={GPN}", combine_precision="bf16" if rank == 6 else "float32"))
+    expect("combine_precision disagree", lambda: moe.MoEBuffer(
+        None, 16, cluster=f"h100:2,gpus={GPN}", combine_precision="native" if rank == 6 else "float32"))
     buf = moe.MoEBuffer(None, 16, cluster=f"h100:2,gpus={GPN}")
     other = moe.MoEBuffer(None, 16, cluster=f"h100:2,gpus={GPN}")
     x = torch.ones((4, 8))
@@ -267,6 +271,10 @@ def test_bad_input_raises_the_same_error_on_every_rank():
     assert "num_experts" in text["num_experts disagree"]
     assert "rank 3" in text["num_experts not a multiple"] and "20" in text["num_experts not a multiple"]
     assert "rank 5" in text["bad dedup on one rank"] and "dedup" in text["bad dedup on one rank"]
+    assert text["bad combine_precision on one rank"] == \
+        "rank 6: combine_precision must be one of ('float32', 'native')"
+    assert text["combine_precision disagree"] == \
+        "ranks disagree on combine_precision: rank 0 has float32, rank 6 has native"
     assert "int64" in text["topk_idx dtype"]
     assert "twice" in text["duplicate expert"]
     assert "topk_weights" in text["weighted combine without weights"]
