@@ -18,6 +18,7 @@ call) and the mode (eager / native / planned; '*' marks a mix over the calls).
     python benchmarks/host_tax.py [--iters 9] [--sizes 1KiB:64MiB] [--methods torch,auto,fanout,fast]
     python benchmarks/host_tax.py --testbed [--nic 400mbit] [--means 16KiB,256KiB]   # root: the emulated fabric
     python benchmarks/host_tax.py --json > host_tax.json
+    python benchmarks/host_tax.py --methods torch,fast,fast@alltoallv   # ALGORITHM@TRANSPORT
 
 Outputs are checked against torch's on the first call of every (size, case, method).
 """
@@ -72,8 +73,10 @@ def rank_main(sizes: list, methods: list, iters: int, warmup: int, cluster: str,
                     t0 = time.perf_counter()
                     if m == "torch":
                         dist.all_to_all_single(y, x, outs, ins)
-                    else:
-                        collsched.all_to_all_single(y, x, outs, ins, algorithm=m, cluster=cluster)
+                    else:  # "fast@alltoallv": algorithm fast, transport alltoallv
+                        alg, _, transport = m.partition("@")
+                        collsched.all_to_all_single(y, x, outs, ins, algorithm=alg, cluster=cluster,
+                                                    transport=transport or "auto")
                     dt = time.perf_counter() - t0
                     if it == 0:
                         if ref is None:
