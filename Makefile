@@ -40,12 +40,14 @@ check-install: build
 
 # The release wheel (docs/release.md) in dist/: abi3, so one wheel serves every CPython >= 3.10
 # on the platform; maturin audits the extension's glibc symbols and names the oldest manylinux
-# it complies with. Same profile and target/ as `build`, so after `make build` it only repackages.
-# WHEEL_ARGS="--zig --compatibility manylinux2014" builds for older glibc (needs `pip install ziglang`).
+# it complies with. Same profile, target/ and interpreter (-i: pyo3's build script reruns when
+# PYO3_PYTHON changes, and everything above it recompiles) as `build`, so after `make build` it
+# only repackages. WHEEL_ARGS="--zig --compatibility manylinux2014" builds for older glibc
+# (needs `pip install ziglang`).
 WHEEL_ARGS ?=
 wheel: $(VENV)/.deps
 	rm -f dist/collsched-*.whl
-	$(VENV)/bin/maturin build --profile ext -q -o dist $(WHEEL_ARGS)
+	$(VENV)/bin/maturin build --profile ext -q -i $(VIRTUAL_ENV)/bin/python -o dist $(WHEEL_ARGS)
 
 # `make wheel`, then install it into a fresh venv with no Rust or compiler on PATH and run it.
 check-wheel: build
