@@ -7,7 +7,7 @@ export VIRTUAL_ENV := $(abspath $(VENV))
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 RUST_SRC := $(shell find crates -name '*.rs' -o -name '*.json' -o -name Cargo.toml) Cargo.toml pyproject.toml
 
-.PHONY: demo test test-rust test-python build bench clean check-install
+.PHONY: demo test test-rust test-python build bench clean check-install wheel check-wheel
 
 $(VENV)/.deps: requirements-dev.txt
 	python3 -m venv $(VENV)
@@ -38,9 +38,24 @@ test: build test-rust test-python
 check-install: build
 	.ci/check-install
 
+# The release wheel (docs/release.md) in dist/: abi3, so one wheel serves every CPython >= 3.10
+# on the platform; maturin audits the extension's glibc symbols and names the oldest manylinux
+# it complies with. Same profile, target/ and interpreter (-i: pyo3's build script reruns when
+# PYO3_PYTHON changes, and everything above it recompiles) as `build`, so after `make build` it
+# only repackages. WHEEL_ARGS="--zig --compatibility manylinux2014" builds for older glibc
+# (needs `pip install ziglang`).
+WHEEL_ARGS ?=
+wheel: $(VENV)/.deps
+	rm -f dist/collsched-*.whl
+	$(VENV)/bin/maturin build --profile ext -q -i $(VIRTUAL_ENV)/bin/python -o dist $(WHEEL_ARGS)
+
+# `make wheel`, then install it into a fresh venv with no Rust or compiler on PATH and run it.
+check-wheel: build
+	.ci/check-wheel
+
 bench: build
 	cargo bench -p collsched-core
 	for f in benchmarks/*.py; do echo "== $$f"; $(PY) $$f || exit 1; done
 
 clean:
-	rm -rf $(VENV) target
+	rm -rf $(VENV) target dist

@@ -9,7 +9,7 @@
    FAST (simulated; and with its measured planning time added), SpreadOut, bound.
 3. Fig. 17b: 4×8 GPUs, normalised bandwidth (algbw / NIC bandwidth) vs scale-up /
    scale-out bandwidth ratio.
-Writes docs/fast_fig17_table.csv, docs/fast_fig17.csv and docs/fast_fig17.png.
+Writes docs/results/fast_fig17_table.csv, docs/results/fast_fig17.csv and docs/results/fast_fig17.png.
 Everything is simulated (collsched.sim), nothing executed.
 """
 from __future__ import annotations
@@ -183,7 +183,7 @@ def write_csv(path, rows):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="4 and 8 servers only")
-    ap.add_argument("--outdir", default="docs")
+    ap.add_argument("--outdir", default="docs/results")
     ap.add_argument("--tolerance", type=float, default=0.0, help="simulator event coalescing (0 = exact)")
     args = ap.parse_args()
     global TOLERANCE

@@ -1,6 +1,6 @@
 """FAST planning time (matrix in, Plan out, from Python) and Birkhoff stage counts.
 
-    .venv/bin/python benchmarks/fast_planning.py [--reps 100] [--csv docs/fast_planning.csv]
+    .venv/bin/python benchmarks/fast_planning.py [--reps 100] [--csv docs/results/fast_planning.csv]
 
 Planning time: median over `reps` Zipf(0.8) matrices (50 MB mean pair size) on h200
 clusters of 8, 40 and 128 servers × 8 GPUs, for fast, balanced_direct and fanout on the
@@ -57,7 +57,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=100)
     ap.add_argument("--servers", type=str, default="8,40,128")
-    ap.add_argument("--csv", type=str, default="docs/fast_planning.csv")
+    ap.add_argument("--csv", type=str, default="docs/results/fast_planning.csv")
     args = ap.parse_args()
     rows = []
     print(f"## Planning time (median, µs), Zipf(0.8), 50 MB mean pair; load average {os.getloadavg()[0]:.1f}")

@@ -5,8 +5,8 @@ ablation at 16384 tokens. Everything here is simulated (aggregated per-rank-pair
 collsched's simulator), not executed.
 
 Every case runs pipelined (8 pieces per send, the default of `collsched moe simulate`) and
-unpipelined (1 piece). Writes docs/moe_simulate.csv (both), docs/moe_ablation.csv and
-docs/moe_ablation.png (pipelined) with --write.
+unpipelined (1 piece). Writes docs/results/moe_simulate.csv (both), docs/results/moe_ablation.csv and
+docs/results/moe_ablation.png (pipelined) with --write.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import os
 
 from collsched.moe import sim
 
-DOCS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs")
+DOCS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs", "results")
 TARGETS = {  # issue 34: fusco's speedup over (nccl, deepep)
     "realistic": (1.6, 1.13), "single-node": (3.4, 1.9), "imbalanced": (2.0, 1.3)}
 PAPER_TABLE3 = {  # Fusco Table 3: time with the mechanism off, fusco = 100
@@ -30,7 +30,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tokens", default="4096,8192,16384,32768")
     ap.add_argument("--cluster", default=sim.FUSCO_TESTBED)
-    ap.add_argument("--write", action="store_true", help="write the CSVs and the PNG under docs/")
+    ap.add_argument("--write", action="store_true", help="write the CSVs and the PNG under docs/results/")
     a = ap.parse_args(argv)
     tokens = [int(t) for t in a.tokens.split(",")]
     import collsched

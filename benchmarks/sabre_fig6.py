@@ -3,7 +3,7 @@ for the highly-skewed (sabre_skewed) and lightly-skewed (sabre_light) algorithms
 16 GPUs (perlmutter:4), average message sizes 64 MB and 128 MB per GPU, and the
 crossover MTM where the skewed algorithm becomes faster (the paper measures ≈ 2.2).
 
-Writes docs/sabre_fig6.csv and docs/sabre_fig6.png and prints a table.
+Writes docs/results/sabre_fig6.csv and docs/results/sabre_fig6.png and prints a table.
 Run: .venv/bin/python benchmarks/sabre_fig6.py [--quick]
 """
 from __future__ import annotations
@@ -21,7 +21,7 @@ from collsched import plan_all_to_all, sim  # noqa: E402
 from collsched.skew import mtm  # noqa: E402
 from skewed_workloads import with_mtm  # noqa: E402
 
-DOCS = os.path.join(os.path.dirname(__file__), "..", "docs")
+DOCS = os.path.join(os.path.dirname(__file__), "..", "docs", "results")
 MB = 1 << 20
 
 
@@ -88,7 +88,7 @@ def main():
         ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(os.path.join(DOCS, "sabre_fig6.png"), dpi=120)
-    print("wrote docs/sabre_fig6.csv and docs/sabre_fig6.png")
+    print("wrote docs/results/sabre_fig6.csv and docs/results/sabre_fig6.png")
 
 
 if __name__ == "__main__":

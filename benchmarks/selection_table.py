@@ -5,7 +5,7 @@ best candidate in simulated transfer time alone (so a choice made for smaller ov
 shows as a gap here), and the time `choose` takes against the simulated transfer time.
 The closed form's residual (predicted transfer / simulated - 1) is printed per candidate.
 
-Writes docs/selection_table.csv and docs/selection_table.png and prints a table.
+Writes docs/results/selection_table.csv and docs/results/selection_table.png and prints a table.
 Run: .venv/bin/python benchmarks/selection_table.py [--quick]
 """
 from __future__ import annotations
@@ -25,7 +25,7 @@ from collsched.choose import choose  # noqa: E402
 from collsched.skew import mtm  # noqa: E402
 from skewed_workloads import with_mtm  # noqa: E402
 
-DOCS = os.path.join(os.path.dirname(__file__), "..", "docs")
+DOCS = os.path.join(os.path.dirname(__file__), "..", "docs", "results")
 MB = 1 << 20
 CANDIDATES = ["fanout", "spreadout", "hierarchical", "balanced_direct", "fast", "sabre_skewed", "sabre_light"]
 ALGS = CANDIDATES + ["sabre", "auto"]
@@ -145,7 +145,7 @@ def plot(rows, clusters, stem):
         ax.set_title(spec, fontsize=10)
     fig.colorbar(im, ax=axes, shrink=0.6, label="ratio to lower bound (clipped at 4)")
     fig.savefig(os.path.join(DOCS, f"{stem}.png"), dpi=110, bbox_inches="tight")
-    print(f"wrote docs/{stem}.csv and docs/{stem}.png")
+    print(f"wrote docs/results/{stem}.csv and docs/results/{stem}.png")
 
 
 if __name__ == "__main__":

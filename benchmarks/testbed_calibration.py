@@ -3,7 +3,7 @@ over balanced, uniform, Zipf 0.5/0.9/0.99 and hot:1.2 at 256 KiB, 2 MiB and 8 Mi
 2 servers × 4 ranks at 200 Mbit/s (executed), fit ``ModelParams`` on half the matrices, and
 report the error on the other half (simulated vs executed).
 
-    python benchmarks/testbed_calibration.py [--transport auto] [--iters 3] [--csv docs/testbed_calibration.csv]
+    python benchmarks/testbed_calibration.py [--transport auto] [--iters 3] [--csv docs/results/testbed_calibration.csv]
                                              [--from-csv FILE]   # refit earlier measurements, no fabric
 
 About 3-4 minutes on the 2-core host. Error = predicted / executed − 1.

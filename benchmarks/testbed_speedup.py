@@ -1,7 +1,7 @@
 """Executed on the namespace testbed (root): FAST and auto against torch's all_to_all_single and
 against collsched's own fanout on the same transport, plus where the 2-core host turns CPU-bound.
 
-    python benchmarks/testbed_speedup.py [--transports auto,p2p] [--quick] [--csv docs/testbed_speedup.csv]
+    python benchmarks/testbed_speedup.py [--transports auto,p2p] [--quick] [--csv docs/results/testbed_speedup.csv]
 
 Tables (times are medians of interleaved rounds, slowest rank; lower is better):
 0. Full duplex: 2 servers × 1 rank exchanging 4 MiB each way through torch's Gloo all-to-all

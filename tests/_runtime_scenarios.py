@@ -14,7 +14,7 @@ import torch.distributed as dist
 import collsched
 import collsched.nn
 from collsched import comm
-from collsched.comm import launch
+from collsched.comm import callsite, launch
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "int64": torch.int64, "float16": torch.float16}
 
@@ -70,6 +70,11 @@ def _compare_a2a(rows, dtype, trailing, seed, **kw):
         if ref.numel() else out.shape == ref.shape
 
 
+def _took(mode: str) -> bool:
+    """Whether the last call took `mode` (eager needs CPU tensors on Gloo: elsewhere any mode)."""
+    return DEVICE.type != "cpu" or comm.last_call_stats().mode == mode
+
+
 def _case(results, name, fn):
     try:
         results[name] = {"ok": bool(fn())}
@@ -87,27 +92,38 @@ def correctness(algorithms: list[str]) -> dict:
         for wname, rows in workloads(n).items():
             for dname in ("float32", "bfloat16", "int64"):
                 seed += 1
+                # eager_bytes=0: these small matrices would otherwise ride in the exchange; the
+                # plans are what these cases test (the eager cases follow).
                 _case(res, f"a2a/{alg}/{wname}/{dname}",
-                      lambda: _compare_a2a(rows, DTYPES[dname], (3,), seed, algorithm=alg, cluster=clusters["2x4"]))
+                      lambda: _compare_a2a(rows, DTYPES[dname], (3,), seed, algorithm=alg, cluster=clusters["2x4"],
+                                           eager_bytes=0))
             seed += 1
             _case(res, f"a2a/{alg}/{wname}/3d_float16",
-                  lambda: _compare_a2a(rows, torch.float16, (2, 5), seed, algorithm=alg, cluster=clusters["2x4"]))
+                  lambda: _compare_a2a(rows, torch.float16, (2, 5), seed, algorithm=alg, cluster=clusters["2x4"],
+                                       eager_bytes=0))
+            # The same call with its pairs inside the exchange (one round); CPU tensors on Gloo only.
+            for dname, trailing in (("float32", (3,)), ("bfloat16", (2, 5)), ("int64", (1,))):
+                seed += 1
+                _case(res, f"eager/{alg}/{wname}/{dname}",
+                      lambda: _compare_a2a(rows, DTYPES[dname], trailing, seed, algorithm=alg,
+                                           cluster=clusters["2x4"]) and _took("eager"))
         rows = workloads(n)["zipf"]
         for cname in ("1x8", "2x4_shared_nics"):
             seed += 1
             _case(res, f"a2a/{alg}/zipf_{cname}/float32",
-                  lambda: _compare_a2a(rows, torch.float32, (4,), seed, algorithm=alg, cluster=clusters[cname]))
+                  lambda: _compare_a2a(rows, torch.float32, (4,), seed, algorithm=alg, cluster=clusters[cname],
+                                       eager_bytes=0))
         seed += 1
         _case(res, f"a2a/{alg}/zipf_traffic_arg/float32",
               lambda: _compare_a2a(rows, torch.float32, (4,), seed, algorithm=alg, cluster=clusters["2x4"],
-                                   traffic=rows))
+                                   traffic=rows, eager_bytes=0))
 
     # The p2p transport (batch_isend_irecv per step; the default on NCCL) on every workload.
     for wname, rows in workloads(n).items():
         seed += 1
         _case(res, f"a2a/p2p_transport/{wname}/float32",
               lambda: _compare_a2a(rows, torch.float32, (3,), seed, algorithm="fanout", cluster=clusters["2x4"],
-                                   transport="p2p"))
+                                   transport="p2p", eager_bytes=0))
     rows = workloads(n)["hot_experts"]
     seed += 1
     _case(res, "a2a/unchecked_with_traffic/float32",
@@ -129,11 +145,13 @@ def correctness(algorithms: list[str]) -> dict:
         x = _fill((n * 4, 2), torch.float32, 950 + rank)
         out = torch.empty_like(x)
         comm.DEFAULT_CACHE.clear()
-        h = collsched.all_to_all_single(out, x, async_op=True, algorithm="fanout", cluster="h200:2,gpus=4")
+        kw = dict(algorithm="fanout", cluster="h200:2,gpus=4", eager_bytes=0)
+        h = collsched.all_to_all_single(out, x, async_op=True, **kw)
         s1 = comm.last_call_stats()
-        collsched.all_to_all_single(out, x, algorithm="fanout", cluster="h200:2,gpus=4")
+        collsched.all_to_all_single(out, x, **kw)
         s2 = comm.last_call_stats()
         return h.wait() and h.is_completed() and not s1.cache_hit and s2.cache_hit and s2.plan_hash == s1.plan_hash \
+            and s1.mode == "planned" and s1.exchanged and s1.ops == 1 + 2 * (n - 1) \
             and s1.execute_s > 0 and s1.total_s >= s1.execute_s and s1.planned_by == "fanout" \
             and s1.decide_s > 0 and s1.expand_s > 0 and s1.compile_s > 0 and s1.plan_s >= s1.decide_s + s1.expand_s \
             and (s2.decide_s, s2.expand_s, s2.compile_s) == (0, 0, 0) \
@@ -142,37 +160,24 @@ def correctness(algorithms: list[str]) -> dict:
     _case(res, "api/async_and_stats", async_and_stats)
 
     def colliding_call_keys():
-        # Every matrix gets the same 64-bit key: the verified-plan shortcut must still compare
-        # the matrices, or the second call would run the first call's plan.
-        import collsched.comm.api as api
+        # Every matrix gets the same 64-bit cache key: the cache must still compare the
+        # matrices, or the second call would run the first call's plan.
+        import collsched.comm.cache as cache
 
-        saved = api.fast_matrix_hash
-        api.fast_matrix_hash = lambda m: "0" * 16
+        saved = cache.fast_matrix_hash
+        cache.fast_matrix_hash = lambda m: "0" * 16
         try:
             w = workloads(n)
-            return all(_compare_a2a(w[name], torch.float32, (2,), 40 + k, algorithm="fanout", cluster="h200:2,gpus=4")
+            return all(_compare_a2a(w[name], torch.float32, (2,), 40 + k, algorithm="fanout", cluster="h200:2,gpus=4",
+                                    eager_bytes=0)
                        for k, name in enumerate(["uniform", "zipf", "uniform", "hot_experts"]))
         finally:
-            api.fast_matrix_hash = saved
+            cache.fast_matrix_hash = saved
 
     _case(res, "api/colliding_call_keys", colliding_call_keys)
 
-    def verified_skip_interleaved():
-        # Repeating a (matrix, configuration) skips the plan-hash round, even with other
-        # configurations in between; a new matrix pays it again.
-        x = _fill((n * 3, 2), torch.float32, 960 + rank)
-        out = torch.empty_like(x)
-        cl = "h200:2,gpus=4"
-        seen = []
-        for alg in ("fanout", "auto", "fanout", "auto"):
-            collsched.all_to_all_single(out, x, algorithm=alg, cluster=cl)
-            seen.append(comm.last_call_stats().check_s)
-        y = _fill((n * 5, 2), torch.float32, 970 + rank)
-        collsched.all_to_all_single(torch.empty_like(y), y, algorithm="fanout", cluster=cl)
-        fresh = comm.last_call_stats().check_s
-        return seen[2] == 0 and seen[3] == 0 and fresh > 0
-
-    _case(res, "api/verified_skip_interleaved", verified_skip_interleaved)
+    if DEVICE.type == "cpu":
+        _call_site_cases(res, n, rank)
 
     if DEVICE.type == "cuda":
         _case(res, "gpu/host_runs_ahead", _host_runs_ahead)
@@ -193,6 +198,69 @@ def correctness(algorithms: list[str]) -> dict:
 # Spin cycles of the GPU kernel the host must not wait for (≈ 0.2 s alone on a 2 GHz GPU;
 # the ranks sharing one GPU stretch it).
 _SPIN_CYCLES = 400_000_000
+
+
+def _call_site_cases(res, n, rank):
+    """The call site's modes (Gloo, CPU tensors): eager, native between checks, planned, and the
+    plan digest checked at the next exchange."""
+    cl = "h200:2,gpus=4"
+
+    def eager_one_round():
+        x = _fill((n * 5, 3), torch.float32, 980 + rank)
+        ref, out = torch.empty_like(x), torch.empty_like(x)
+        dist.all_to_all_single(ref, x)
+        seen = []
+        for _ in range(3):
+            out.zero_()
+            collsched.all_to_all_single(out, x, algorithm="fast", cluster=cl)
+            st = comm.last_call_stats()
+            seen.append((st.mode, st.exchanged, st.ops, st.planned_by, bool(torch.equal(out, ref))))
+        return seen == [("eager", True, 1, "eager", True)] * 3
+
+    _case(res, "api/eager_one_round", eager_one_round)
+
+    def native_skips_exchange():
+        # auto restricted to torch's call: the first call checks, the next 15 are torch's call
+        # alone (torch's own work handle with async_op), the 17th checks again.
+        kw = dict(algorithm="auto", cluster=cl, options={"candidates": ["native"]}, eager_bytes=0)
+        x = _fill((n * 7, 2), torch.float32, 990 + rank)
+        ref, out = torch.empty_like(x), torch.empty_like(x)
+        dist.all_to_all_single(ref, x)
+        seen, same = [], True
+        for k in range(callsite.NATIVE_RECHECK_EVERY + 2):
+            out.zero_()
+            h = collsched.all_to_all_single(out, x, async_op=(k == 2), **kw)
+            if k == 2:
+                same = same and not isinstance(h, comm.api.CompletedWork) and h.wait() is not False
+            st = comm.last_call_stats()
+            seen.append(st.exchanged)
+            same = same and st.mode == "native" and st.choice == "native" and bool(torch.equal(out, ref))
+        want = [True] + [False] * (callsite.NATIVE_RECHECK_EVERY - 1) + [True, False]
+        return same and seen == want
+
+    _case(res, "api/native_skips_exchange", native_skips_exchange)
+
+    def digest_checked_next_call():
+        # A plan digest that differs on one rank (as a determinism bug would make it) is
+        # caught by every rank at the site's next exchange.
+        kw = dict(algorithm="fanout", cluster=cl, eager_bytes=8)
+        x = _fill((n * 9, 2), torch.float32, 995 + rank)
+        out = torch.empty_like(x)
+        collsched.all_to_all_single(out, x, **kw)  # 72-byte pairs > 8: planned
+        collsched.all_to_all_single(out, x, **kw)  # compares the first call's digests: equal
+        ok = comm.last_call_stats().mode == "planned"
+        from collsched.comm import api
+
+        site = callsite.SITES.get((0, api._configure("fanout", {}, cl, "auto", None, x.device, n, 8).cfg_hash))
+        if rank == 1:
+            site.last_digest ^= 1
+        try:
+            collsched.all_to_all_single(out, x, **kw)
+        except comm.PlanMismatchError as e:
+            return ok and "executed different plans" in str(e)
+        return False
+
+    _case(res, "api/digest_checked_next_call", digest_checked_next_call)
 
 
 def _host_runs_ahead() -> bool:
@@ -374,7 +442,8 @@ def _autograd_cases(res, n, rank):
         in_s, out_s = [int(v) for v in r[rank]], [int(v) for v in r[:, rank]]
         cache = comm.PlanCache()  # its own: earlier cases' prefetches may still land in the default one
         a = _fill((sum(in_s), 3), torch.float32, 1700 + rank).requires_grad_(True)
-        y = collsched.nn.all_to_all_single(a, out_s, in_s, algorithm="fast", cluster="h200:2,gpus=4", cache=cache)
+        y = collsched.nn.all_to_all_single(a, out_s, in_s, algorithm="fast", cluster="h200:2,gpus=4", cache=cache,
+                                           eager_bytes=0)  # planned: small pairs would ride in the exchange
         fwd = comm.last_call_stats()
         # The background thread keys the transposed demand once it has transposed it; wait for
         # the plan itself (the wait of a call that comes first is tested in test_runtime.py).
@@ -385,7 +454,8 @@ def _autograd_cases(res, n, rank):
         y.sum().backward()
         bwd = comm.last_call_stats()
         with torch.no_grad():  # no backward to follow: nothing prefetched
-            collsched.nn.all_to_all_single(a, out_s, in_s, algorithm="fanout", cluster="h200:2,gpus=4", cache=cache)
+            collsched.nn.all_to_all_single(a, out_s, in_s, algorithm="fanout", cluster="h200:2,gpus=4", cache=cache,
+                                           eager_bytes=0)
         got = (fwd.prefetched, bwd.cache_hit, bwd.prefetched, cache.prefetched, len(cache._inflight), cache.misses)
         assert got == (False, True, True, 1, 0, 2), \
             f"(fwd prefetched, bwd hit, bwd prefetched, prefetches, in flight, misses) = {got}"
@@ -622,3 +692,44 @@ def micro_phases(nbytes: int = 1 << 16, iters: int = 20) -> dict:
                 acc[k] = acc.get(k, 0.0) + getattr(st, k) / iters * 1e6
     acc["cache_hit"] = st.cache_hit
     return acc
+
+
+def call_sequence(calls: list) -> dict:
+    """Run `calls` (the same list on every rank): each entry ``(size_class, algorithm, eager_bytes,
+    dtype)``. Returns per call what the runtime decided and whether the output equals torch's,
+    so the parent can check that every rank decided the same."""
+    rank, n = dist.get_rank(), dist.get_world_size()
+    pair_rows = {"tiny": 2, "small": 40, "large": 3000}  # × 4 floats (16 B) per row
+    trace = []
+    for k, (size, alg, eager_bytes, dname) in enumerate(calls):
+        rng = np.random.default_rng(k)
+        rows = rng.integers(0, 2 * pair_rows[size] + 1, (n, n))
+        rows[rng.random((n, n)) < 0.15] = 0  # empty pairs
+        in_s, out_s = [int(v) for v in rows[rank]], [int(v) for v in rows[:, rank]]
+        x = _fill((sum(in_s), 4), DTYPES[dname], 5000 + 10 * k + rank)
+        ref = torch.empty((sum(out_s), 4), dtype=x.dtype)
+        dist.all_to_all_single(ref, x, out_s, in_s)
+        out = torch.full_like(ref, 3)
+        collsched.all_to_all_single(out, x, out_s, in_s, algorithm=alg, cluster=f"h200:{n // 4},gpus=4",
+                                    eager_bytes=eager_bytes, timeout=30)
+        st = comm.last_call_stats()
+        trace.append((st.mode, st.exchanged, st.planned_by, st.ops > 0, bool(torch.equal(out, ref))))
+    return {"trace": trace}
+
+
+def native_local_problem(timeout_s: float) -> dict:
+    """A call site in native mode runs torch's call without an exchange: a rank whose own
+    arguments are bad raises at once, naming itself; its peers time out naming torch's call."""
+    rank, n = dist.get_rank(), dist.get_world_size()
+    kw = dict(algorithm="auto", cluster=f"h200:1,gpus={n}", options={"candidates": ["native"]}, eager_bytes=0,
+              timeout=timeout_s)
+    x = torch.arange(n * 3, dtype=torch.float32).reshape(n * 3, 1)
+    out = torch.empty_like(x)
+    collsched.all_to_all_single(out, x, [3] * n, [3] * n, **kw)  # checked: the site turns native
+    res = {"first_mode": comm.last_call_stats().mode}
+    bad = [3] * (n - 1) + [4] if rank == 1 else [3] * n
+    _expect(res, "native_bad_rank", lambda: collsched.all_to_all_single(out, x, [3] * n, bad, **kw),
+            (comm.CollectiveInputError, comm.CommTimeoutError))
+    if rank != 1:
+        time.sleep(1.0)  # the others reach their own deadlines before the bad rank's process ends
+    return res

@@ -17,6 +17,7 @@ def worker() -> dict:
     import torch
     import torch.distributed as dist
 
+    from collsched.comm import callsite
     from collsched.comm.api import all_to_all_single, last_call_stats
 
     from collsched import _core
@@ -51,8 +52,11 @@ def worker() -> dict:
             dist.all_to_all_single(want, inp, recv, send)
             out = torch.full_like(want, -1)
             kw = {"traffic": rows} if how != "checked" else {}
+            # Every call here chooses or finds its choice in the cache: no pair rides in the
+            # exchange, and no call site remembers an earlier native choice (test_call_sites.py).
+            callsite.SITES.clear()
             all_to_all_single(out, inp, recv, send, algorithm="auto", options=options, cluster=f"h200:2,gpus={world // 2}",
-                              checks=how != "unchecked", **kw)
+                              checks=how != "unchecked", eager_bytes=0, **kw)
             s = last_call_stats()
             res[f"{name}/{how}"] = {"ok": bool(torch.equal(out.view(torch.uint8) if out.numel() else out,
                                                             want.view(torch.uint8) if want.numel() else want)),
@@ -69,7 +73,8 @@ def worker() -> dict:
         want = torch.empty_like(out)
         dist.all_to_all_single(want, inp, rows[:, rank].tolist(), rows[rank].tolist())
         all_to_all_single(out, inp, rows[:, rank].tolist(), rows[rank].tolist(), algorithm="auto", cache=cache,
-                          options={"candidates": "fast,balanced_direct,fanout"}, cluster=f"h200:2,gpus={world // 2}")
+                          options={"candidates": "fast,balanced_direct,fanout"}, cluster=f"h200:2,gpus={world // 2}",
+                          eager_bytes=0)
         s = last_call_stats()
         repeated.append({"ok": bool(torch.equal(out, want)), "hit": s.cache_hit, "choice": s.choice,
                          "choose_s": s.choose_s, "decide_s": s.decide_s, "expand_s": s.expand_s,

@@ -33,7 +33,7 @@ __all__ = [
     "choose",
     "Choice",
 ]
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 
 def __getattr__(name):

@@ -20,7 +20,7 @@ def _measure(nprocs: int, iters: int, mib: int, timeout_s: float, backend: str,
     import torch
     import torch.distributed as dist
 
-    from collsched.calibration import measure_rank
+    from collsched.comm.calibrate import measure_rank
 
     gpus = torch.cuda.device_count()
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ and "MASTER_ADDR" in os.environ:
@@ -79,7 +79,8 @@ def register(app: typer.Typer) -> None:
         import datetime
 
         from collsched import _core
-        from collsched.calibration import load, measure_planning, path_in_use, save
+        from collsched.calibration import load, path_in_use, save
+        from collsched.comm.calibrate import measure_planning
 
         if show:
             where = path_in_use()

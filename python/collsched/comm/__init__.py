@@ -9,7 +9,8 @@ from collsched.comm.program import PlanArrays, plan_arrays, compile_rank_program
 from collsched.comm.pool import BufferPool, DEFAULT_POOL
 from collsched.comm.executor import execute, ExecStats
 from collsched.comm.cache import PlanCache, DEFAULT_CACHE
-from collsched.comm.api import all_to_all_single, last_call_stats, CallStats, resolve_cluster
+from collsched.comm.api import all_to_all_single, resolve_cluster
+from collsched.comm.stats import CallStats, last_call_stats
 
 __all__ = [
     "execute", "ExecStats", "all_to_all_single", "last_call_stats", "CallStats", "resolve_cluster",

@@ -32,6 +32,8 @@ import numpy as np
 
 import collsched
 from collsched import _core
+from collsched.calibration import load
+from collsched.choose import candidate_list
 from collsched.comm.program import RankProgram, compile_rank_program
 from collsched.planning import _plan_for_rank_timed, as_cluster
 
@@ -297,9 +299,6 @@ def _plan_auto(matrix: np.ndarray, cluster, options: dict, rank: int, workspace,
                t0: float, moving_pairs: bool = False) -> CacheEntry:
     """auto for `rank`: one core call chooses (backend and candidates from `options`) and
     expands the winner's rank part; nothing to expand when `native` wins."""
-    from collsched.calibration import load
-    from collsched.choose import candidate_list
-
     opts = dict(options)
     backend = str(opts.pop("backend", "nccl"))
     candidates = candidate_list(opts.pop("candidates", None))

@@ -45,6 +45,7 @@ class ExecStats:
     bytes_sent: int
     bytes_received: int
     seconds: float  # host time; on NCCL this is enqueue time unless the caller synchronises
+    ops: int = 0  # backend operations posted (messages; one per all-to-all step)
 
 
 def byte_view(t: torch.Tensor, name: str) -> torch.Tensor:
@@ -187,19 +188,23 @@ def run_program(prog: RankProgram, in_b: torch.Tensor, out_b: torch.Tensor, grou
     empty = in_b[:0]
     bufs = (in_b, out_b, scratch if scratch is not None else empty)
     ok = False
+    ops = 0
     try:
         if dep_driven:
+            ops = sum(len(sp.p2p_order) for sp in prog.steps)
             run_overlapped(ov, bufs, staging, route, dtype, timeout_s, _apply)
         else:
             for sp in prog.steps:
                 if transport == "alltoallv" or (transport == "hybrid" and sp.dense):
                     skip = -1
                     if sp.a2a is not None:
+                        ops += 1
                         _a2a_step(prog, sp, bufs, staging, group, dtype, timeout_s, blocking)
                         skip = sp.a2a.self_local
                     _locals(sp, bufs, dtype, skip)
                     continue
                 if sp.p2p_order:
+                    ops += len(sp.p2p_order)
                     _p2p_step(prog, sp, bufs, staging, route, timeout_s, blocking)
                 for m in sp.recvs:
                     if m.stage_off < 0:
@@ -216,7 +221,7 @@ def run_program(prog: RankProgram, in_b: torch.Tensor, out_b: torch.Tensor, grou
         if ok and scratch is not None:
             pool.release(scratch)
     return ExecStats(steps=prog.active_steps, bytes_sent=prog.bytes_sent, bytes_received=prog.bytes_received,
-                     seconds=time.perf_counter() - t0)
+                     seconds=time.perf_counter() - t0, ops=ops)
 
 
 def _locals(sp, bufs, dtype, skip: int = -1) -> None:

@@ -53,7 +53,11 @@ _PROBLEMS = {
                       f"contiguous blocks; pass placement= otherwise)"),
     15: lambda a, b: f"the cluster (cluster=, COLLSCHED_CLUSTER or LOCAL_WORLD_SIZE) does not fit the group of {a} ranks",
     16: lambda a, b: f"placement must be {a} integer ranks in [0, {b}) (one per expert)",
+    17: lambda a, b: f"combine_precision must be one of {COMBINE_PRECISIONS}",
 }
+# How a forwarder's partial sums of 16-bit rows cross the network in combine (see MoEBuffer).
+COMBINE_PRECISIONS = ("float32", "native")
+_WIDE_DTYPES = (torch.bfloat16, torch.float16)
 _HDR = 8  # code, a, b, T, H, dtype, K, has_weights
 
 
@@ -84,6 +88,23 @@ class DispatchHandle:
     place_t: torch.Tensor  # [N] output row of each incoming row (on the data's device)
     buffer: object = field(default=None, repr=False)  # the MoEBuffer (for the autograd functions)
     row_weights: torch.Tensor | None = field(default=None, repr=False)  # Dispatched.weights (combine's backward)
+    unit_key: np.ndarray | None = field(default=None, repr=False)  # [U_out] destination key of each unit sent
+    _unit_pairs: np.ndarray | None = field(default=None, repr=False)  # [U_out] pairs per unit (cached)
+    _hop_multi_cache: np.ndarray | None = field(default=None, repr=False)  # [U_in] forwarded units with 2+ pairs
+
+    def unit_pairs(self) -> np.ndarray:
+        """[U_out] int64: the (token, expert) pairs each unit this rank sent serves on its hop
+        (the hop keeps the ids of its node, or rank, of the unit's key; one with dedup="none")."""
+        if self._unit_pairs is None:
+            lay = self.buffer.layout
+            ids = self.unit_ids.detach().cpu().numpy()
+            mode = self.buffer.dedup
+            if mode == "none" or not ids.size:
+                self._unit_pairs = np.ones(ids.shape[0], dtype=np.int64)
+            else:
+                table = lay.node_key if mode == "node" else lay.rank_key  # index id + 1; -1 -> a spare key
+                self._unit_pairs = (table[ids + 1] == self.unit_key[:, None]).sum(1).astype(np.int64)
+        return self._unit_pairs
 
     @property
     def internode_rows(self) -> int:
@@ -130,14 +151,23 @@ class MoEBuffer:
         placement (sequence of int [E], optional): rank of each expert; default contiguous
             blocks, expert ``e`` on rank ``e // (E / R)``.
         timeout (float, optional): seconds each wait may take (default ``COLLSCHED_TIMEOUT_S`` or 60).
+        combine_precision (str): for bfloat16/float16 rows, how a forwarder's partial sum (a
+            token's outputs from one node, summed in float32) returns: ``"float32"`` (default)
+            unrounded, so a token's output is rounded to the row dtype once, at the end (no
+            less accurate than a plain combine); a unit that carried a single pair returns in
+            the row dtype, as a plain combine rounds it. ``"native"``: every partial rounded to
+            the row dtype (half the bytes of the float32 partials; one more rounding per node,
+            as DeepEP's combine). Ignored for float32/float64 rows (partials keep their dtype).
 
     Raises:
         CollectiveInputError: on every rank, when any rank passes a bad argument or the ranks
-            disagree (num_experts, dedup, balance, schedule, GPUs per node, placement).
+            disagree (num_experts, dedup, balance, schedule, GPUs per node, placement,
+            combine_precision).
     """
 
     def __init__(self, group=None, num_experts: int = 0, cluster=None, dedup: str = "node", balance: bool = True,
-                 schedule: str = "direct", placement=None, timeout: float | None = None):
+                 schedule: str = "direct", placement=None, timeout: float | None = None,
+                 combine_precision: str = "float32"):
         require_initialized()
         from collsched.comm.api import resolve_cluster
 
@@ -154,6 +184,8 @@ class MoEBuffer:
             code = 11
         elif schedule not in SCHEDULES:
             code = 12
+        elif combine_precision not in COMBINE_PRECISIONS:
+            code = 17
         elif isinstance(num_experts, bool) or not isinstance(num_experts, (int, np.integer)) or num_experts <= 0:
             code, a = 13, (int(num_experts) if isinstance(num_experts, (int, np.integer)) else -1)
         else:
@@ -171,9 +203,10 @@ class MoEBuffer:
                     except ValueError:
                         code, a, b = 16, int(num_experts), self.world
         if code:
-            self._check_config(torch.tensor([code, a, b, 0, 0, 0, 0, 0, 0], dtype=torch.int64))
+            self._check_config(torch.tensor([code, a, b, 0, 0, 0, 0, 0, 0, 0], dtype=torch.int64))
         self.num_experts = int(num_experts)
         self.dedup, self.balance, self.schedule = dedup, bool(balance), schedule
+        self.combine_precision = combine_precision
         self.id = next(_IDS)
         self._calls = 0
         self.last_stats: dict = {}
@@ -182,14 +215,16 @@ class MoEBuffer:
         digest = int(np.bitwise_xor.reduce((own * 1000003 + np.arange(own.size)) * 2654435761 % (2**61 - 1))) \
             if own.size else 0
         got = self._check_config(torch.tensor([0, 0, 0, self.num_experts, DEDUP_MODES.index(dedup), int(self.balance),
-                                               SCHEDULES.index(schedule), self.layout.gpus_per_node, digest],
-                                              dtype=torch.int64))
-        names = ("num_experts", "dedup", "balance", "schedule", "GPUs per node (cluster)", "placement")
+                                               SCHEDULES.index(schedule), self.layout.gpus_per_node, digest,
+                                               COMBINE_PRECISIONS.index(combine_precision)], dtype=torch.int64))
+        names = ("num_experts", "dedup", "balance", "schedule", "GPUs per node (cluster)", "placement",
+                 "combine_precision")
         for col, name in enumerate(names):
             vals = got[:, 3 + col]
             if (vals != vals[0]).any():
                 bad = int(np.nonzero(vals != vals[0])[0][0])
-                shown = (lambda v: DEDUP_MODES[v]) if col == 1 else (lambda v: SCHEDULES[v]) if col == 3 else int
+                shown = {1: lambda v: DEDUP_MODES[v], 3: lambda v: SCHEDULES[v],
+                         6: lambda v: COMBINE_PRECISIONS[v]}.get(col, int)
                 raise CollectiveInputError(
                     f"ranks disagree on {name}: rank 0 has {shown(int(vals[0]))}, rank {bad} has {shown(int(vals[bad]))}"
                     if col != 5 else f"ranks disagree on the expert placement (rank 0 vs rank {bad})")
@@ -310,7 +345,7 @@ class MoEBuffer:
             weights = torch.empty(n_rows, dtype=torch.float32, device=dev)
             weights.index_copy_(0, place_t, _from_words(recv2[:, row_w:], torch.float32, 1).reshape(-1))
         handle = DispatchHandle(self.id, self._calls, t, n_rows, h, dtype, k, has_w, plan, lp.unit_token,
-                                ids_out, hop_ids, hop_w, pu, pk, place_t, self, weights)
+                                ids_out, hop_ids, hop_w, pu, pk, place_t, self, weights, lp.unit_key)
         cross = lay.node_of_rank != lay.node_of_rank[self.rank]
         handle._internode = int(plan.matrix1[self.rank][cross].sum())  # my hop-1 row = plan.send1
         self.last_stats = {"internode_rows": handle._internode, "row_bytes": row_b,
@@ -398,35 +433,95 @@ class MoEBuffer:
         else:
             got2 = back2
         u_in = handle.hop_ids.shape[0]
-        # Partial reduction on the hop: one vector per unit (token and node), summed in float32.
-        parts = []
+        u_out = handle.unit_token.numel()
+        # Partial reduction on the hop: one vector per unit (token and node), summed in float32
+        # (float64 for float64 rows), the unit's pairs in hop-2 order (ascending expert id).
+        acc_dt = torch.float64 if dtype == torch.float64 else torch.float32
+        part = grid = None
         if hidden:
-            rows = _from_words(got2[:, :row_w], dtype, h).float()
+            rows = _from_words(got2[:, :row_w], dtype, h).to(acc_dt)
             if weighted:
-                rows.mul_(handle.hop_weights[handle.pair_unit, handle.pair_k][:, None])
-            part = torch.zeros((u_in, h), dtype=torch.float32, device=dev)
+                rows.mul_(handle.hop_weights[handle.pair_unit, handle.pair_k].to(acc_dt)[:, None])
+            part = torch.zeros((u_in, h), dtype=acc_dt, device=dev)
             part.index_add_(0, handle.pair_unit, rows)
-            parts.append(_words(part.to(dtype), wd, row_w))
         if has_s:
             grid = torch.zeros((u_in, k), dtype=torch.float32, device=dev)
             grid[handle.pair_unit, handle.pair_k] = _from_words(got2[:, row_w:], torch.float32, 1).reshape(-1)
-            parts.append(_words(grid, wd, k * sc_w))
-        back1 = torch.cat(parts, dim=1) if len(parts) > 1 else parts[0]
-        u_out = handle.unit_token.numel()
-        got1 = torch.empty((u_out, back1.shape[1]), dtype=wd, device=dev)
-        self._a2a(got1, back1, plan.send1, plan.recv1, f"MoE combine hop 1 on rank {self.rank}",
-                  plan.matrix1.T.copy() if self.schedule == "fast" else None)
+        wide = hidden and dtype in _WIDE_DTYPES and self.combine_precision == "float32"
+        what = f"MoE combine hop 1 on rank {self.rank}"
+        pw = 4 * h // ws  # words of a float32 partial row
+        if wide and self.schedule != "fast":
+            # A unit with one pair returns in the row dtype (rounded once, as a plain combine
+            # rounds each weighted output); a unit with several returns its float32 sum, so a
+            # token's output is rounded once in all. Each destination's block: its one-pair
+            # units, then the others; both sides know which are which (hop 2's pairs here,
+            # the routing there), so the sizes need no exchange.
+            multi_in = self._hop_multi(handle, u_in)
+            multi_out = handle.unit_pairs() > 1
+            gw = [_words(grid, wd, k * sc_w)] if has_s else []
+            one = torch.cat([_words(part.to(dtype), wd, row_w)] + gw, dim=1)
+            many = torch.cat([_words(part, wd, pw)] + gw, dim=1)
+            back1, send_w = _pack_mixed(one, many, multi_in, plan.recv1)
+            recv_w = _mixed_sizes(multi_out, plan.send1, one.shape[1], many.shape[1])
+            got1 = torch.empty(sum(recv_w), dtype=wd, device=dev)
+            self._a2a(got1, back1, recv_w, send_w, what)
+            sent_words = send_w
+            one_in, many_in = _unpack_mixed(got1, multi_out, plan.send1, one.shape[1], many.shape[1])
+            sel1 = torch.from_numpy(np.flatnonzero(~multi_out)).to(dev)
+            selm = torch.from_numpy(np.flatnonzero(multi_out)).to(dev)
+            vals = torch.empty((u_out, h), dtype=torch.float32, device=dev)
+            vals.index_copy_(0, sel1, _from_words(one_in[:, :row_w], dtype, h).float())
+            vals.index_copy_(0, selm, _from_words(many_in[:, :pw], torch.float32, h))
+            gvals = None
+            if has_s:
+                gvals = torch.empty((u_out, k), dtype=torch.float32, device=dev)
+                gvals.index_copy_(0, sel1, _from_words(one_in[:, row_w:], torch.float32, k))
+                gvals.index_copy_(0, selm, _from_words(many_in[:, pw:], torch.float32, k))
+        else:
+            # One row width: the row dtype ("native", or rows of float32/float64), or float32
+            # partials for every unit with schedule="fast" (its plan takes one row size).
+            parts = []
+            if hidden:
+                parts.append(_words(part, wd, pw) if wide else _words(part.to(dtype), wd, row_w))
+            if has_s:
+                parts.append(_words(grid, wd, k * sc_w))
+            back1 = torch.cat(parts, dim=1) if len(parts) > 1 else parts[0]
+            got1 = torch.empty((u_out, back1.shape[1]), dtype=wd, device=dev)
+            self._a2a(got1, back1, plan.send1, plan.recv1, what,
+                      plan.matrix1.T.copy() if self.schedule == "fast" else None)
+            sent_words = [n * back1.shape[1] for n in plan.recv1]
+            cut = pw if wide else row_w if hidden else 0
+            vals = None
+            if hidden:
+                vals = _from_words(got1[:, :cut], torch.float32, h) if wide else _from_words(got1[:, :cut], dtype, h)
+            gvals = _from_words(got1[:, cut:], torch.float32, k) if has_s else None
+        lay = self.layout
+        cross = lay.node_of_rank != lay.node_of_rank[self.rank]
+        # What this rank's hop 1 sent to other nodes (partials, and the weight gradients in a
+        # backward): float32 partials make it larger than the dispatch's rows.
+        self.last_stats["combine_internode_wire_bytes"] = int(np.asarray(sent_words, dtype=np.int64)[cross].sum()) * ws
         out = None
         if hidden:
-            acc = torch.zeros((handle.tokens, h), dtype=torch.float32, device=dev)
-            acc.index_add_(0, handle.unit_token, _from_words(got1[:, :row_w], dtype, h).float())
+            # The origin adds its units in receive order (by forwarder rank, then token), in
+            # float32 (float64), and rounds to the row dtype once.
+            acc = torch.zeros((handle.tokens, h), dtype=acc_dt, device=dev)
+            acc.index_add_(0, handle.unit_token, vals.to(acc_dt))
             out = acc.to(dtype)
         grad_w = None
         if has_s:
             grad_w = torch.zeros((handle.tokens, k), dtype=torch.float32, device=dev)
             # Each (token, k) is served by exactly one unit; the others carry zeros in its slot.
-            grad_w.index_add_(0, handle.unit_token, _from_words(got1[:, row_w:], torch.float32, k))
+            grad_w.index_add_(0, handle.unit_token, gvals)
         return out, grad_w
+
+    @staticmethod
+    def _hop_multi(handle: DispatchHandle, u_in: int) -> np.ndarray:
+        """[U_in] bool: units this rank forwarded that serve more than one pair (cached)."""
+        hit = getattr(handle, "_hop_multi_cache", None)
+        if hit is None:
+            hit = np.bincount(handle.pair_unit.cpu().numpy(), minlength=u_in) > 1
+            handle._hop_multi_cache = hit
+        return hit
 
     def _redispatch(self, g: torch.Tensor, handle: DispatchHandle) -> torch.Tensor:
         """Dispatch rows ``g`` [T, H] along an earlier dispatch's routes (no exchange): the
@@ -450,6 +545,56 @@ class MoEBuffer:
         if out.numel():
             _words(out, wd, row_w).index_copy_(0, handle.place_t, recv2)
         return out
+
+
+def _mixed_sizes(multi: np.ndarray, counts: list, w_one: int, w_many: int) -> list:
+    """Words per peer of a mixed block: ``counts[p]`` consecutive units of ``multi`` for peer p,
+    ``w_one`` words each for a one-pair unit, ``w_many`` for the others."""
+    bounds = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    many = np.concatenate([[0], np.cumsum(multi)]).astype(np.int64)[bounds]
+    n_many = np.diff(many)
+    return (np.diff(bounds) * w_one + n_many * (w_many - w_one)).tolist()
+
+
+def _pack_mixed(one: torch.Tensor, many: torch.Tensor, multi: np.ndarray, counts: list):
+    """One flat word buffer for an all-to-all: per peer (``counts[p]`` consecutive units), the
+    rows of ``one`` [U, w1] of its one-pair units, then the rows of ``many`` [U, w2] of the
+    others, each in unit order. Returns (buffer [words], words per peer)."""
+    bounds = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    cut_m = np.concatenate([[0], np.cumsum(multi)]).astype(np.int64)[bounds]  # multi units before each peer
+    cut_1 = bounds - cut_m
+    # One gather per width (units are grouped by peer, so each peer's rows stay one run).
+    idx1, idxm = np.flatnonzero(~multi), np.flatnonzero(multi)
+    g1 = one if idx1.size == multi.size else one.index_select(0, torch.from_numpy(idx1).to(one.device))
+    gm = many if idxm.size == multi.size else many.index_select(0, torch.from_numpy(idxm).to(many.device))
+    pieces = []
+    for p in range(len(counts)):
+        if cut_1[p + 1] > cut_1[p]:
+            pieces.append(g1[int(cut_1[p]):int(cut_1[p + 1])].reshape(-1))
+        if cut_m[p + 1] > cut_m[p]:
+            pieces.append(gm[int(cut_m[p]):int(cut_m[p + 1])].reshape(-1))
+    sizes = (np.diff(cut_1) * one.shape[1] + np.diff(cut_m) * many.shape[1]).tolist()
+    flat = torch.cat(pieces) if pieces else torch.empty(0, dtype=one.dtype, device=one.device)
+    return flat, sizes
+
+
+def _unpack_mixed(flat: torch.Tensor, multi: np.ndarray, counts: list, w_one: int, w_many: int):
+    """The inverse layout of `_pack_mixed` on the receiving side: (rows of the one-pair units
+    [n1, w_one], rows of the others [nm, w_many]), each in unit order."""
+    ones, manys = [], []
+    off = lo = 0
+    for n in counts:
+        m = multi[lo:lo + n]
+        n_many = int(m.sum())
+        n_one = n - n_many
+        ones.append(flat[off:off + n_one * w_one].reshape(n_one, w_one))
+        off += n_one * w_one
+        manys.append(flat[off:off + n_many * w_many].reshape(n_many, w_many))
+        off += n_many * w_many
+        lo += n
+    empty1 = flat.new_empty((0, w_one))
+    emptym = flat.new_empty((0, w_many))
+    return (torch.cat(ones) if ones else empty1), (torch.cat(manys) if manys else emptym)
 
 
 def _first_repeat(a: np.ndarray, num_experts: int) -> int:

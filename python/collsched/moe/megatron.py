@@ -6,25 +6,47 @@ Megatron's ``routing_map [T, E]`` / ``probs [T, E]`` into ``topk_idx`` / ``topk_
 ``token_dispatch`` runs the differentiable `collsched.moe.dispatch` (expert-major rows straight
 out, no permute), ``token_combine`` the differentiable `collsched.moe.combine`. As in Megatron's
 all-to-all dispatcher, the experts apply the permuted probabilities, so combine sums unweighted.
+`use_collsched_dispatcher` puts one into a built ``MoELayer``. See docs/megatron.md.
 
-Importing this module needs ``megatron-core`` (``pip install 'collsched[megatron]'``).
+Needs megatron-core >=0.16.1,<0.17 (``pip install 'collsched[megatron]'``); another version
+raises ImportError on import.
 """
 from __future__ import annotations
 
+import importlib.metadata
+import re
+from types import SimpleNamespace
 from typing import List, Optional
 
-import torch
+SUPPORTED = ((0, 16, 1), (0, 17, 0))  # [lowest, first unsupported): the `[megatron]` extra's pin
+_EXTRA = "pip install 'collsched[megatron]' (megatron-core>=0.16.1,<0.17)"
 
+
+def _check_version(found: str) -> None:
+    """Raise ImportError unless ``found`` (a megatron-core version string) is in `SUPPORTED`."""
+    nums = tuple(int(v) for v in re.findall(r"\d+", found)[:3])
+    nums = nums + (0,) * (3 - len(nums))
+    if not SUPPORTED[0] <= nums < SUPPORTED[1]:
+        raise ImportError(f"collsched.moe.megatron supports megatron-core >=0.16.1,<0.17, found {found}: "
+                          f"{_EXTRA}")
+
+
+try:  # the installed distribution's version, before the (slow) import
+    _check_version(importlib.metadata.version("megatron-core"))
+except importlib.metadata.PackageNotFoundError:
+    pass  # not installed as a distribution (a source checkout): checked after the import
 try:
     from megatron.core.transformer.moe.token_dispatcher import MoETokenDispatcher
-except ImportError as _e:
-    import importlib.util
+except ImportError as exc:
+    if not (exc.name or "").startswith("megatron"):
+        raise  # megatron-core is there but one of its own dependencies is not
+    raise ImportError(f"collsched.moe.megatron needs megatron-core: {_EXTRA}") from None
+else:
+    from megatron.core import package_info as _package_info
 
-    if importlib.util.find_spec("megatron") is None:  # not installed: say how to get it, in one line
-        raise ImportError("collsched.moe.megatron needs megatron-core, which is not installed: "
-                          "pip install 'collsched[megatron]'") from None
-    raise ImportError(f"collsched.moe.megatron needs megatron-core's MoETokenDispatcher, which the installed "
-                      f"megatron does not provide ({_e}); pip install -U 'collsched[megatron]'") from None
+    _check_version(_package_info.__version__)
+
+import torch  # noqa: E402  (after the checks: a failed import need not load torch first)
 
 from collsched.moe.autograd import combine, dispatch
 from collsched.moe.buffer import MoEBuffer
@@ -59,40 +81,57 @@ class CollschedTokenDispatcher(MoETokenDispatcher):
         config (TransformerConfig): ``num_moe_experts`` and ``moe_router_topk`` are read.
         pg_collection (ProcessGroupCollection): ``ep`` is the dispatch group; expert tensor
             parallelism (``expt_tp`` larger than 1) is not supported.
-        cluster, dedup, balance, schedule, timeout: as `MoEBuffer`.
+        cluster, dedup, balance, schedule, timeout, combine_precision: as `MoEBuffer`.
     Raises:
-        ValueError: expert tensor parallelism, or local experts that are not the contiguous block.
+        ValueError: expert tensor parallelism, padding to capacity or for quantization (this
+            dispatcher moves exactly the routed pairs), or local experts that are not the
+            contiguous block.
     """
 
     def __init__(self, num_local_experts: int, local_expert_indices: List[int], config, pg_collection=None,
                  cluster=None, dedup: str = "node", balance: bool = True, schedule: str = "direct",
-                 timeout: Optional[float] = None):
+                 timeout: Optional[float] = None, combine_precision: str = "float32"):
         super().__init__(config=config, pg_collection=pg_collection)
         if self.tp_size != 1:
             raise ValueError(f"CollschedTokenDispatcher does not support expert tensor parallelism (expt_tp size "
                              f"{self.tp_size}); use Megatron's all-to-all dispatcher there")
+        for flag in ("moe_pad_expert_input_to_capacity", "moe_router_padding_for_quantization"):
+            if getattr(config, flag, False):
+                raise ValueError(f"CollschedTokenDispatcher does not support {flag}=True (it moves exactly the "
+                                 f"routed pairs, no padding rows)")
         self.num_local_experts = num_local_experts
         self.local_expert_indices = list(local_expert_indices)
         self.buffer = MoEBuffer(self.ep_group, config.num_moe_experts, cluster=cluster, dedup=dedup, balance=balance,
-                                schedule=schedule, timeout=timeout)
+                                schedule=schedule, timeout=timeout, combine_precision=combine_precision)
         if self.buffer.local_experts != self.local_expert_indices:
             raise ValueError(f"local_expert_indices {self.local_expert_indices} are not this rank's contiguous block "
                              f"{self.buffer.local_experts}")
         self._idx = self._weights = self._dispatched = None
+        self._probs_dtype = None
         self.hidden_shape = None
 
     def dispatch_preprocess(self, tokens: torch.Tensor, routing_map: torch.Tensor, probs: torch.Tensor):
-        """Flatten tokens to [T, H]; routing as top-k ids and weights (no communication)."""
+        """Flatten tokens to [T, H]; routing as top-k ids and float32 weights (no communication).
+
+        Returns:
+            (Tensor [T, H], Tensor [T, K] float32): tokens and each token's top-k weights.
+        """
         self.hidden_shape = tokens.shape
+        self._probs_dtype = probs.dtype
         hidden = tokens.reshape(-1, self.hidden_shape[-1])
         self._idx, self._weights = routing_map_to_topk(routing_map.reshape(hidden.shape[0], -1),
                                                        probs.reshape(hidden.shape[0], -1), self.config.moe_router_topk)
         return hidden, self._weights
 
     def token_dispatch(self, hidden_states: torch.Tensor, probs: torch.Tensor):
-        """Dispatch: rows arrive expert-major on the experts' ranks, with their probabilities."""
+        """Dispatch: rows arrive expert-major on the experts' ranks, with their probabilities.
+
+        Returns:
+            (Tensor [N, H], Tensor [N]): rows for the local experts (expert-major) and each row's
+            probability in the router's dtype (as Megatron's dispatchers hand them to the experts).
+        """
         self._dispatched = dispatch(hidden_states, self._idx, probs, self.buffer)
-        return self._dispatched.x, self._dispatched.weights
+        return self._dispatched.x, self._dispatched.weights.to(self._probs_dtype)
 
     def dispatch_postprocess(self, hidden_states: torch.Tensor, probs: torch.Tensor):
         """Nothing to permute: returns (tokens, tokens_per_expert [local experts] int64, probs)."""
@@ -110,4 +149,32 @@ class CollschedTokenDispatcher(MoETokenDispatcher):
         return hidden_states.view(self.hidden_shape)
 
 
-__all__ = ["CollschedTokenDispatcher", "routing_map_to_topk"]
+def use_collsched_dispatcher(moe_layer, **kwargs) -> CollschedTokenDispatcher:
+    """Replace a built Megatron ``MoELayer``'s token dispatcher by a `CollschedTokenDispatcher`.
+
+    Collective: every rank of the layer's expert-parallel group calls it (it creates a `MoEBuffer`).
+    The layer keeps its router and experts; only the dispatch and combine change.
+
+    Args:
+        moe_layer (MoELayer): built with ``moe_token_dispatcher_type="alltoall"`` (or any dispatcher
+            whose process groups are the ones to use).
+        **kwargs: ``cluster``, ``dedup``, ``balance``, ``schedule``, ``timeout``, ``combine_precision``.
+    Returns:
+        CollschedTokenDispatcher: the new ``moe_layer.token_dispatcher``.
+    Raises:
+        ValueError: shared-expert overlap (it runs inside Megatron's own dispatchers), or what
+            `CollschedTokenDispatcher` rejects.
+    """
+    if getattr(moe_layer, "shared_expert_overlap", False):
+        raise ValueError("use_collsched_dispatcher: moe_shared_expert_overlap=True is not supported (the shared "
+                         "expert's overlap runs inside Megatron's own dispatchers)")
+    old = moe_layer.token_dispatcher
+    # MoETokenDispatcher reads these three groups from its pg_collection.
+    groups = SimpleNamespace(ep=old.ep_group, expt_tp=old.tp_group, tp_ep=old.tp_ep_group)
+    new = CollschedTokenDispatcher(moe_layer.num_local_experts, moe_layer.local_expert_indices, moe_layer.config,
+                                   pg_collection=groups, **kwargs)
+    moe_layer.token_dispatcher = new
+    return new
+
+
+__all__ = ["CollschedTokenDispatcher", "routing_map_to_topk", "use_collsched_dispatcher", "SUPPORTED"]

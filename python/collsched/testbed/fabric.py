@@ -46,7 +46,7 @@ MIN_NIC_BPS = 125_000  # 1 Mbit/s: below this htb's rate accounting and TCP time
 MAX_NIC_BPS = 125_000_000  # 1 Gbit/s per emulated NIC
 MAX_RANKS_PER_CORE = 8
 # Shaped traffic in all (ranks × NIC rate) per CPU core: above WARN the 2-core host measured
-# CPU-bound (executed / bound grew from 1.2 to 2×, docs/testbed.md); above MAX it is refused.
+# CPU-bound (executed / bound grew from 1.2 to 2×, docs/results/2026-11-26-testbed.md); above MAX it is refused.
 WARN_AGGREGATE_BPS_PER_CORE = 200_000_000  # 1.6 Gbit/s
 MAX_AGGREGATE_BPS_PER_CORE = 500_000_000  # 4 Gbit/s
 MIN_QUEUE = 16 * 1024  # a few full frames plus one GSO burst

@@ -3,7 +3,7 @@
 The testbed's knobs fix the topology and the NIC rate; what they cannot fix (kernel,
 TCP, Gloo and Python cost per message, the unshaped scale-up path's speed, TCP goodput
 per shaped byte) lives in ``ModelParams``, fitted by ``collsched testbed calibrate``
-(docs/testbed.md has the fit and its held-out error).
+(docs/testbed.md summarises the fit and its held-out error; docs/results/2026-11-26-testbed.md has the runs).
 """
 from __future__ import annotations
 
@@ -58,7 +58,7 @@ class ModelParams:
 
 # Fitted by benchmarks/testbed_calibration.py on 2×4 at 200 Mbit/s, full-duplex dependency-driven
 # p2p transport, on the fit half of a quiet run (load average 2.8) at ≥ 2 MiB per rank
-# (docs/testbed.md, "Calibration", has the error table and the runs it was checked on).
+# (docs/results/2026-11-26-testbed.md has the error tables and the runs it was checked on).
 DEFAULT_PARAMS = ModelParams(goodput=0.9, alpha_scaleout_us=100.0, alpha_scaleup_us=4000.0, alpha_local_us=50.0,
                              scaleup_bps=400_000_000, barrier_steps=False, incast_threshold=None,
                              call_us=4703.0, core_share=0.89)

@@ -20,6 +20,7 @@ from collsched.testbed.model import DEFAULT_PARAMS, ModelParams, cluster_spec, p
 
 TORCH = "torch"
 NATIVE = "native"  # auto's name for torch's own call
+EAGER = "eager"  # the whole call rode in the descriptor exchange (no plan to simulate)
 # The whole run's host memory: every rank holds input, output and torch's reference.
 MAX_BYTES_PER_RANK = 256 * 2**20
 MAX_SECONDS = 600.0  # longest run we start (predicted from the fabric's lower bound)
@@ -168,7 +169,7 @@ def run_on_fabric(fabric: Fabric, matrix: np.ndarray, cfg: RunConfig, on_progres
             raise TestbedError(f"{a}: the ranks ran different algorithms {sorted(chosen)}")
         chose = chosen.pop()
         planned = chose if a == "auto" else a  # a selector (sabre) is simulated as itself
-        pred = None if chose in (TORCH, NATIVE) else predict(matrix, cluster, planned, cfg.params)
+        pred = None if chose in (TORCH, NATIVE, EAGER) else predict(matrix, cluster, planned, cfg.params)
         rows.append({"algorithm": a, "time_s": t, "predicted_s": pred,
                      "ratio_to_predicted": None if pred is None else t / pred,
                      "algbw_gbps": bytes_per_rank / t / 1e9 if t > 0 else None,
