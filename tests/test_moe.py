@@ -350,15 +350,3 @@ def test_whole_dispatch_and_combine_plans_verify_and_execute_to_the_same_rows():
     for dedup in ("node", "rank", "none"):
         assert all(r["combine " + dedup][0] for r in res), dedup  # executed combine Plan == MoEBuffer.combine
         assert res[0]["combine " + dedup][1] > 0 and res[0]["combine " + dedup][2]
-
-
-def test_shared_dtype_table_names_codes_as_the_runtime_does():
-    # comm/dtypes.py is the one table (the runtime's api.py is to import it): same codes, same names.
-    from collsched.comm import api
-    from collsched.comm.dtypes import DTYPES, dtype_code, dtype_name
-
-    assert DTYPES == api._DTYPES
-    assert [dtype_name(dtype_code(d)) for d in (torch.float32, torch.bfloat16, torch.int64)] == \
-        ["float32", "bfloat16", "int64"]
-    assert all(dtype_name(c) == api._dtype_name(c) for c in range(0, len(DTYPES) + 3))
-    assert dtype_code(torch.quint8) == 99 and dtype_name(99) == "dtype#99"

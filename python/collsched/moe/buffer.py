@@ -26,7 +26,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from collsched.comm.dtypes import dtype_code, dtype_name
+from collsched.comm.descriptor import DTYPE_CODE, UNKNOWN_DTYPE, dtype_name
 from collsched.comm.errors import CollectiveInputError, resolve_timeout
 from collsched.comm.groups import blocking_waits, exchange_i64, require_initialized, wait_all
 from collsched.moe.routing import (DEDUP_MODES, SCHEDULES, CallPlan, Layout, hop_pairs, plan_exchange, plan_local,
@@ -290,7 +290,7 @@ class MoEBuffer:
             ekeys = np.zeros(lay.num_experts, np.int64)
             kkeys = np.zeros(lay.ranks, np.int64)
         t = int(x.shape[0]) if ok else 0
-        hdr = [code, a, b, t, int(x.shape[1]) if ok else 0, dtype_code(x.dtype) if ok else 0,
+        hdr = [code, a, b, t, int(x.shape[1]) if ok else 0, DTYPE_CODE.get(x.dtype, UNKNOWN_DTYPE) if ok else 0,
                int(topk_idx.shape[1]) if ok else 0, int(topk_weights is not None)]
         desc = torch.from_numpy(np.concatenate([np.asarray(hdr, np.int64), ekeys, kkeys]))
         got = self._check_all(desc, f"MoE dispatch count exchange on rank {self.rank}")
