@@ -42,7 +42,7 @@ def plan_for_rank(traffic, cluster, rank: int, algorithm: str = "auto", options:
     among the rank's transfers with the same ordered (src, dst) pair, which both sides of a
     message compute alone), this rank's side of its segments and its dependencies on the
     rank's other transfers (as rows); its buffer sizes, and the ``digest`` of the decisions
-    that ranks compare before moving data. fanout, spreadout and hierarchical expand the
+    that the runtime's ranks compare at the call site's next exchange. fanout, spreadout and hierarchical expand the
     rank alone; fast and balanced_direct decide, then run their assembly over the rank's part
     only; the SABRE variants decide, then run their assembly keeping only the rank's
     transfers; auto chooses, then expands the winner's rank part.

@@ -357,7 +357,7 @@ def run_bench(cfg: BenchConfig, nprocs: int = 8, gpus_per_server: int = 4, timeo
 
 
 def planning_times(specs=("h200:2,gpus=4", "h200:8"), skew: float = 1.2, reps: int = 5) -> list[dict]:
-    """Host time to plan, to hash the plan (ranks compare hashes), to compile one rank's
+    """Host time to plan, to hash the plan, to compile one rank's
     program (for the p2p transport, NCCL's default, and with the steps every rank joins, for
     alltoallv and hybrid, Gloo's default), and a plan-cache hit, per algorithm (hot-expert
     matrix, 4096 tokens × top-2 × 7168 bf16 per rank). Runs in this process."""

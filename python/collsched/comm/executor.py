@@ -10,7 +10,7 @@ Two orders, by what the backend can do:
 - **Steps** (NCCL point-to-point; the alltoallv and hybrid transports): per step, gather each
   outgoing message (one copy; none for a single segment), post the step's sends and
   receives in transfer-id order on both sides (NCCL matches point-to-point operations by
-  order, Gloo by tag: the tag is the transfer id), wait with a timeout, scatter each
+  order, Gloo by tag: a per-pair sequence number both sides compute), wait with a timeout, scatter each
   received message into its segments (copy, or add in the tensor's dtype), run the step's
   local copies. NCCL needs steps: its operations on one communicator run in issue order
   and only a group (one batch) runs concurrently, so a batch must hold no dependent pair,
@@ -233,7 +233,7 @@ def _locals(sp, bufs, dtype, skip: int = -1) -> None:
 
 def _p2p_step(prog, sp, bufs, staging, route, timeout_s: float, blocking: bool) -> None:
     """One step's messages, posted in transfer-id order on both sides (NCCL matches point-to-point
-    operations by order, Gloo by tag: the tag is the transfer id), then waited for. On NCCL one
+    operations by order, Gloo by tag: a per-pair sequence number), then waited for. On NCCL one
     batch_isend_irecv on the group (the wait orders the stream, the host goes on); on Gloo each
     message on its direction's group."""
     ops = []
