@@ -58,7 +58,7 @@ def build(cfg, *, ep: int, spmd_backend: str = "partial_dtensor", dtype: str = "
     import torch
     import torch.distributed as dist
     from torch.distributed.fsdp import FSDPModule
-    from torchtitan.config import ActivationCheckpointingConfig, CompileConfig, ParallelismConfig, TrainingConfig
+    from torchtitan.config import CompileConfig, ParallelismConfig, TrainingConfig
     from torchtitan.distributed import utils as dist_utils
     from torchtitan.distributed.parallel_dims import ParallelDims
     from torchtitan.models.qwen3 import parallelize_qwen3
@@ -79,7 +79,7 @@ def build(cfg, *, ep: int, spmd_backend: str = "partial_dtensor", dtype: str = "
     with torch.device("meta"):
         model = cfg.build()
     model = parallelize_qwen3(model, parallel_dims=dims, training=training, parallelism=parallelism,
-                              compile_config=CompileConfig(), ac_config=ActivationCheckpointingConfig(mode="none"),
+                              compile_config=CompileConfig(), ac_config=None,
                               dump_folder="/tmp", skip_dp=not fsdp)
     for m in model.modules():
         if isinstance(m, FSDPModule):
