@@ -17,6 +17,9 @@ def _train(cfg, dispatcher: dict | None, *, ep, steps, spmd_backend, dtype, seed
     model, _ = tm.build(cfg, ep=ep, spmd_backend=spmd_backend, dtype=dtype, seed=seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr)
     rank = dist.get_rank()
+    kinds = sorted({type(m.routed_experts.token_dispatcher).__name__ + ":" + getattr(
+        getattr(m.routed_experts.token_dispatcher, "config", None), "exchange", "-")
+        for m in model.modules() if hasattr(m, "routed_experts")})
     losses, first = [], None
     for step in range(steps):
         tokens, labels = tm.batch(seed + step, rank, cfg.vocab_size, cfg.layers[0].attention.rope.max_seq_len)
@@ -27,36 +30,39 @@ def _train(cfg, dispatcher: dict | None, *, ep, steps, spmd_backend, dtype, seed
         opt.step()
         opt.zero_grad()
         losses.append(loss.detach().clone())
-    return losses, first
+    return losses, first, kinds
 
 
-def compare_training(mode: str, *, ep: int, steps: int, spmd_backend: str = "partial_dtensor",
+def compare_training(modes=("all_to_all", "dedup"), *, ep: int, steps: int, spmd_backend: str = "partial_dtensor",
                      dtype: str = "float32", experts: int = 16, top_k: int = 4):
-    """Train torchtitan's dispatcher and collsched's (``mode``) from the same weights and batches.
+    """Train torchtitan's dispatcher and collsched's (each of ``modes``) from the same weights and batches.
 
-    Returns per rank: the largest loss difference, the largest gradient difference (first
-    step, any parameter), whether both are exactly zero, and the parameter names compared.
+    Returns per rank and mode: the largest loss difference (any step), the largest absolute and
+    relative gradient difference (first step, any parameter), whether all are exactly zero,
+    the dispatcher classes the models held, and the parameter names compared.
     """
     tm.cpu_shims()
     import torch
 
     cfg = tm.model_config(experts=experts, top_k=top_k)
-    ref_losses, ref_grads = _train(cfg, None, ep=ep, steps=steps, spmd_backend=spmd_backend, dtype=dtype)
-    opts = {"exchange": mode}
-    if mode == "all_to_all":
-        opts["algorithm"] = "auto"
-    got_losses, got_grads = _train(cfg, opts, ep=ep, steps=steps, spmd_backend=spmd_backend, dtype=dtype)
-    loss_diff = max(float((a.double() - b.double()).abs()) for a, b in zip(ref_losses, got_losses))
-    grad_diff, grad_rel, bitwise = 0.0, 0.0, loss_diff == 0.0
-    assert set(ref_grads) == set(got_grads)
-    for name in ref_grads:
-        a, b = ref_grads[name].double(), got_grads[name].double()
-        d = float((a - b).abs().max()) if a.numel() else 0.0
-        grad_diff = max(grad_diff, d)
-        grad_rel = max(grad_rel, d / max(float(a.abs().max()), 1e-30) if a.numel() else 0.0)
-        bitwise = bitwise and torch.equal(ref_grads[name], got_grads[name])
-    return {"loss_diff": loss_diff, "grad_diff": grad_diff, "grad_rel": grad_rel, "bitwise": bitwise,
-            "names": sorted(ref_grads), "losses": [float(x) for x in ref_losses]}
+    ref_losses, ref_grads, ref_kinds = _train(cfg, None, ep=ep, steps=steps, spmd_backend=spmd_backend, dtype=dtype)
+    out = {"losses": [float(x) for x in ref_losses], "names": sorted(ref_grads), "kinds": ref_kinds}
+    for mode in modes:
+        opts = {"exchange": mode}
+        got_losses, got_grads, got_kinds = _train(cfg, opts, ep=ep, steps=steps, spmd_backend=spmd_backend,
+                                                  dtype=dtype)
+        loss_diff = max(float((a.double() - b.double()).abs()) for a, b in zip(ref_losses, got_losses))
+        grad_diff, grad_rel, bitwise = 0.0, 0.0, loss_diff == 0.0 and set(ref_grads) == set(got_grads)
+        for name in ref_grads:
+            a, b = ref_grads[name].double(), got_grads[name].double()
+            d = float((a - b).abs().max()) if a.numel() else 0.0
+            grad_diff = max(grad_diff, d)
+            grad_rel = max(grad_rel, d / max(float(a.abs().max()), 1e-30) if a.numel() else 0.0)
+            bitwise = bitwise and torch.equal(ref_grads[name], got_grads[name])
+        out[mode] = {"loss_diff": loss_diff, "grad_diff": grad_diff, "grad_rel": grad_rel, "bitwise": bitwise,
+                     "kinds": got_kinds, "same_names": sorted(got_grads) == out["names"],
+                     "losses": [float(x) for x in got_losses]}
+    return out
 
 
 def compare_layer(*, ep: int, gpus_per_node: int, dtype: str = "float32", tokens: int = 24, dim: int = 32,
