@@ -130,3 +130,17 @@ def compare_layer(*, ep: int, gpus_per_node: int, dtype: str = "float32", tokens
                      zip(("out", "grad_x", "grad_scores", "rows", "per_expert"), want, got)}
         res[mode]["max_out_diff"] = float((want[0].double() - got[0].double()).abs().max())
     return res
+
+
+def spmd_types_backend(mode: str, *, ep: int, steps: int = 1):
+    """collsched's dispatcher (``mode``) under torchtitan's default ``spmd_types`` backend against
+    torchtitan's dispatcher under ``partial_dtensor`` (which its own dispatcher needs on Gloo)."""
+    tm.cpu_shims()
+    cfg = tm.model_config()
+    ref_losses, ref_grads, _ = _train(cfg, None, ep=ep, steps=steps, spmd_backend="partial_dtensor", dtype="float32")
+    got_losses, got_grads, kinds = _train(cfg, {"exchange": mode}, ep=ep, steps=steps, spmd_backend="spmd_types",
+                                          dtype="float32")
+    diff = max(float((a.double() - b.double()).abs()) for a, b in zip(ref_losses, got_losses))
+    gdiff = max(float((ref_grads[n].double() - got_grads[n].double()).abs().max()) for n in ref_grads
+                if n in got_grads and ref_grads[n].numel())
+    return {"loss_diff": diff, "grad_diff": gdiff, "kinds": kinds, "names_equal": set(ref_grads) == set(got_grads)}

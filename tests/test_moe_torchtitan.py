@@ -99,3 +99,14 @@ def test_bad_exchange_is_named():
 
     with pytest.raises(ValueError, match="exchange must be one of"):
         CollschedTokenDispatcher.Config(num_experts=8, top_k=2, exchange="ring").build()
+
+
+@needs_torchtitan
+def test_spmd_types_backend():
+    # torchtitan's default backend: its own dispatcher needs the SPMD mesh its Trainer sets up
+    # (and a list all-to-all Gloo rejects), so the reference runs under partial_dtensor.
+    res = _run("spmd_types_backend", "all_to_all", ep=4)
+    for r in res:
+        assert r["kinds"] == ["CollschedTokenDispatcher:all_to_all"]
+        assert r["names_equal"]
+        assert r["loss_diff"] == 0.0 and r["grad_diff"] == 0.0, r
