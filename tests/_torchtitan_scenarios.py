@@ -30,6 +30,12 @@ def _train(cfg, dispatcher: dict | None, *, ep, steps, spmd_backend, dtype, seed
         opt.step()
         opt.zero_grad()
         losses.append(loss.detach().clone())
+    # Rows the dedup buffers sent across nodes in their last dispatch (0 for the other modes):
+    # shows that the node-level path was exercised.
+    internode = sum(getattr(m.routed_experts.token_dispatcher, "buffer", None).last_stats.get("internode_rows", 0)
+                    for m in model.modules() if getattr(getattr(m, "routed_experts", None), "token_dispatcher", None)
+                    is not None and getattr(m.routed_experts.token_dispatcher, "buffer", None) is not None)
+    kinds.append(f"internode_rows={internode}") if dispatcher and dispatcher.get("exchange") == "dedup" else None
     return losses, first, kinds
 
 
@@ -129,6 +135,11 @@ def compare_layer(*, ep: int, gpus_per_node: int, dtype: str = "float32", tokens
         res[mode] = {name: bool(torch.equal(a, b)) for name, a, b in
                      zip(("out", "grad_x", "grad_scores", "rows", "per_expert"), want, got)}
         res[mode]["max_out_diff"] = float((want[0].double() - got[0].double()).abs().max())
+    try:
+        CollschedTokenDispatcher.Config(num_experts=experts, top_k=top_k, exchange="ring").build()
+        res["bad_exchange_error"] = "no error"
+    except ValueError as e:
+        res["bad_exchange_error"] = str(e)
     return res
 
 
