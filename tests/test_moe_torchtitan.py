@@ -26,6 +26,8 @@ from _multiproc import TESTS_DIR
 # dedup over two training steps: float32 additions in another order (docs/torchtitan.md).
 LOSS_TOL = 1e-5
 GRAD_REL_TOL = 1e-4
+# dedup in bfloat16: a bfloat16 rounding of each node's partial sum (observed up to 1.7e-3).
+BF16_LOSS_TOL = 1e-2
 
 
 def _torchtitan_ok() -> str:
@@ -70,12 +72,13 @@ def test_training_matches_torchtitan_dispatcher():
 
 
 @needs_torchtitan
-def test_ep_sub_mesh():
-    # EP 2 inside FSDP 4: the EP group is a sub-mesh; one step, both modes.
-    res = _run("compare_training", ("all_to_all", "dedup"), ep=2, steps=1)
+def test_ep_sub_mesh_bfloat16():
+    # EP 2 inside FSDP 4 (the EP group is a sub-mesh), bfloat16 training, two steps.
+    res = _run("compare_training", ("all_to_all", "dedup"), ep=2, steps=2, dtype="bfloat16")
     for r in res:
         assert r["all_to_all"]["bitwise"], r["all_to_all"]
-        assert r["dedup"]["loss_diff"] <= LOSS_TOL and r["dedup"]["grad_rel"] <= GRAD_REL_TOL, r["dedup"]
+        # dedup rounds each node's partial sum to bfloat16 before the final sum (docs/torchtitan.md).
+        assert r["dedup"]["loss_diff"] <= BF16_LOSS_TOL, r["dedup"]
 
 
 @needs_torchtitan
