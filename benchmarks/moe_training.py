@@ -3,7 +3,8 @@
 torchtitan's own ``AllToAllTokenDispatcher`` against collsched's ``CollschedTokenDispatcher``
 with ``exchange="all_to_all"`` (torchtitan's rows, collsched's all-to-all) and ``"dedup"``
 (MoEBuffer, one copy per token per node). Every dispatcher trains the same Qwen3-MoE from the
-same weights on the same batches (FSDP over the 8 ranks, EP 8, AdamW), for two routings:
+same weights on the same batch (one fixed batch per rank, every step; FSDP over the 8 ranks,
+EP 8, AdamW), for two routings:
 
 - ``uniform``: the router as initialised (near uniform expert load);
 - ``skewed``: a fixed router bias giving Zipf-like expert popularity (exponent ``--zipf``;
@@ -130,7 +131,8 @@ def worker(cfg_kw: dict, steps: int, warmup: int, batch_size: int, dispatchers: 
         opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
         times, shares, losses = [], [], []
         for step in range(warmup + (1 if throwaway else steps)):
-            tokens, labels = tm.batch(seed + step, rank, cfg.vocab_size, seq, batch_size)
+            # One batch per rank for every step: the loss curve shows the model fitting it.
+            tokens, labels = tm.batch(seed, rank, cfg.vocab_size, seq, batch_size)
             dist.barrier()
             rec["s"] = 0.0
             t0 = time.perf_counter()
@@ -212,6 +214,7 @@ def plot(rows: list, path: str) -> None:
                 ax.plot(range(len(r["losses"])), r["losses"], marker="o", ms=3, label=r["dispatcher"])
         ax.set_title(f"{routing} routing")
         ax.set_xlabel("step")
+        ax.xaxis.get_major_locator().set_params(integer=True)
         ax.set_ylabel("loss (mean over ranks)")
         ax.legend()
     fig.tight_layout()
