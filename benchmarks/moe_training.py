@@ -57,6 +57,7 @@ def _instrument(disp, rec: dict):
     reaches the call's output (its backward starts) and when it leaves through the input (ends).
     """
     import torch
+    from torch.distributed._functional_collectives import AsyncCollectiveTensor
 
     class Mark(torch.autograd.Function):
         @staticmethod
@@ -66,6 +67,10 @@ def _instrument(disp, rec: dict):
 
         @staticmethod
         def backward(ctx, g):
+            # torchtitan's exchange returns an AsyncCollectiveTensor (functional collectives):
+            # wait for it here, so its transfer counts inside the call, not wherever it is read.
+            if isinstance(g, AsyncCollectiveTensor):
+                g = g.wait()
             now = time.perf_counter()
             if ctx.side == "out":
                 rec["open"][ctx.key] = now
