@@ -13,6 +13,10 @@ $(VENV)/.deps: requirements-dev.txt
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -r requirements-dev.txt
+	# tests/test_moe_torchtitan.py: torchtitan without its training extras (datasets, wandb,
+	# tensorboard: ~500 MB the tests never import; docs/torchtitan.md, "Install")
+	$(PY) -m pip install -q --no-deps torchtitan==0.3.0 spmd_types==0.2.3
+	$(PY) -m pip install -q tyro
 	touch $@
 
 # maturin builds the Rust extension (profile `ext`: release with LTO, see Cargo.toml) and
