@@ -527,6 +527,13 @@ fn write_rounds(cx: &RoundCtx, st: &mut RoundState, b: &mut PlanBuilder, range: 
                 let snic = s * nics + c % nics;
                 let rnic = d * nics + c % nics;
                 let cur = &mut (cut.at, cut.off);
+                // One rank receiving at another carrier of its server: that carrier's scale-out
+                // transfer and its redistribution to other owners are not the rank's, only
+                // the redistribution into the rank is (`light_carrier`).
+                if let Some(f) = focus.filter(|f| d == f.x && c != f.i) {
+                    light_carrier(bal, cur, x, c, f.i, &mut recv_cursor[dst_rank], redistributor, b, dst_rank as u32, (d * g) as u32, step + 1);
+                    continue;
+                }
                 // Two transfers at most: the carrier's own bytes (free to start at once) and
                 // the balanced-in bytes (after the balancing transfers that bring them). The
                 // stream holds own pieces first, so one pass splits it.
@@ -633,6 +640,47 @@ fn write_rounds(cx: &RoundCtx, st: &mut RoundState, b: &mut PlanBuilder, range: 
         round_nic_max.push(round_max);
         if last_round {
             *last_redistribution_max = redistributor.finish_round();
+        }
+    }
+}
+
+/// One rank `owner` of the receiving server, at carrier `c` (not the rank) of a visit moving
+/// `x` bytes from the cursor `cur`: only what the rank takes part in, the redistribution of
+/// the rank's bytes from `c`'s Scratch, one transfer per phase as `write_rounds` writes it.
+/// The carrier's own scale-out transfer and its redistribution to other owners are neither
+/// written nor numbered (the rank keeps no row of them, and the deps on them it would drop).
+/// Every parked piece still moves the carrier's receive cursor, so the rank's parked
+/// segments merge exactly where the whole plan's do (merging compares Scratch offsets).
+#[allow(clippy::too_many_arguments)]
+#[inline]
+fn light_carrier(bal: &Balanced, cur: &mut (u32, u64), mut x: u64, c: usize, owner: usize, cursor: &mut u64, redistributor: &mut Redistributor, b: &mut PlanBuilder, holder: u32, server_base: u32, step: u32) {
+    for own_phase in [true, false] {
+        let mut any = false;
+        while x > 0 {
+            let piece = bal.piece(cur.0);
+            if own_phase && piece.a as usize != c {
+                break;
+            }
+            any = true;
+            let y = (piece.len - cur.1).min(x);
+            let j = piece.j as usize;
+            if j != c {
+                let at = *cursor;
+                *cursor += y;
+                if j == owner {
+                    redistributor.park(j, at, piece.out_off + cur.1, y);
+                }
+            }
+            x -= y;
+            cur.1 += y;
+            if cur.1 == piece.len {
+                cur.0 += 1;
+                cur.1 = 0;
+            }
+        }
+        if any {
+            // The producer is not the rank's: a dep the rank plan drops.
+            redistributor.emit(b, holder, server_base, u32::MAX, step);
         }
     }
 }
