@@ -293,6 +293,9 @@ fn assemble_inner(scratch: &mut AssembleScratch, mut b: PlanBuilder, cluster: &C
         cuts.make(bal, rounds);
         None
     };
+    // Only one rank's rows are kept: the others' balancing and intra-server transfers
+    // need not be written (their loads are not kept either).
+    let only_rank = focus.map(|(x, i)| x * g + i);
     let mut write_balancing_and_intra = || {
         // Step 0: balancing, Input → carrier's Scratch. A tile's moves belong to the class of
         // the first round that sends it: class 0 the first round ("urgent"), then round
@@ -337,6 +340,15 @@ fn assemble_inner(scratch: &mut AssembleScratch, mut b: PlanBuilder, cluster: &C
                             (m.a as usize, m.c as usize)
                         };
                         let (src, dst) = (s * g + a, s * g + c);
+                        // One rank: a move between two other GPUs is neither written nor
+                        // numbered (no row of the rank depends on it: its scale-out deps are
+                        // on the moves into its own carrier, its later classes on its own).
+                        if only_rank.is_some_and(|r| r != src && r != dst) {
+                            while list.get(at).is_some_and(|&k| moves[k as usize].a as usize == a && moves[k as usize].c as usize == c) {
+                                at += 1;
+                            }
+                            continue;
+                        }
                         // Segments and deps go straight into the plan's arrays.
                         let (psegs, pdeps) = b.lists_mut();
                         let (seg_begin, dep_begin) = (psegs.len(), pdeps.len());
@@ -372,6 +384,10 @@ fn assemble_inner(scratch: &mut AssembleScratch, mut b: PlanBuilder, cluster: &C
         // Intra-server part: beside the first scale-out round (step 1), or step 0 if there is none.
         refill(intra_load, p, 0);
         for blk in bal.intra() {
+            // One rank: blocks between two other GPUs are not its rows (nor its deps).
+            if only_rank.is_some_and(|r| r != blk.i as usize && r != blk.j as usize) {
+                continue;
+            }
             let seg = Segment { src_buf: Buf::Input, src_off: blk.input_off, dst_buf: Buf::Output, dst_off: blk.out_off, len: blk.len };
             deps.clear();
             if blk.i != blk.j {
