@@ -29,17 +29,14 @@ fn positions(n: usize, order: &[u32]) -> Vec<usize> {
 
 impl PyRankProgram {
     /// `(messages, is_send, copies, local_rows, steps, totals)`: messages (sends and
-    /// receives) as six columns, one list per field of `(tag, peer, op, nbytes, [(buf, off,
-    /// len, msg_off)], stage_off)` (Python zips them into `Message`s: a tuple per message
-    /// fewer to allocate and for the garbage collector to count), and local
+    /// receives) as `(tag, peer, op, nbytes, [(buf, off, len, msg_off)], stage_off)` and local
     /// copies as `(op, [(src_buf, src_off, dst_buf, dst_off, len)])`, each list ordered by
     /// step (id order within one); steps as `(step, comm_begin, comm_end, send_begin,
     /// send_end, recv_begin, recv_end, local_begin, local_end, staging_bytes, global_comm,
     /// dense)`; totals `(input, output, scratch, staging, sent, received, uses_reduce)`.
     fn layout<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
         let p = &self.inner;
-        let m = p.comm_order.len();
-        let (mut tags, mut peers, mut ops, mut sizes, mut seg_lists, mut stages) = (Vec::with_capacity(m), Vec::with_capacity(m), Vec::with_capacity(m), Vec::with_capacity(m), Vec::with_capacity(m), Vec::with_capacity(m));
+        let mut msgs = Vec::with_capacity(p.comm_order.len());
         for &i in &p.comm_order {
             let a = &p.actions[i as usize];
             let send = a.kind == Kind::Send;
@@ -61,14 +58,9 @@ impl PyRankProgram {
                     }),
                 )?
             };
-            tags.push(a.tag);
-            peers.push(a.peer);
-            ops.push(a.op as u8);
-            sizes.push(nbytes);
-            seg_lists.push(seg_list);
-            stages.push(a.step_stage);
+            msgs.push((a.tag, a.peer, a.op as u8, nbytes, seg_list, a.step_stage).into_pyobject(py)?);
         }
-        let msgs = (PyList::new(py, tags)?, PyList::new(py, peers)?, PyList::new(py, ops)?, PyList::new(py, sizes)?, PyList::new(py, seg_lists)?, PyList::new(py, stages)?);
+        let msgs = PyList::new(py, msgs)?;
         let is_send = PyList::new(py, p.comm_order.iter().map(|&i| p.actions[i as usize].kind == Kind::Send))?;
         let copies = PyList::new(
             py,
