@@ -300,8 +300,8 @@ impl PlanBuilder {
             }
             one.mine[id as usize / 64] |= 1 << (id % 64);
             let mine = &one.mine;
-            let kept: Vec<u32> = deps.iter().copied().filter(|&d| mine.get(d as usize / 64).is_some_and(|w| w >> (d % 64) & 1 == 1)).collect();
-            one.out.push(id, &t, segs, &kept);
+            // Filtered straight into the rank plan (no list allocated per kept transfer).
+            one.out.push_filtered(id, &t, segs, deps, |d| mine.get(d as usize / 64).is_some_and(|w| w >> (d % 64) & 1 == 1));
         }
         p.segments.truncate(t.seg_begin as usize);
         p.deps.truncate(t.dep_begin as usize);

@@ -59,11 +59,16 @@ impl RankPlan {
     /// that keeps that order). Empty segments are dropped, as `PlanBuilder::transfer` drops
     /// them; `deps` are ids of earlier pushed transfers (others are ignored by `finish`).
     pub fn push(&mut self, id: u32, t: &Transfer, segs: &[Segment], deps: &[u32]) {
+        self.push_filtered(id, t, segs, deps, |_| true);
+    }
+
+    /// `push` with only the `deps` that `keep` accepts.
+    pub fn push_filtered(&mut self, id: u32, t: &Transfer, segs: &[Segment], deps: &[u32], keep: impl Fn(u32) -> bool) {
         debug_assert!(self.tags.last().is_none_or(|&last| last < id));
         let seg_begin = self.segments.len() as u32;
         self.segments.extend(segs.iter().filter(|s| s.len > 0));
         let dep_begin = self.deps.len() as u32;
-        self.deps.extend_from_slice(deps);
+        self.deps.extend(deps.iter().copied().filter(|&d| keep(d)));
         self.tags.push(id);
         self.transfers.push(Transfer { seg_begin, seg_end: self.segments.len() as u32, dep_begin, dep_end: self.deps.len() as u32, ..*t });
     }

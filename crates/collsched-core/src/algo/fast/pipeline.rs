@@ -293,6 +293,9 @@ fn assemble_inner(scratch: &mut AssembleScratch, mut b: PlanBuilder, cluster: &C
         cuts.make(bal, rounds);
         None
     };
+    // Only one rank's rows are kept: the others' balancing and intra-server transfers
+    // need not be written (their loads are not kept either).
+    let only_rank = focus.map(|(x, i)| x * g + i);
     let mut write_balancing_and_intra = || {
         // Step 0: balancing, Input → carrier's Scratch. A tile's moves belong to the class of
         // the first round that sends it: class 0 the first round ("urgent"), then round
@@ -337,6 +340,15 @@ fn assemble_inner(scratch: &mut AssembleScratch, mut b: PlanBuilder, cluster: &C
                             (m.a as usize, m.c as usize)
                         };
                         let (src, dst) = (s * g + a, s * g + c);
+                        // One rank: a move between two other GPUs is neither written nor
+                        // numbered (no row of the rank depends on it: its scale-out deps are
+                        // on the moves into its own carrier, its later classes on its own).
+                        if only_rank.is_some_and(|r| r != src && r != dst) {
+                            while list.get(at).is_some_and(|&k| moves[k as usize].a as usize == a && moves[k as usize].c as usize == c) {
+                                at += 1;
+                            }
+                            continue;
+                        }
                         // Segments and deps go straight into the plan's arrays.
                         let (psegs, pdeps) = b.lists_mut();
                         let (seg_begin, dep_begin) = (psegs.len(), pdeps.len());
@@ -372,6 +384,10 @@ fn assemble_inner(scratch: &mut AssembleScratch, mut b: PlanBuilder, cluster: &C
         // Intra-server part: beside the first scale-out round (step 1), or step 0 if there is none.
         refill(intra_load, p, 0);
         for blk in bal.intra() {
+            // One rank: blocks between two other GPUs are not its rows (nor its deps).
+            if only_rank.is_some_and(|r| r != blk.i as usize && r != blk.j as usize) {
+                continue;
+            }
             let seg = Segment { src_buf: Buf::Input, src_off: blk.input_off, dst_buf: Buf::Output, dst_off: blk.out_off, len: blk.len };
             deps.clear();
             if blk.i != blk.j {
@@ -527,6 +543,13 @@ fn write_rounds(cx: &RoundCtx, st: &mut RoundState, b: &mut PlanBuilder, range: 
                 let snic = s * nics + c % nics;
                 let rnic = d * nics + c % nics;
                 let cur = &mut (cut.at, cut.off);
+                // One rank receiving at another carrier of its server: that carrier's scale-out
+                // transfer and its redistribution to other owners are not the rank's, only
+                // the redistribution into the rank is (`light_carrier`).
+                if let Some(f) = focus.filter(|f| d == f.x && c != f.i) {
+                    light_carrier(bal, cur, x, c, f.i, &mut recv_cursor[dst_rank], redistributor, b, dst_rank as u32, (d * g) as u32, step + 1);
+                    continue;
+                }
                 // Two transfers at most: the carrier's own bytes (free to start at once) and
                 // the balanced-in bytes (after the balancing transfers that bring them). The
                 // stream holds own pieces first, so one pass splits it.
@@ -633,6 +656,47 @@ fn write_rounds(cx: &RoundCtx, st: &mut RoundState, b: &mut PlanBuilder, range: 
         round_nic_max.push(round_max);
         if last_round {
             *last_redistribution_max = redistributor.finish_round();
+        }
+    }
+}
+
+/// One rank `owner` of the receiving server, at carrier `c` (not the rank) of a visit moving
+/// `x` bytes from the cursor `cur`: only what the rank takes part in, the redistribution of
+/// the rank's bytes from `c`'s Scratch, one transfer per phase as `write_rounds` writes it.
+/// The carrier's own scale-out transfer and its redistribution to other owners are neither
+/// written nor numbered (the rank keeps no row of them, and the deps on them it would drop).
+/// Every parked piece still moves the carrier's receive cursor, so the rank's parked
+/// segments merge exactly where the whole plan's do (merging compares Scratch offsets).
+#[allow(clippy::too_many_arguments)]
+#[inline]
+fn light_carrier(bal: &Balanced, cur: &mut (u32, u64), mut x: u64, c: usize, owner: usize, cursor: &mut u64, redistributor: &mut Redistributor, b: &mut PlanBuilder, holder: u32, server_base: u32, step: u32) {
+    for own_phase in [true, false] {
+        let mut any = false;
+        while x > 0 {
+            let piece = bal.piece(cur.0);
+            if own_phase && piece.a as usize != c {
+                break;
+            }
+            any = true;
+            let y = (piece.len - cur.1).min(x);
+            let j = piece.j as usize;
+            if j != c {
+                let at = *cursor;
+                *cursor += y;
+                if j == owner {
+                    redistributor.park(j, at, piece.out_off + cur.1, y);
+                }
+            }
+            x -= y;
+            cur.1 += y;
+            if cur.1 == piece.len {
+                cur.0 += 1;
+                cur.1 = 0;
+            }
+        }
+        if any {
+            // The producer is not the rank's: a dep the rank plan drops.
+            redistributor.emit(b, holder, server_base, u32::MAX, step);
         }
     }
 }
