@@ -122,8 +122,9 @@ def missing_send(timeout_s: float, faulty: int, slack_s: float) -> dict:
         got = {"raised": type(e).__name__, "is_timeout": isinstance(e, comm.CommTimeoutError), "message": str(e)[:500]}
     got["elapsed"] = time.monotonic() - t0
     # Stay up until the others reach their deadlines: leaving would show them a closed
-    # connection instead of the timeout under test.
-    time.sleep(max(0.0, timeout_s + slack_s - got["elapsed"]))
+    # connection instead of the timeout under test. Each rank's clock starts when it got
+    # here, which on a loaded host can be seconds apart: wait twice the slack.
+    time.sleep(max(0.0, timeout_s + 2 * slack_s - got["elapsed"]))
     return got
 
 
