@@ -17,14 +17,17 @@ collision can never return a wrong plan.
 
 A demand known ahead can be planned in the background (`prefetch`): the transposed
 matrix of a dispatch is what its combine and its backward move. A `get` for a demand
-being prefetched waits for it (bounded) instead of planning it twice.
+being prefetched waits for it (bounded) instead of planning it twice. At exit the
+background thread finishes the plan it is on and ends (`_stop_prefetch_threads`).
 """
 from __future__ import annotations
 
+import atexit
 import os
 import queue
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
@@ -79,6 +82,12 @@ def fast_matrix_hash(matrix: np.ndarray) -> str:
 
 # Prefetches waiting for the background planner; more are dropped (a later call plans them).
 PREFETCH_QUEUE = 4
+
+# How long exit waits for a prefetch thread to finish the plan it is on (see `_stop_prefetch_threads`).
+EXIT_JOIN_S = 30.0
+
+# Caches whose prefetch thread was started (weakly: a cache dropped by its owner is not kept).
+_PREFETCHING: "weakref.WeakSet[PlanCache]" = weakref.WeakSet()
 
 
 # Default byte budget: a FAST plan for 1024 GPUs holds ~120 MB, so 64 of them would hold 8 GB.
@@ -206,12 +215,28 @@ class PlanCache:
             if self._worker is None or not self._worker.is_alive():
                 self._worker = threading.Thread(target=self._prefetch_loop, name="collsched-prefetch", daemon=True)
                 self._worker.start()
+                _PREFETCHING.add(self)
         return True
 
     def _prefetch_loop(self) -> None:
         q = self._queue  # this thread's queue: a forked child starts its own
-        while True:
-            self._prefetch_one(*q.get())
+        while (item := q.get()) is not None:  # None: `_stop_prefetching`
+            self._prefetch_one(*item)
+
+    def _stop_prefetching(self, timeout_s: float) -> None:
+        """End the prefetch thread: what is queued is skipped, the plan in flight finishes
+        (dropped), the thread returns; waits at most about `timeout_s` twice."""
+        with self._lock:
+            worker = self._worker
+            if worker is None or not worker.is_alive():
+                return
+            self._generation += 1  # as `clear`: queued prefetches are skipped, the one in flight not stored
+            self._inflight.clear()
+        try:
+            self._queue.put(None, timeout=timeout_s)
+        except queue.Full:  # the thread is stuck in one plan: nothing more to do
+            return
+        worker.join(timeout_s)
 
     def _prefetch_one(self, key, matrix, cluster, algorithm, options, rank, collective_steps, done,
                       generation, part=None, calibration=None) -> None:
@@ -315,6 +340,18 @@ def _plan_auto(matrix: np.ndarray, cluster, options: dict, rank: int, workspace,
 def _entry_bytes(e: CacheEntry) -> int:
     """What an entry holds: the plan's arrays and the matrix (programs are small beside them)."""
     return (int(e.plan.nbytes) if e.plan is not None else 0) + int(e.matrix.nbytes)
+
+
+@atexit.register
+def _stop_prefetch_threads() -> None:
+    """At exit, end every cache's prefetch thread before the interpreter shuts down.
+
+    The thread plans in the native core with the GIL released; if it is still planning when
+    shutdown begins, taking the GIL back ends it by a forced unwind through the core's
+    frames, which aborts the process (SIGABRT, no message). Exit handlers run before that,
+    so waiting here for the plan in flight is enough."""
+    for cache in list(_PREFETCHING):
+        cache._stop_prefetching(EXIT_JOIN_S)
 
 
 DEFAULT_CACHE = PlanCache()

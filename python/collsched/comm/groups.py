@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
 from datetime import timedelta
 
 import numpy as np
@@ -11,7 +12,13 @@ import torch.distributed as dist
 
 from collsched.comm.errors import CommTimeoutError, classify_transport_error
 
-_GLOBAL_RANKS: dict[int, tuple[object, list[int]]] = {}
+# Caches keyed by the caller's process group hold it weakly: a strong reference here would keep
+# a group alive after ``destroy_process_group`` dropped torch's, and with it its Gloo worker
+# threads, until interpreter shutdown. A worker that then drops the last reference to a
+# finished work's tensor takes the GIL to free the tensor's Python object, which at shutdown
+# ends the thread by a forced unwind and aborts the process ("terminate called without an
+# active exception"; issue 41 item 7). An entry goes when its group is freed.
+_GLOBAL_RANKS: "weakref.WeakKeyDictionary[object, list[int]]" = weakref.WeakKeyDictionary()
 
 
 def require_initialized() -> None:
@@ -23,11 +30,11 @@ def global_ranks(group) -> list[int]:
     """Global rank of each group rank (P2POp peers are global ranks)."""
     if group is None or group is dist.GroupMember.WORLD:
         return list(range(dist.get_world_size()))
-    hit = _GLOBAL_RANKS.get(id(group))
-    if hit is not None and hit[0] is group:
-        return hit[1]
+    hit = _GLOBAL_RANKS.get(group)
+    if hit is not None:
+        return hit
     ranks = [dist.get_global_rank(group, i) for i in range(dist.get_world_size(group))]
-    _GLOBAL_RANKS[id(group)] = (group, ranks)
+    _GLOBAL_RANKS[group] = ranks
     return ranks
 
 
@@ -62,12 +69,15 @@ def wait_all(works, timeout_s: float, blocking: bool, what: str) -> None:
 
 _GLOO = "gloo"
 _LOCK = threading.Lock()
-_GLOO_GROUPS: dict = {}  # (id(group), purpose) -> (group, (gloo groups...))
+# group -> {purpose: (gloo groups...)}, the group held weakly (see `_GLOBAL_RANKS`): when the
+# caller's group is freed (``destroy_process_group``), collsched's groups over it are dropped
+# with it, so none of them outlives the user's groups either.
+_GLOO_GROUPS: "weakref.WeakKeyDictionary[object, dict]" = weakref.WeakKeyDictionary()
 
 
 def gloo_groups(group, purpose: str, count: int, timeout_s: float) -> tuple:
     """`count` Gloo groups over `group`'s ranks for `purpose`, created on first use and cached
-    for the life of `group`.
+    for the life of `group` (held weakly: freeing `group` drops them).
 
     Creation is collective over the members (not the whole job): every member must ask for
     the same purposes in the same order relative to its other group creations.
@@ -86,13 +96,12 @@ def gloo_groups(group, purpose: str, count: int, timeout_s: float) -> tuple:
         CommTimeoutError / PeerFailureError: a member never joined the creation.
     """
     g = dist.GroupMember.WORLD if group is None else group
-    key = (id(g), purpose)
     # Created under the lock: two threads of one rank (autograd's backward beside the caller)
     # must not both create them, or this rank would join one creation more than its peers.
     with _LOCK:
-        hit = _GLOO_GROUPS.get(key)
-        if hit is not None and hit[0] is g:  # the same object, not a new group at a reused address
-            return hit[1]
+        hit = _GLOO_GROUPS.get(g, {}).get(purpose)
+        if hit is not None:
+            return hit
         ranks = global_ranks(group)
         what = f"collsched: creating the {purpose} Gloo group{'s' if count > 1 else ''} over ranks {ranks}"
         try:
@@ -103,14 +112,14 @@ def gloo_groups(group, purpose: str, count: int, timeout_s: float) -> tuple:
                                         use_local_synchronization=True) for _ in range(count))
         except RuntimeError as e:
             raise classify_transport_error(e, what) from e
-        _GLOO_GROUPS[key] = (g, made)
+        _GLOO_GROUPS.setdefault(g, {})[purpose] = made
         return made
 
 
 def cached_gloo_groups(purpose: str) -> int:
     """How many process groups have their `purpose` Gloo groups cached (tests check reuse)."""
     with _LOCK:
-        return sum(1 for _, p in _GLOO_GROUPS if p == purpose)
+        return sum(1 for by_purpose in _GLOO_GROUPS.values() if purpose in by_purpose)
 
 
 def host_group(group, timeout_s: float):
