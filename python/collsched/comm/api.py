@@ -114,6 +114,7 @@ class _Config:
     cfg_hash: int = 0
     transport: str = "p2p"
     capacity: int = 0  # eager bytes per pair (0: header-only exchanges; NCCL, or eager_bytes=0)
+    room: int = 0  # receive room per peer in the exchange (`exchange_room`: the group's, not the call's)
     blocking: bool = True  # waits block the host (not NCCL on a GPU)
     problem: LocalProblem | None = None
 
@@ -131,7 +132,7 @@ def _configure(algorithm: str, options: dict, cluster, transport: str, group, de
         try:
             calibration = load_calibration()
         except ValueError as e:
-            return _Config(problem=LocalProblem(20, text=str(e)))
+            return _Config(problem=LocalProblem(20, text=str(e)), room=exchange_room(group, world))
     env = (os.environ.get(CLUSTER_ENV, ""), os.environ.get("LOCAL_WORLD_SIZE", "")) if cluster is None else ()
     ckey = cluster if isinstance(cluster, (str, type(None))) else id(cluster)
     key = (ckey, env, world, algorithm, repr(sorted((str(k), repr(v)) for k, v in options.items())), transport,
@@ -139,7 +140,7 @@ def _configure(algorithm: str, options: dict, cluster, transport: str, group, de
     hit = _CONFIGS.get(key)
     if hit is not None and (hit[0] is cluster or isinstance(cluster, (str, type(None)))):
         return hit[1]
-    cfg = _Config()
+    cfg = _Config(room=exchange_room(group, world))
     try:
         try:
             cfg.cluster = resolve_cluster(cluster, world)
@@ -287,7 +288,7 @@ def all_to_all_single(output: torch.Tensor, input: torch.Tensor, output_split_si
     t0 = time.perf_counter()
     what = f"collsched.all_to_all_single descriptor exchange on rank {rank}"
     try:
-        ex = exchange(hdr, args, in_b, group, timeout_s, what, DEFAULT_POOL, exchange_room(group, world), capacity,
+        ex = exchange(hdr, args, in_b, group, rank, timeout_s, what, DEFAULT_POOL, cfg.room, capacity,
                       site.mode == callsite.EAGER)
     except CommTimeoutError as e:
         raise name_missing_ranks(e, group, timeout_s) from None
@@ -299,7 +300,7 @@ def all_to_all_single(output: torch.Tensor, input: torch.Tensor, output_split_si
     fits = all_pairs_fit(rows_g, row_bytes, capacity)
 
     if site.mode == callsite.EAGER and fits:
-        _finish_eager(output, ex, args, stats)
+        _finish_eager(output, ex, args, stats, rank)
         site.checked(callsite.EAGER)
         return _done(stats, t_start, async_op)
     if ex.recv is not None:
@@ -320,7 +321,7 @@ def all_to_all_single(output: torch.Tensor, input: torch.Tensor, output_split_si
     return _done(stats, t_start, async_op)
 
 
-def _finish_eager(output, ex, args: CallArgs, stats: CallStats) -> None:
+def _finish_eager(output, ex, args: CallArgs, stats: CallStats, rank: int) -> None:
     """Every pair rode in the exchange: copy each peer's payload into place."""
     t0 = time.perf_counter()
     rb = args.row_bytes
@@ -330,7 +331,7 @@ def _finish_eager(output, ex, args: CallArgs, stats: CallStats) -> None:
         i = int(np.nonzero(got != want)[0][0])
         raise PlanMismatchError(f"collsched.all_to_all_single: rank {i} sent {int(got[i])} eager bytes where "
                                 f"{int(want[i])} were due (ranks disagree on the eager rule: mixed versions?)")
-    unpack(ex, byte_view(output, "output"), args.out_splits, rb)
+    unpack(ex, byte_view(output, "output"), args.out_splits, rb, rank)
     DEFAULT_POOL.release(ex.recv)
     stats.wait_s = time.perf_counter() - t0
     stats.execute_s = stats.wait_s

@@ -32,7 +32,7 @@ class Exchanged:
         gathered: ``[P, HEADER_WORDS + 2 P]`` with ``numpy.int64``: row r is rank r's header.
         recv: the pooled receive buffer (uint8), or None after a header-only exchange.
         offsets: where each peer's message starts in `recv` (room for header + capacity;
-            this rank's own slot holds exactly what it sent itself).
+            this rank sends itself nothing).
         header_bytes: bytes of one header.
         sent_payload: whether this rank sent any payload.
     """
@@ -42,6 +42,7 @@ class Exchanged:
     offsets: list | None = None
     header_bytes: int = 0
     sent_payload: bool = False
+    self_src: torch.Tensor | None = None  # this rank's rows to itself (a view of the input)
 
 
 def exchange_room(group, world: int) -> int:
@@ -66,14 +67,15 @@ def payload_sizes(args: CallArgs, capacity: int, eager: bool) -> list[int]:
     return [n * rb if n * rb <= capacity else 0 for n in args.in_splits]
 
 
-def exchange(hdr: np.ndarray, args: CallArgs, in_b: torch.Tensor | None, group, timeout_s: float, what: str,
-             pool: BufferPool, room: int, capacity: int, eager: bool) -> Exchanged:
+def exchange(hdr: np.ndarray, args: CallArgs, in_b: torch.Tensor | None, group, rank: int, timeout_s: float,
+             what: str, pool: BufferPool, room: int, capacity: int, eager: bool) -> Exchanged:
     """Run the exchange (see the module docstring); `eager` sends the payload that fits.
 
     Args:
         hdr: this rank's header (``descriptor.header``), ``[HEADER_WORDS + 2 P]`` int64.
         args: this rank's validated arguments (split sizes in rows).
         in_b: the input's bytes (uint8, flat), or None when nothing rides along.
+        rank: this rank in `group`.
         room: payload bytes posted for each peer (``callsite.eager_room``, the same on every
             rank of a Gloo group whatever its arguments); 0: headers on the host group (NCCL).
         capacity: eager bytes per pair this rank sends at most (≤ `room`).
@@ -83,32 +85,32 @@ def exchange(hdr: np.ndarray, args: CallArgs, in_b: torch.Tensor | None, group, 
     """
     if room <= 0:
         return Exchanged(exchange_i64(hdr, group, timeout_s, what))
-    capacity = min(capacity, room)
     world = len(args.in_splits)
     hb = 8 * hdr.size
-    sizes = payload_sizes(args, capacity, eager)
+    sizes = payload_sizes(args, min(capacity, room), eager)
     rows = np.tile(hdr, (world, 1))
     rows[:, W_EAGER] = sizes
     hdr_t = torch.from_numpy(rows).view(torch.uint8)  # [world, hb]
-    sent_payload = any(sizes)
-    if sent_payload:
-        pieces, off, rb = [], 0, args.row_bytes
-        for j, n in enumerate(args.in_splits):
+    # Nothing travels to this rank itself: its header is known, its own rows are copied
+    # straight from the input (`unpack`). Every other slot is `stride` bytes of room.
+    pieces, off, rb = [], 0, args.row_bytes
+    self_src = None
+    for j, n in enumerate(args.in_splits):
+        if j == rank:
+            if sizes[j]:
+                self_src = in_b[off:off + sizes[j]]
+        else:
             pieces.append(hdr_t[j])
             if sizes[j]:
                 pieces.append(in_b[off:off + sizes[j]])
-            off += n * rb
-        send = torch.cat(pieces)
-    else:
-        send = hdr_t.reshape(-1)
+        off += n * rb
+    send = torch.cat(pieces) if pieces else hdr_t[:0].reshape(-1)
     stride = hb + room
     send_splits = [hb + n for n in sizes]
+    send_splits[rank] = 0
     recv_splits = [stride] * world
-    # Gloo copies the self pair locally and wants both sides equal.
-    me = dist.get_rank(group)
-    recv_splits[me] = send_splits[me]
-    offsets = np.concatenate(([0], np.cumsum(recv_splits)[:-1])).tolist()
-    total = sum(recv_splits)
+    recv_splits[rank] = 0
+    total = stride * (world - 1)
     buf = pool.acquire(total, torch.device("cpu"))
     recv = buf[:total]
     try:
@@ -116,19 +118,25 @@ def exchange(hdr: np.ndarray, args: CallArgs, in_b: torch.Tensor | None, group, 
     except RuntimeError as e:
         raise classify_transport_error(e, what) from e
     wait_all([work], timeout_s, True, what)
-    gathered = torch.stack([recv[o:o + hb] for o in offsets]).view(torch.int64).numpy()
-    return Exchanged(gathered, buf, offsets, hb, sent_payload)
+    peers = recv.view(world - 1, stride)[:, :hb].contiguous().view(torch.int64).numpy()
+    gathered = np.concatenate((peers[:rank], rows[rank:rank + 1], peers[rank:]))
+    offsets = [i * stride if i < rank else (i - 1) * stride for i in range(world)]
+    return Exchanged(gathered, buf, offsets, hb, any(sizes), self_src)
 
 
-def unpack(ex: Exchanged, out_b: torch.Tensor, out_splits: list, row_bytes: int) -> None:
-    """Copy every peer's payload from the receive buffer into its place in the output."""
+def unpack(ex: Exchanged, out_b: torch.Tensor, out_splits: list, row_bytes: int, rank: int) -> None:
+    """Copy every peer's payload from the receive buffer (this rank's own rows from its input)
+    into its place in the output."""
     dsts, srcs, off = [], [], 0
     for i, rows in enumerate(out_splits):
         n = rows * row_bytes
         if n:
-            at = ex.offsets[i] + ex.header_bytes
             dsts.append(out_b[off:off + n])
-            srcs.append(ex.recv[at:at + n])
+            if i == rank:
+                srcs.append(ex.self_src)
+            else:
+                at = ex.offsets[i] + ex.header_bytes
+                srcs.append(ex.recv[at:at + n])
         off += n
     if len(dsts) == 1:
         dsts[0].copy_(srcs[0])
