@@ -130,7 +130,7 @@ def _configure(algorithm: str, options: dict, cluster, transport: str, group, de
     calibration = None
     if algorithm == "auto":
         try:
-            calibration = load_calibration()
+            calibration = _calibration()
         except ValueError as e:
             return _Config(problem=LocalProblem(20, text=str(e)), room=exchange_room(group, world))
     env = (os.environ.get(CLUSTER_ENV, ""), os.environ.get("LOCAL_WORLD_SIZE", "")) if cluster is None else ()
@@ -171,6 +171,20 @@ def _configure(algorithm: str, options: dict, cluster, transport: str, group, de
         _CONFIGS.clear()
     _CONFIGS[key] = (cluster, cfg)
     return cfg
+
+
+_CALIBRATION_RECHECK_S = 1.0
+_calibration_memo: list = [float("-inf"), None]  # (when loaded, calibration)
+
+
+def _calibration():
+    """`collsched.calibration.load()`, looked at again at most once a second (a stat of the
+    file and the environment per call was a tenth of a small call's host time)."""
+    now = time.monotonic()
+    if now - _calibration_memo[0] > _CALIBRATION_RECHECK_S or _calibration_memo[1] is None:
+        _calibration_memo[1] = load_calibration()
+        _calibration_memo[0] = now
+    return _calibration_memo[1]
 
 
 def _eager_capacity(eager_bytes, world: int) -> int:
