@@ -41,6 +41,7 @@ def __getattr__(name):
     if name == "all_to_all_single":
         from collsched.comm.api import all_to_all_single
 
+        globals()[name] = all_to_all_single  # later lookups skip this hook (it ran on every call)
         return all_to_all_single
     if name in ("nn", "comm", "moe", "testbed"):
         import importlib
