@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import time
 
@@ -65,7 +64,8 @@ def rank_main(sizes: list, methods: list, iters: int, warmup: int, cluster: str,
                 seed = 1000 * size + (it if case == "new" else 0)
                 rows = lognormal_rows(n, mean_pair, seed, sigma)
                 ins, outs = rows[rank].tolist(), rows[:, rank].tolist()
-                x = torch.randint(0, 256, (sum(ins),), dtype=torch.uint8, generator=torch.Generator().manual_seed(seed + rank))
+                gen = torch.Generator().manual_seed(seed + rank)
+                x = torch.randint(0, 256, (sum(ins),), dtype=torch.uint8, generator=gen)
                 y = torch.zeros(sum(outs), dtype=torch.uint8)  # touched: no method pays its page faults
                 ref = None
                 # A different method goes first each call (the first after a barrier meets the
@@ -146,8 +146,8 @@ def print_tables(rows: list, methods: list, title: str) -> None:
         flag = "" if r["correct"] else " WRONG OUTPUT"
         print(f"| {_fmt_size(r['bytes_per_rank'])} | {r['case']} | {t * 1e3:.2f} | " + " | ".join(cells) + f" |{flag}")
     print("\nworst ×torch over the sizes: " + ", ".join(f"{m} {worst[m]:.2f}" for m in others))
-    print(f"\n### where collsched's time goes (rank 0, median µs per call)\n")
-    print("| size/rank | case | method | mode | validate | exchange | decide | expand | compile | post | wait | execute | ops |")
+    print("\n### where collsched's time goes (rank 0, median µs per call)\n")
+    print("| size/rank | case | method | mode | " + " | ".join(k[:-2] for k in STAGES) + " | ops |")
     print("|" + "---|" * 13)
     for r in rows:
         for m in others:

@@ -149,4 +149,5 @@ def all_pairs_fit(rows: np.ndarray, row_bytes: int, capacity: int) -> bool:
     return capacity > 0 and int(rows.max(initial=0)) * row_bytes <= capacity
 
 
-__all__ = ["Exchanged", "exchange", "exchange_room", "unpack", "eager_capable", "payload_sizes", "all_pairs_fit", "HEADER_WORDS"]
+__all__ = ["Exchanged", "exchange", "exchange_room", "unpack", "eager_capable", "payload_sizes", "all_pairs_fit",
+           "HEADER_WORDS"]
