@@ -197,18 +197,17 @@ def run_loopback(args, methods, sizes) -> list:
 
 
 def run_testbed(args, methods, means) -> list:
-    from collsched.testbed.fabric import Fabric, FabricSpec, check_available
-    from collsched.testbed.launch import run_ranks, teardown_on_signals
+    from collsched.testbed.fabric import FabricSpec
+    from collsched.testbed.launch import run_on_new_fabric
     from collsched.testbed.model import DEFAULT_PARAMS, cluster_spec
-    check_available()
+
     spec = FabricSpec.from_knobs(2, 4, args.nic)
     here = os.path.dirname(os.path.abspath(__file__))
     sizes = [m * spec.ranks for m in means]
-    with teardown_on_signals(), Fabric(spec) as fabric:
-        cluster = cluster_spec(spec, DEFAULT_PARAMS)
-        res = run_ranks(fabric, _worker(), (sizes, methods, args.iters, args.warmup, cluster, args.sigma),
-                        env={"PYTHONPATH": os.pathsep.join([here] + [p for p in sys.path if p])},
-                        timeout_s=args.timeout)
+    cluster = cluster_spec(spec, DEFAULT_PARAMS)
+    res = run_on_new_fabric(spec, _worker(), (sizes, methods, args.iters, args.warmup, cluster, args.sigma),
+                            env={"PYTHONPATH": os.pathsep.join([here] + [p for p in sys.path if p])},
+                            timeout_s=args.timeout)
     return res, sizes
 
 

@@ -181,18 +181,13 @@ def worker(tokens, hidden, topk, experts, iters, kind, seed, gpn=GPN, cluster=No
 
 def _run_testbed(a, args):
     """Build the fabric, run the workers in its namespaces, tear it down (always; also on Ctrl-C)."""
-    from collsched.testbed import Fabric, FabricSpec, check_available, cluster_spec
-    from collsched.testbed.launch import run_ranks, teardown_on_signals
+    from collsched.testbed import FabricSpec, cluster_spec
+    from collsched.testbed.launch import run_on_new_fabric
 
     spec = FabricSpec.from_knobs(a.servers, a.gpus, a.nic)
     cluster = cluster_spec(spec)
-    check_available()
-    warn = spec.cpu_warning()
-    if warn:
-        print(warn, file=sys.stderr)
-    with teardown_on_signals(), Fabric(spec) as fabric:
-        res = run_ranks(fabric, worker, args + (a.gpus, cluster, a.fast), env={"COLLSCHED_TIMEOUT_S": "120"},
-                        timeout_s=600, on_progress=lambda line: print(f"  {line}", file=sys.stderr))
+    res = run_on_new_fabric(spec, worker, args + (a.gpus, cluster, a.fast), env={"COLLSCHED_TIMEOUT_S": "120"},
+                            timeout_s=600, on_progress=lambda line: print(f"  {line}", file=sys.stderr))
     return res, spec, cluster
 
 

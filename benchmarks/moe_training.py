@@ -160,19 +160,14 @@ def worker(cfg_kw: dict, steps: int, warmup: int, batch_size: int, dispatchers: 
 
 def _launch(a, args):
     if a.testbed:
-        from collsched.testbed import Fabric, FabricSpec, check_available, cluster_spec
-        from collsched.testbed.launch import run_ranks, teardown_on_signals
+        from collsched.testbed import FabricSpec, cluster_spec
+        from collsched.testbed.launch import run_on_new_fabric
 
         spec = FabricSpec.from_knobs(a.servers, a.gpus, a.nic)
         cluster = cluster_spec(spec)
-        check_available()
-        warn = spec.cpu_warning()
-        if warn:
-            print(warn, file=sys.stderr)
         sys.path[:0] = [TESTS, HERE]  # the forked ranks import the worker and the model harness
-        with teardown_on_signals(), Fabric(spec) as fabric:
-            res = run_ranks(fabric, worker, args, env={"COLLSCHED_TIMEOUT_S": "300", "COLLSCHED_CLUSTER": cluster},
-                            timeout_s=a.timeout, on_progress=lambda line: print(f"  {line}", file=sys.stderr))
+        res = run_on_new_fabric(spec, worker, args, env={"COLLSCHED_TIMEOUT_S": "300", "COLLSCHED_CLUSTER": cluster},
+                                timeout_s=a.timeout, on_progress=lambda line: print(f"  {line}", file=sys.stderr))
         fabric_text = (f"namespace testbed: {a.servers} servers x {a.gpus} ranks, one NIC per rank shaped to {a.nic} "
                        f"per direction (cluster {cluster})")
         return res, fabric_text

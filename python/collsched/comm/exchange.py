@@ -34,14 +34,12 @@ class Exchanged:
         offsets: where each peer's message starts in `recv` (room for header + capacity;
             this rank sends itself nothing).
         header_bytes: bytes of one header.
-        sent_payload: whether this rank sent any payload.
     """
 
     gathered: np.ndarray
     recv: torch.Tensor | None = None
     offsets: list | None = None
     header_bytes: int = 0
-    sent_payload: bool = False
     self_src: torch.Tensor | None = None  # this rank's rows to itself (a view of the input)
 
 
@@ -121,7 +119,7 @@ def exchange(hdr: np.ndarray, args: CallArgs, in_b: torch.Tensor | None, group, 
     peers = recv.view(world - 1, stride)[:, :hb].contiguous().view(torch.int64).numpy()
     gathered = np.concatenate((peers[:rank], rows[rank:rank + 1], peers[rank:]))
     offsets = [i * stride if i < rank else (i - 1) * stride for i in range(world)]
-    return Exchanged(gathered, buf, offsets, hb, any(sizes), self_src)
+    return Exchanged(gathered, buf, offsets, hb, self_src)
 
 
 def unpack(ex: Exchanged, out_b: torch.Tensor, out_splits: list, row_bytes: int, rank: int) -> None:

@@ -189,6 +189,28 @@ def run_ranks(fabric: Fabric, fn, args: tuple = (), *, env: dict | None = None, 
             shutil.rmtree(jobdir, ignore_errors=True)
 
 
+def run_on_new_fabric(spec, fn, args: tuple = (), *, env: dict | None = None, timeout_s: float = 300.0,
+                      on_progress=None) -> list:
+    """Build a fabric for `spec`, run ``fn(*args)`` in its ranks (`run_ranks`), tear it down
+    (always; also on Ctrl-C). Checks that namespaces can be made first, and says on stderr when
+    the host has fewer cores than the fabric wants (`FabricSpec.cpu_warning`).
+
+    Returns:
+        Each rank's return value, in rank order.
+
+    Raises:
+        TestbedError: no namespaces here, or a rank failed (RankError).
+    """
+    from collsched.testbed.fabric import check_available
+
+    check_available()
+    warn = spec.cpu_warning()
+    if warn:
+        print(warn, file=sys.stderr)
+    with teardown_on_signals(), Fabric(spec) as fabric:
+        return run_ranks(fabric, fn, args, env=env, timeout_s=timeout_s, on_progress=on_progress)
+
+
 def _kill_all(pids: dict[int, int], status: dict[int, int]) -> set[int]:
     killed = set()
     for r, pid in pids.items():
