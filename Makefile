@@ -14,9 +14,11 @@ $(VENV)/.deps: requirements-dev.txt
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -r requirements-dev.txt
 	# tests/test_moe_torchtitan.py: torchtitan without its training extras (datasets, wandb,
-	# tensorboard: ~500 MB the tests never import; docs/torchtitan.md, "Install")
-	$(PY) -m pip install -q --no-deps torchtitan==0.3.0 spmd_types==0.2.3
+	# tensorboard: ~500 MB the tests never import; docs/torchtitan.md, "Install"). tyro (which
+	# torchtitan imports) goes first: a pip install with dependencies after the --no-deps one
+	# would print a resolver ERROR listing torchtitan's missing extras.
 	$(PY) -m pip install -q tyro
+	$(PY) -m pip install -q --no-deps torchtitan==0.3.0 spmd_types==0.2.3
 	touch $@
 
 # maturin builds the Rust extension (profile `ext`: release with LTO, see Cargo.toml) and
@@ -27,8 +29,10 @@ $(VENV)/.built: $(VENV)/.deps $(RUST_SRC)
 
 build: $(VENV)/.built
 
+# As root the demo builds a network-namespace testbed (and removes it); DEMO_ARGS=--no-testbed skips it.
+DEMO_ARGS ?=
 demo: build
-	$(VENV)/bin/collsched demo
+	$(VENV)/bin/collsched demo $(DEMO_ARGS)
 
 test-rust:
 	cargo test -p collsched-core --release -q

@@ -68,7 +68,10 @@ def load() -> _core.Calibration:
         return _cached[2]
     if _cached is not None and _cached[0] == path and _cached[1] == mtime:
         return _cached[2]
+    from collsched.guard import JSON_FILE_COPIES, check_input_file
+
     try:
+        check_input_file(path, "calibration file", JSON_FILE_COPIES)
         cal = _core.Calibration.from_json(path.read_text(encoding="utf-8"))
     except ValueError as e:
         raise ValueError(f"calibration file {path}: {e}") from None

@@ -47,13 +47,14 @@ def as_graph(graph) -> Graph:
 
         return Graph.from_json(json.dumps(graph))
     if isinstance(graph, os.PathLike) or (isinstance(graph, str) and is_file_reference(graph)):
+        from collsched.guard import JSON_FILE_COPIES, check_input_file
+
         path = Path(graph)
+        check_input_file(path, "topology file", JSON_FILE_COPIES)  # missing, a directory, or too large
         try:
             text = path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise ValueError(f"topology file {str(path)!r} does not exist") from None
-        except IsADirectoryError:
-            raise ValueError(f"topology file {str(path)!r} is a directory") from None
+        except OSError as e:  # removed or replaced since it was checked
+            raise ValueError(f"topology file {str(path)!r} cannot be read ({e.strerror or e})") from None
         except UnicodeDecodeError:
             raise ValueError(f"topology file {str(path)!r} is not a UTF-8 JSON text") from None
         try:

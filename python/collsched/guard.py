@@ -49,6 +49,14 @@ FOREST_BYTES_PER_GPU_SQUARED = 64
 # int64 pattern and its modulo (2 × 8 bytes per element) while it is built.
 BENCH_DATA_COPIES = 7
 BENCH_PATTERN_BYTES_PER_ELEMENT = 16
+# Reading a file: bytes of memory per byte of the file while it is read and parsed. A plan: the
+# bytes, their text copy, the core's parse and its records (JSON: records are smaller than their
+# text). A CSV matrix is read a line at a time, so only its longest line is held (bounded by
+# the file: the text and its decoded copy); its P×P result is bounded by its declared shape.
+PLAN_FILE_COPIES = 4
+CSV_FILE_COPIES = 2
+# Small JSON files (topologies, calibrations) become Python objects: up to ~10× their text.
+JSON_FILE_COPIES = 10
 
 
 class ResourceLimitError(ValueError):
@@ -189,6 +197,52 @@ def estimate_all_to_all(gpus: int, algorithms: list[str], simulate: bool) -> Est
     what = f"{verb} {len(algorithms)} algorithm{'s' if len(algorithms) != 1 else ''} on {gpus} GPUs"
     advice = "use fewer GPUs" + (" or fewer algorithms (-a)" if len(algorithms) > 1 else "")
     return Estimate(what, int(mem), total_s, f"≈{transfers:,.0f} transfers per plan for {gpus}² rank pairs", advice)
+
+
+def input_file_size(path, what: str) -> int:
+    """The size of ``path``, a regular file that exists (``what`` names it in errors: "plan file").
+
+    Raises:
+        ValueError: missing, a directory, or not a regular file (a device or a pipe has no size
+            to bound the read by: ``/dev/zero`` would never end).
+    """
+    import stat
+
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise ValueError(f"{what} {str(path)!r} does not exist") from None
+    except OSError as e:
+        raise ValueError(f"{what} {str(path)!r} cannot be read ({e.strerror or e})") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise ValueError(f"{what} {str(path)!r} is a directory")
+    if not stat.S_ISREG(st.st_mode):
+        raise ValueError(f"{what} {str(path)!r} is not a regular file (save it to a file first)")
+    return st.st_size
+
+
+def check_input_file(path, what: str, copies: float, max_memory: str | int | None = None) -> int:
+    """Refuse, before reading it, a file whose reading would need more memory than the limit.
+
+    Args:
+        path: the file.
+        what (str): what it is, for messages ("plan file", "traffic file").
+        copies (float): bytes of memory per byte of the file while it is read and parsed
+            (:data:`PLAN_FILE_COPIES`, :data:`CSV_FILE_COPIES`, :data:`JSON_FILE_COPIES`).
+        max_memory: as for :func:`check` (None: half the free memory).
+
+    Returns:
+        int: the file's size in bytes.
+
+    Raises:
+        ResourceLimitError: the estimate is above the limit (nothing was read).
+        ValueError: the file is missing, a directory or not a regular file.
+    """
+    size = input_file_size(path, what)
+    est = Estimate(f"reading {what} {str(path)!r}", int(size * copies), size * 10e-9,
+                   f"a {_fmt_bytes(size)} file × {copies:g} while it is parsed", "check that it is the right file")
+    check(est, max_memory)
+    return size
 
 
 def estimate_simulation(transfers: int, what: str) -> Estimate:

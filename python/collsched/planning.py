@@ -88,6 +88,27 @@ def all_to_all_algorithms() -> list[tuple[str, str]]:
     return _core.all_to_all_algorithms()
 
 
+_ALGORITHM_NAMES: frozenset[str] = frozenset()
+
+
+def check_algorithm(algorithm) -> str:
+    """``algorithm`` when it names an all-to-all algorithm (``"auto"`` included).
+
+    A local check, so that a misspelt name fails on the first call, whatever its size (an
+    eager or native call plans nothing and would otherwise accept it).
+
+    Raises:
+        ValueError: not a string, or no such algorithm (the message lists the known names).
+    """
+    global _ALGORITHM_NAMES
+    if not _ALGORITHM_NAMES:
+        _ALGORITHM_NAMES = frozenset(name for name, _ in all_to_all_algorithms())
+    if not isinstance(algorithm, str) or algorithm not in _ALGORITHM_NAMES:
+        known = ", ".join(name for name, _ in all_to_all_algorithms())
+        raise ValueError(f"unknown all-to-all algorithm {algorithm!r} (known: {known})")
+    return algorithm
+
+
 def save_plan(plan: _core.Plan, path) -> None:
     """Write a plan: binary form for a ``.bin`` suffix, JSON otherwise."""
     from pathlib import Path
@@ -99,17 +120,30 @@ def save_plan(plan: _core.Plan, path) -> None:
         p.write_text(plan.to_json(), encoding="utf-8")
 
 
-def load_plan(path) -> _core.Plan:
-    """Read a plan written by :func:`save_plan` (JSON or binary, told apart by content)."""
+def load_plan(path, max_memory: str | int | None = None) -> _core.Plan:
+    """Read a plan written by :func:`save_plan` (JSON or binary, told apart by content).
+
+    Args:
+        path: the plan file.
+        max_memory: refuse a file whose reading would need more memory than this (a size such
+            as ``"16GiB"``; None: half the free memory), checked before it is read.
+
+    Returns:
+        Plan: the plan (structurally sound; :meth:`Plan.verify` proves the rest).
+
+    Raises:
+        ValueError: missing, too large, not a plan, or damaged (the message names the file).
+    """
     from pathlib import Path
 
+    from collsched.guard import PLAN_FILE_COPIES, check_input_file
+
     p = Path(path)
+    check_input_file(p, "plan file", PLAN_FILE_COPIES, max_memory)
     try:
         data = p.read_bytes()
-    except FileNotFoundError:
-        raise ValueError(f"plan file {str(path)!r} does not exist") from None
-    except IsADirectoryError:
-        raise ValueError(f"plan file {str(path)!r} is a directory") from None
+    except OSError as e:  # removed or replaced since it was checked
+        raise ValueError(f"plan file {str(path)!r} cannot be read ({e.strerror or e})") from None
     if not data:
         raise ValueError(f"plan file {str(path)!r} is empty")
     try:

@@ -5,6 +5,8 @@ the runtime and the tests see the same matrices).
 """
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from collsched import _core
@@ -101,15 +103,39 @@ def _suffix(path) -> str:
     return s
 
 
-def _read_csv(path) -> np.ndarray:
-    rows: list[list[int]] = []
+def _check_declared(path, n: int, ranks: int | None, max_memory) -> None:
+    """A file's declared rank count, checked before its P×P matrix is allocated."""
+    from collsched.guard import check, estimate_traffic
+
+    if ranks is not None and n != ranks:
+        raise ValueError(f"traffic file {str(path)!r} is {n}×{n} but the cluster has {ranks} GPUs")
+    try:
+        check(estimate_traffic(n), max_memory)
+    except ValueError as e:  # ResourceLimitError kept as such, with the file named
+        raise type(e)(f"{path}: {e}") from None
+
+
+def _read_csv(path, ranks: int | None, max_memory) -> np.ndarray:
+    """One row per sender, read a line at a time into a matrix allocated once the first row
+    says its size (so the memory is the matrix's, never a list of Python ints per entry)."""
+    m = None
+    filled = 0
     with open(path, encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
             line = line.strip()
             if not line or line.startswith("#"):
                 continue
-            row = []
-            for col, cell in enumerate(line.split(",")):
+            if m is None:
+                n = line.count(",") + 1  # counted before splitting: a huge row is refused unsplit
+                _check_declared(path, n, ranks, max_memory)
+                m = np.empty((n, n), dtype=np.uint64)
+            elif filled == m.shape[0]:
+                raise ValueError(f"{path}: traffic matrix must be square P×P, but line {lineno} is row "
+                                 f"{filled + 1} of a matrix with {m.shape[1]} columns")
+            cells = line.split(",")
+            if len(cells) != m.shape[1]:
+                raise ValueError(f"{path}: line {lineno} has {len(cells)} entries, the first row has {m.shape[1]}")
+            for col, cell in enumerate(cells):
                 cell = cell.strip()
                 try:
                     v = int(cell)
@@ -119,32 +145,79 @@ def _read_csv(path) -> np.ndarray:
                     raise ValueError(f"{path}: line {lineno}, column {col + 1}: negative byte count {v}")
                 if v > _U64_MAX:
                     raise ValueError(f"{path}: line {lineno}, column {col + 1}: {v} does not fit in 64 bits")
-                row.append(v)
-            if rows and len(row) != len(rows[0]):
-                raise ValueError(f"{path}: line {lineno} has {len(row)} entries, the first row has {len(rows[0])}")
-            rows.append(row)
-    if not rows:
+                m[filled, col] = v
+            filled += 1
+    if m is None:
         raise ValueError(f"{path}: no rows (empty traffic matrix)")
-    return np.array(rows, dtype=np.uint64)
+    if filled != m.shape[0]:
+        raise ValueError(f"{path}: traffic matrix must be square P×P, got {filled} rows of {m.shape[1]} entries")
+    return m
 
 
-def load(path) -> np.ndarray:
-    """Load a traffic matrix from ``.npy`` or ``.csv`` (integers, one row per sender) and validate it."""
+def _read_npy(path, ranks: int | None, max_memory) -> np.ndarray:
+    """``numpy.load``, after its header (dtype, shape, data size) is checked: a header can declare
+    any shape, and numpy allocates what it declares before reading the data."""
+    fmt = np.lib.format
+    try:
+        with open(path, "rb") as f:
+            version = fmt.read_magic(f)
+            if version == (1, 0):
+                shape, fortran, dtype = fmt.read_array_header_1_0(f)
+            elif version == (2, 0):
+                shape, fortran, dtype = fmt.read_array_header_2_0(f)
+            else:
+                raise ValueError(f".npy format version {version}")
+            data_at = f.tell()
+    except (ValueError, EOFError, SyntaxError, TypeError):
+        # numpy's own text talks about allow_pickle, which would be the wrong fix here.
+        raise ValueError(f"{path}: not a .npy file holding a numeric P×P array (save one with numpy.save "
+                         "or collsched traffic --out m.npy; a text matrix goes in a .csv file)") from None
+    if dtype.hasobject or dtype.kind not in "iuf":
+        raise ValueError(f"{path}: traffic matrix must hold integer byte counts, got dtype {dtype}")
+    if len(shape) != 2 or shape[0] != shape[1] or shape[0] == 0:
+        raise ValueError(f"{path}: traffic matrix must be square P×P with P ≥ 1, the file declares shape {shape}")
+    _check_declared(path, shape[0], ranks, max_memory)
+    size = os.stat(path).st_size
+    if size - data_at != shape[0] * shape[1] * dtype.itemsize:
+        raise ValueError(f"{path}: declares a {shape[0]}×{shape[1]} {dtype} matrix ({shape[0] * shape[1] * dtype.itemsize} "
+                         f"bytes) but holds {size - data_at} bytes of data: the file is truncated or damaged")
+    return np.load(path, allow_pickle=False)
+
+
+def load(path, *, ranks: int | None = None, max_memory: str | int | None = None) -> np.ndarray:
+    """Load a traffic matrix from ``.npy`` or ``.csv`` (integers, one row per sender) and validate it.
+
+    Bounded before anything large is allocated: the file's size, and the matrix size its
+    header (``.npy``) or first row (``.csv``) declares, against ``max_memory``.
+
+    Args:
+        path: a ``.npy`` or ``.csv`` file.
+        ranks (int, optional): the rank count the matrix must have (checked from the header).
+        max_memory: a size (``"16GiB"``, bytes) or None for half the free memory.
+
+    Returns:
+        np.ndarray: `[P, P]` `uint64` bytes, row = sender.
+
+    Raises:
+        ValueError: missing, too large for the limit, not a matrix, or a bad entry (named).
+    """
+    from collsched.guard import CSV_FILE_COPIES, check_input_file
+
     suffix = _suffix(path)
+    # An .npy file is read into memory by numpy only after its header is checked (below).
+    check_input_file(path, "traffic file", 1 if suffix == ".npy" else CSV_FILE_COPIES, max_memory)
     try:
         if suffix == ".npy":
             try:
-                raw = np.load(path, allow_pickle=False)
-            except (ValueError, EOFError, OSError) as e:
+                raw = _read_npy(path, ranks, max_memory)
+            except (EOFError, OSError) as e:
                 if isinstance(e, (FileNotFoundError, IsADirectoryError)):
                     raise
-                # numpy's own text talks about allow_pickle, which would be the wrong fix here.
-                raise ValueError(f"{path}: not a .npy file holding a numeric P×P array (save one with numpy.save "
-                                 "or collsched traffic --out m.npy; a text matrix goes in a .csv file)") from None
+                raise ValueError(f"{path}: not a .npy file holding a numeric P×P array (truncated or damaged)") from None
             if not isinstance(raw, np.ndarray):  # an .npz archive saved under a .npy name
                 raise ValueError(f"{path}: holds an archive, not one array")
         else:
-            raw = _read_csv(path)
+            raw = _read_csv(path, ranks, max_memory)
     except FileNotFoundError:
         raise ValueError(f"traffic file {str(path)!r} does not exist") from None
     except IsADirectoryError:

@@ -53,8 +53,9 @@ def hot_shape(n: int, mean_bytes: int) -> tuple[int, int]:
     return tokens, hidden
 
 
-def make_workload(spec: str, n: int, mean_bytes: int, seed: int = 0) -> np.ndarray:
-    """An n×n uint64 traffic matrix for ``spec`` (see the module docstring)."""
+def make_workload(spec: str, n: int, mean_bytes: int, seed: int = 0, *, max_memory: str | int | None = None) -> np.ndarray:
+    """An n×n uint64 traffic matrix for ``spec`` (see the module docstring); a file's size and
+    declared shape are checked against ``max_memory`` (None: half the free memory) first."""
     if not isinstance(spec, str) or not spec.strip():
         raise ValueError(f"workload spec must be a non-empty string, one of: {', '.join(ACCEPTED)}")
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n <= 0:
@@ -78,8 +79,5 @@ def make_workload(spec: str, n: int, mean_bytes: int, seed: int = 0) -> np.ndarr
         return traffic.hot_experts(n, skew=_exponent(spec, arg), tokens_per_rank=tokens, top_k=min(HOT_TOP_K, 8 * n),
                                    hidden=hidden, dtype_bytes=HOT_DTYPE_BYTES, seed=seed)
     if Path(spec).suffix.lower() in FILE_SUFFIXES:
-        m = traffic.load(spec)
-        if m.shape != (n, n):
-            raise ValueError(f"traffic file {spec!r} is {m.shape[0]}×{m.shape[1]} but the cluster has {n} GPUs")
-        return m
+        return traffic.load(spec, ranks=n, max_memory=max_memory)  # its size checked before it is read
     raise ValueError(f"unknown workload {spec!r}; accepted: {', '.join(ACCEPTED)}")

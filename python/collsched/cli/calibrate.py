@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from collsched.cli.core import reporting_errors
+from collsched.cli.core import reporting_errors, writable
 
 
 _NAMES = {"gloo": "Gloo", "nccl": "NCCL"}
@@ -82,6 +82,7 @@ def register(app: typer.Typer) -> None:
         from collsched.calibration import load, path_in_use, save
         from collsched.comm.calibrate import measure_planning
 
+        writable("-o/--out", output)
         if show:
             where = path_in_use()
             print(f"# {'built-in defaults' if where is None else where}")

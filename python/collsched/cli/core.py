@@ -94,6 +94,31 @@ def parsed(flag: str, parse: Callable, text):
         raise ValueError(f"{flag}: {e}") from None
 
 
+def writable(flag: str, path):
+    """``path`` when a file can be written there, checked before the command's work starts
+    (so a typo in ``-o`` costs no run); else ValueError naming the flag, reported on one line.
+
+    Raises:
+        ValueError: the path is a directory, its folder is missing or not a folder, or it is not writable.
+    """
+    import os
+    from pathlib import Path
+
+    if path is None:
+        return None
+    p = Path(path)
+    folder = p.parent if str(p.parent) else Path(".")
+    if p.is_dir():
+        raise ValueError(f"{flag}: {str(path)!r} is a directory; give a file name")
+    if not folder.exists():
+        raise ValueError(f"{flag}: cannot write {str(path)!r}: folder {str(folder)!r} does not exist")
+    if not folder.is_dir():
+        raise ValueError(f"{flag}: cannot write {str(path)!r}: {str(folder)!r} is not a folder")
+    if not os.access(p if p.exists() else folder, os.W_OK):
+        raise ValueError(f"{flag}: cannot write {str(path)!r}: permission denied")
+    return path
+
+
 def _mean_bytes(text: str) -> int:
     from collsched.units import parse_bytes
 
@@ -103,12 +128,12 @@ def _mean_bytes(text: str) -> int:
     return v
 
 
-def _matrix(cluster, workload: str, mean: str, seed: int):
+def _matrix(cluster, workload: str, mean: str, seed: int, max_memory: Optional[str] = None):
     from collsched.workloads import make_workload
 
     if not 0 <= seed < 2**64:
         raise ValueError(f"--seed must be an integer in [0, 2^64), got {seed}")
-    return make_workload(workload, cluster.num_gpus, _mean_bytes(mean), seed)
+    return make_workload(workload, cluster.num_gpus, _mean_bytes(mean), seed, max_memory=max_memory)
 
 
 def _options(pairs: Optional[list[str]]) -> dict[str, str]:
@@ -240,8 +265,9 @@ def traffic_cmd(
     from collsched import traffic as tr
 
     c = _cluster(cluster)
+    writable("-o/--out", out)
     _guard_cluster(c, max_memory, max_time)
-    m = _matrix(c, workload, mean, seed)
+    m = _matrix(c, workload, mean, seed, max_memory)
     info = {"cluster": cluster, "workload": workload, "seed": seed, **tr.summary(m), **_skew(m, c)}
     if out:
         tr.save(out, m)
@@ -286,9 +312,10 @@ def plan_cmd(
     c = _cluster(cluster)
     if algorithm not in _known_algorithms():
         raise ValueError(f"unknown algorithm {algorithm!r} (known: {', '.join(_known_algorithms())})")
+    writable("-o/--out", out)
     est = estimate_all_to_all(c.num_gpus, [algorithm], simulate=False)
     _guard(est, max_memory, max_time)
-    m = _matrix(c, workload, mean, seed)
+    m = _matrix(c, workload, mean, seed, max_memory)
     with progress(est, total=1):
         plan = plan_all_to_all(m, c, algorithm, options=_options(option))
     if out:
@@ -306,12 +333,13 @@ def plan_cmd(
         con.print(f"wrote {out}")
 
 
-def verify_cmd(path: str = typer.Argument(..., help="plan file (JSON or binary)")) -> None:
+def verify_cmd(path: str = typer.Argument(..., help="plan file (JSON or binary)"),
+               max_memory: Optional[str] = typer.Option(None, "--max-memory", help=MAX_MEMORY_HELP)) -> None:
     """Verify a plan file: OK with the report (exit 0) or the first violation (exit 1)."""
     from collsched import VerificationError
     from collsched.planning import load_plan
 
-    plan = load_plan(path)
+    plan = load_plan(path, max_memory)
     try:
         report = plan.verify()
     except VerificationError as e:
@@ -373,7 +401,7 @@ def simulate_cmd(
         raise ValueError(f"unknown algorithm {unknown[0]!r} (known: {', '.join(known)})")
     est = estimate_all_to_all(c.num_gpus, names, simulate=True)
     _guard(est, max_memory, max_time)
-    m = _matrix(c, workload, mean, seed)
+    m = _matrix(c, workload, mean, seed, max_memory)
     sim = _sim()
     bound = sim.lower_bound(m, c)
     skew = _skew(m, c)
@@ -443,7 +471,9 @@ def draw_cmd(
     from collsched.guard import estimate_simulation, progress
     from collsched.planning import load_plan
 
-    plan = load_plan(path)
+    writable("-o/--out", out)
+    writable("--links", links)
+    plan = load_plan(path, max_memory)
     c = _cluster(cluster)
     _check_plan_fits(plan, c)
     sim = _sim()

@@ -176,7 +176,8 @@ def run_on_testbed(console, tokens_per_rank: int, iters: int) -> int:
     return 0 if all(r["identical"] for r in res["results"]) else 1
 
 
-def run_demo(tokens_per_rank: int = 2048, iters: int = 7, timeout_s: float = 240.0) -> int:
+def run_demo(tokens_per_rank: int = 2048, iters: int = 7, timeout_s: float = 240.0, use_testbed: bool = True) -> int:
+    """The demo; on the namespace testbed when ``use_testbed`` and this process may build it (root)."""
     from rich.console import Console
     from rich.panel import Panel
     from rich.table import Table
@@ -186,11 +187,17 @@ def run_demo(tokens_per_rank: int = 2048, iters: int = 7, timeout_s: float = 240
 
     console = Console(width=None if Console().is_terminal else 100)
     try:
+        if not use_testbed:
+            raise TestbedError("--no-testbed")
         check_available()
     except TestbedError as e:
-        console.print(f"[yellow]testbed unavailable ({e}); running on plain local Gloo ranks over loopback, which "
+        console.print(f"[yellow]testbed not used ({e}); running on plain local Gloo ranks over loopback, which "
                       f"has no NIC bottleneck, so torch's single call is hard to beat here[/yellow]")
     else:
+        # Root changes the host's network configuration here: say so before doing it, and how not to.
+        console.print("running as root: building a 2 × 4 network-namespace testbed (namespaces, veth pairs and "
+                      "qdiscs named collsched-*, all removed at the end, also on failure; docs/testbed.md). To run "
+                      "without it, on loopback: `collsched demo --no-testbed` (or `make demo DEMO_ARGS=--no-testbed`)")
         t0 = time.perf_counter()
         code = run_on_testbed(console, tokens_per_rank, min(iters, 5))
         simulate_h200(console)

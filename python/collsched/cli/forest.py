@@ -9,7 +9,7 @@ from typing import Optional
 
 import typer
 
-from collsched.cli.core import MAX_MEMORY_HELP, MAX_TIME_HELP
+from collsched.cli.core import MAX_MEMORY_HELP, MAX_TIME_HELP, writable
 
 COLLECTIVES = ("allgather", "reduce_scatter", "allreduce")
 
@@ -269,6 +269,8 @@ def register(app: typer.Typer) -> None:
         if collective not in COLLECTIVES:
             raise typer.BadParameter(f"--collective must be one of {', '.join(COLLECTIVES)}, got {collective!r}")
         try:
+            writable("--xml", xml)
+            writable("--draw", draw)
             est = estimate_forest(gpu_count(topology))
             check(est, max_memory, max_time)
             with progress(est, enabled=not as_json):
@@ -282,7 +284,7 @@ def register(app: typer.Typer) -> None:
             if draw is not None:
                 draw_tree(s, tree, draw, graph)
                 s["draw"] = str(draw)
-        except (ValueError, ImportError) as e:
+        except (ValueError, ImportError, OSError) as e:
             hint = ""
             if str(e).startswith("cluster spec"):  # the topology was read as a spec: say what else it may be
                 hint = "; --topology also takes a graph JSON file (topo.json) or inline JSON"

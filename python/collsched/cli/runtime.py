@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from collsched.cli.core import _WORKLOADS, MAX_MEMORY_HELP, parsed, reporting_errors
+from collsched.cli.core import _WORKLOADS, MAX_MEMORY_HELP, parsed, reporting_errors, writable
 
 
 def _stream(line: str) -> bool:
@@ -34,12 +34,15 @@ def register(app: typer.Typer) -> None:
     @app.command("demo")
     @reporting_errors
     def demo(tokens: int = typer.Option(2048, help="tokens per rank (each routed to top-2 experts)"),
-             iters: int = typer.Option(7, help="timed calls per method (interleaved rounds)")) -> None:
+             iters: int = typer.Option(7, help="timed calls per method (interleaved rounds)"),
+             testbed: bool = typer.Option(True, "--testbed/--no-testbed",
+                                          help="as root, run on a 2 x 4 network-namespace testbed it builds and "
+                                               "removes (--no-testbed: plain ranks over loopback)")) -> None:
         """Run a skewed MoE all-to-all on 8 Gloo ranks (on the 2 x 4 namespace testbed when root, else
         over loopback) through torch and collsched, check outputs, then show the simulated prediction for h200:8."""
         from collsched.cli.demo import run_demo
 
-        raise typer.Exit(run_demo(tokens, iters))
+        raise typer.Exit(run_demo(tokens, iters, use_testbed=testbed))
 
     @app.command("bench")
     @reporting_errors
@@ -72,7 +75,7 @@ def register(app: typer.Typer) -> None:
         from collsched.cli.bench import BenchConfig, format_footer, format_table, run_bench
         from collsched.units import parse_bytes
 
-        json_out = out or json_out
+        json_out = writable("-o/--out", out or json_out)
         if planning:
             from collsched.cli.bench import format_planning, planning_times
 

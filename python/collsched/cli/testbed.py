@@ -8,7 +8,7 @@ from typing import Callable, Optional
 
 import typer
 
-from collsched.cli.core import EXIT_BAD_INPUT, _one_line, _stderr, _stdout, reporting_errors
+from collsched.cli.core import EXIT_BAD_INPUT, _one_line, _stderr, _stdout, reporting_errors, writable
 
 EXIT_INTERRUPTED = 130
 
@@ -77,9 +77,9 @@ def register(app: typer.Typer) -> None:
                                               help="added latency: needs netem, which this kernel lacks (refused)"),
         rto_min: str = typer.Option("default", "--rto-min", help="TCP minimum retransmission timeout on every "
                                     "route, e.g. 5ms ('default': the kernel's 200 ms)"),
-        workload: str = typer.Option("zipf:0.8", "--workload", help="balanced | uniform | zipf:S | hot:S | path"),
-        mean: str = typer.Option("1MiB", "--mean", help="mean bytes per rank pair"),
-        algorithms: str = typer.Option("torch,fanout,fast,auto", "--algorithms",
+        workload: str = typer.Option("zipf:0.8", "--workload", "-w", help="balanced | uniform | zipf:S | hot:S | path"),
+        mean: str = typer.Option("1MiB", "--mean", "-m", help="mean bytes per rank pair"),
+        algorithms: str = typer.Option("torch,fanout,fast,auto", "--algorithms", "-a",
                                        help="comma list; torch = torch.distributed.all_to_all_single"),
         iters: int = typer.Option(5, "--iters", help="timed rounds (median reported)"),
         warmup: int = typer.Option(1, "--warmup", help="untimed calls per method first"),
@@ -132,6 +132,7 @@ def register(app: typer.Typer) -> None:
         from collsched.testbed.calibrate import calibrate
         from collsched.testbed.fabric import FabricSpec
 
+        writable("--json", json_out)
         spec = FabricSpec.from_knobs(2, 4, nic)
         if iters < 1:
             raise ValueError(f"--iters must be ≥ 1, got {iters}")

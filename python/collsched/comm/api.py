@@ -50,6 +50,7 @@ from collsched.comm.executor import byte_view, choose_transport, needs_collectiv
 from collsched.comm.groups import blocking_waits, require_initialized, wait_all
 from collsched.comm.pool import DEFAULT_POOL
 from collsched.comm.stats import CallStats, last_call_stats, record
+from collsched.planning import check_algorithm
 
 DEFAULT_PRESET = "h200"
 CLUSTER_ENV = "COLLSCHED_CLUSTER"
@@ -152,6 +153,10 @@ def _configure(algorithm: str, options: dict, cluster, transport: str, group, de
                 except ValueError:
                     pass
             raise LocalProblem(17, gpus, world, text=str(e)) from None
+        try:
+            check_algorithm(algorithm)  # here, not at planning: eager and native calls plan nothing
+        except ValueError as e:
+            raise LocalProblem(21, text=str(e)) from None
         try:
             cfg.run_opts = _run_options(algorithm, options, group, device)
             cfg.transport = choose_transport(transport, group, device)

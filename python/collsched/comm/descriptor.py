@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+import collsched
 from collsched.comm.errors import CollectiveInputError, PlanMismatchError, TrafficMismatchError, collapse_rank_messages
 
 # dtype <-> small integer for the descriptor (order fixed forever; append only).
@@ -70,6 +71,8 @@ PROBLEMS = {
     18: lambda a, b: "planning failed",
     19: lambda a, b: "input or output is not a tensor, or a 0-d tensor",
     20: lambda a, b: "bad argument",
+    21: lambda a, b: "unknown all-to-all algorithm (known: " + ", ".join(
+        name for name, _ in collsched.all_to_all_algorithms()) + ")",
 }
 
 HEADER_WORDS = 12
@@ -207,7 +210,9 @@ def header(args: CallArgs, world: int, cfg_hash: int, traffic_hash: int, prev_di
 
 
 def check_gathered(g: np.ndarray, world: int, rank: int, problem: LocalProblem | None) -> None:
-    """Raise the same error on every rank from the gathered headers ``[P, HEADER_WORDS + 2 P]``.
+    """Raise the same error on every rank from the gathered headers ``[P, HEADER_WORDS + 2 P]``:
+    the same type and the same text (``str(e)``); a bad value only its own rank knows is in that
+    rank's ``e.local_detail`` (and a note under the message).
 
     Raises:
         CollectiveInputError: a rank's arguments are bad, or ranks disagree on dtype, row
@@ -219,12 +224,16 @@ def check_gathered(g: np.ndarray, world: int, rank: int, problem: LocalProblem |
     codes = g[:, W_CODE]
     for r in ([i for i, c in enumerate(codes.tolist()) if c] if codes.any() else []):
         code, d1, d2 = (int(x) for x in g[r, :3])
-        text = PROBLEMS.get(code, lambda a, b: f"error code {code}")(d1, d2)
-        if r == rank and problem is not None and problem.text:
-            text += f" ({problem.text})"
-        errors.append((r, text))
+        errors.append((r, PROBLEMS.get(code, lambda a, b: f"error code {code}")(d1, d2)))
     if errors:
-        raise CollectiveInputError("collsched.all_to_all_single: invalid arguments: " + collapse_rank_messages(errors))
+        err = CollectiveInputError("collsched.all_to_all_single: invalid arguments: " + collapse_rank_messages(errors))
+        if problem is not None and problem.text:
+            # Only codes travel, so the message is the same on every rank; what this rank alone
+            # knows (the bad value itself) follows as a note, shown under it in a traceback.
+            err.local_detail = f"rank {rank}: {problem.text}"
+            if hasattr(err, "add_note"):  # Python 3.11+
+                err.add_note(err.local_detail)
+        raise err
 
     def differs(word: int) -> bool:
         return bool((g[:, word] != g[0, word]).any())

@@ -58,6 +58,8 @@ from torchtitan.ops.scatter_add import deterministic_scatter_add  # noqa: E402
 
 from collsched.comm.errors import resolve_timeout  # noqa: E402
 from collsched.comm.groups import exchange_i64  # noqa: E402
+from collsched.moe.routing import DEDUP_MODES, SCHEDULES  # noqa: E402
+from collsched.planning import check_algorithm  # noqa: E402
 
 EXCHANGES = ("all_to_all", "dedup")
 
@@ -101,7 +103,8 @@ class CollschedTokenDispatcher(BaseEPTokenDispatcher):
     it reorders locally like torchtitan's ``LocalTokenDispatcher``.
 
     Raises:
-        ValueError: an unknown ``exchange``, or ``num_experts`` not a multiple of the EP size.
+        ValueError: an unknown ``exchange``, ``algorithm``, ``dedup`` or ``schedule`` (when the
+            ``Config`` is built), or ``num_experts`` not a multiple of the EP size.
     """
 
     @dataclass(kw_only=True, slots=True)
@@ -111,8 +114,9 @@ class CollschedTokenDispatcher(BaseEPTokenDispatcher):
         Attributes:
             exchange (str): ``"all_to_all"`` (torchtitan's rows, collsched's all-to-all) or
                 ``"dedup"`` (MoEBuffer: one copy per token per node).
-            algorithm (str): ``all_to_all`` mode: the ``collsched.all_to_all_single`` algorithm
-                (``"auto"``, ``"fast"``, ``"direct"``, ...).
+            algorithm (str): ``all_to_all`` mode: the ``collsched.all_to_all_single`` algorithm,
+                a name of ``collsched.all_to_all_algorithms()`` (``"auto"``, ``"fast"``,
+                ``"fanout"``, ...).
             dedup (str): ``dedup`` mode: MoEBuffer's ``dedup`` (``"node"``, ``"rank"``, ``"none"``).
             balance (bool): ``dedup`` mode: balance the forwarders (Fusco's balancer).
             schedule (str): ``dedup`` mode: ``"direct"`` or ``"fast"`` for hop 1.
@@ -128,6 +132,20 @@ class CollschedTokenDispatcher(BaseEPTokenDispatcher):
         schedule: str = "direct"
         cluster: str | None = None
         timeout: float | None = None
+
+        def __post_init__(self):
+            # At construction, not at the first forward: a typo in a training config should
+            # fail before the model is built. (No zero-argument super() in a slots dataclass.)
+            base_post_init = getattr(BaseEPTokenDispatcher.Config, "__post_init__", None)
+            if base_post_init is not None:
+                base_post_init(self)
+            if self.exchange not in EXCHANGES:
+                raise ValueError(f"exchange must be one of {EXCHANGES}, got {self.exchange!r}")
+            check_algorithm(self.algorithm)
+            if self.dedup not in DEDUP_MODES:
+                raise ValueError(f"dedup must be one of {DEDUP_MODES}, got {self.dedup!r}")
+            if self.schedule not in SCHEDULES:
+                raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
 
     def __init__(self, config: Config):
         super().__init__(config)

@@ -170,6 +170,8 @@ impl Collective {
 pub const MAX_STEPS: u32 = 1 << 20;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+// A misspelt or foreign field in a plan file is refused rather than silently dropped.
+#[serde(deny_unknown_fields)]
 pub struct Plan {
     /// Producer name, e.g. "fanout" or "fast".
     pub algorithm: String,

@@ -8,6 +8,8 @@ use crate::topology::Tier;
 use crate::traffic::Traffic;
 
 const MAGIC: &[u8; 8] = b"CSPLAN01";
+/// Most ranks a plan may have: the largest cluster (`Cluster::validate`, 2^20 GPUs).
+const MAX_RANKS: u64 = 1 << 20;
 
 impl Plan {
     pub fn to_json(&self) -> String {
@@ -110,10 +112,15 @@ impl Plan {
         let collective = match r.u8()? {
             0 => {
                 let n = r.u64()?;
-                let entries = match n.checked_mul(n) {
-                    Some(e) if e <= ((b.len() - r.at) / 8) as u64 => e as usize,
-                    _ => return invalid!("binary plan is truncated (matrix of {n} ranks)"),
-                };
+                // A rank count no cluster can have is a damaged header, not a short file.
+                if n == 0 || n > MAX_RANKS {
+                    return invalid!("binary plan is corrupted: its rank count field reads {n} (a plan has 1 to {MAX_RANKS} ranks)");
+                }
+                let left = (b.len() - r.at) / 8;
+                if n * n > left as u64 {
+                    return invalid!("binary plan is truncated: its {n}×{n} matrix needs {} bytes, {} are left", n * n * 8, b.len() - r.at);
+                }
+                let entries = (n * n) as usize;
                 let data = (0..entries).map(|_| r.u64()).collect::<Result<Vec<_>>>()?;
                 Collective::AllToAll { traffic: Traffic::new(n as usize, data)? }
             }
@@ -260,8 +267,11 @@ impl<'a> Reader<'a> {
     /// A count whose items take at least `item` bytes each; rejects counts the rest cannot hold.
     fn len(&mut self, item: usize) -> Result<usize> {
         let n = self.u64()?;
-        if n > ((self.b.len() - self.at) / item.max(1)) as u64 {
-            return invalid!("binary plan is truncated (count {n} too large)");
+        let left = self.b.len() - self.at;
+        if n > (left / item.max(1)) as u64 {
+            // A count beyond the whole file's size is a damaged field; one a little short, a cut file.
+            let what = if n > self.b.len() as u64 { "corrupted" } else { "truncated" };
+            return invalid!("binary plan is {what}: a count field reads {n}, but only {left} bytes are left");
         }
         Ok(n as usize)
     }
@@ -296,6 +306,20 @@ mod tests {
         let mut b = plans()[1].to_binary();
         b.truncate(b.len() - 3);
         assert!(Plan::from_binary(&b).unwrap_err().to_string().contains("truncated"));
+    }
+
+    #[test]
+    fn a_damaged_rank_count_is_reported_as_corrupted() {
+        let p = &plans()[1];
+        let mut b = p.to_binary();
+        // The rank count follows the magic, the algorithm name (length + bytes), gpus_per_server,
+        // input_hash and the collective kind byte.
+        let at = 8 + 8 + p.algorithm.len() + 4 + 8 + 1;
+        assert_eq!(u64::from_le_bytes(b[at..at + 8].try_into().unwrap()), 24);
+        b[at + 7] = 0x55;
+        let e = Plan::from_binary(&b).unwrap_err().to_string();
+        assert!(e.starts_with("binary plan is corrupted") && e.contains("rank count"), "{e}");
+        assert!(!e.contains("matrix of"), "{e}");
     }
 
     #[test]

@@ -213,11 +213,17 @@ impl Cluster {
             _ => return invalid!("cluster spec '{spec}': server count '{servers}' must be a positive integer"),
         };
         let mut c = crate::topology::presets::preset(name, servers)?;
+        let mut seen: Vec<&str> = Vec::new();
         for kv in parts {
             let (k, v) = match kv.split_once('=') {
                 Some((k, v)) => (k.trim(), v.trim()),
                 None => return invalid!("cluster spec '{spec}': override '{kv}' must be key=value"),
             };
+            // A repeated key is a typo more often than an intended override; silently keeping the last hides it.
+            if seen.contains(&k) {
+                return invalid!("cluster spec '{spec}': key '{k}' is given twice (each key at most once)");
+            }
+            seen.push(k);
             c.set(k, v)?;
         }
         c.validate()?;
@@ -347,6 +353,14 @@ mod tests {
         assert!(Cluster::parse("h200:2,nics=9").is_err());
         assert!(Cluster::parse("h200:2,nics=3").is_ok()); // uneven sharing: NIC g % 3
         assert!(Cluster::parse("h200:2,gpus=2,nics=4").unwrap_err().to_string().contains("NICs per server"));
+    }
+    #[test]
+    fn duplicate_keys_are_refused() {
+        let e = Cluster::parse("h200:2,nic=100Gbps,nic=400Gbps").unwrap_err().to_string();
+        assert!(e.contains("key 'nic' is given twice"), "{e}");
+        let e = Cluster::parse("h200:2,gpus=4, gpus =4").unwrap_err().to_string();
+        assert!(e.contains("key 'gpus' is given twice"), "{e}");
+        assert!(Cluster::parse("h200:2,nic=100Gbps,nics=2").is_ok());
     }
     #[test]
     fn spec_round_trips() {

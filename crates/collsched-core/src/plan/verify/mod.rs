@@ -90,6 +90,7 @@ pub fn verify_with(plan: &Plan, final_state: FinalState) -> Result<VerifyReport>
 /// plan's traffic and the `setting_hash` the planner recorded in `meta` (plans without one,
 /// made elsewhere or with `input_hash` 0, say nothing about their inputs and are not checked).
 fn check_header(plan: &Plan) -> Result<()> {
+    check_scratch_sizes(plan)?;
     if matches!(plan.collective, crate::plan::Collective::AllToAll { .. }) && plan.gpus_per_server == 0 {
         return Err(Error::Verification(
             "malformed plan: gpus_per_server is 0, but an all-to-all plan is made for a cluster with at least 1 GPU per server".into(),
@@ -109,6 +110,37 @@ fn check_header(plan: &Plan) -> Result<()> {
                     plan.input_hash
                 )));
             }
+        }
+    }
+    Ok(())
+}
+
+/// Scratch sizes no device holds (2^48 bytes = 256 TiB and more) are accepted only where the
+/// plan's own segments reach that far: otherwise the field is damaged, and a runtime would try
+/// to allocate it.
+pub const MAX_PLAUSIBLE_SCRATCH: u64 = 1 << 48;
+
+fn check_scratch_sizes(plan: &Plan) -> Result<()> {
+    if plan.scratch_bytes.iter().all(|&s| s < MAX_PLAUSIBLE_SCRATCH) {
+        return Ok(());
+    }
+    let mut used = vec![0u64; plan.scratch_bytes.len()];
+    for t in &plan.transfers {
+        for s in &plan.segments[t.seg_range()] {
+            if s.src_buf == Buf::Scratch {
+                used[t.src as usize] = used[t.src as usize].max(s.src_off.saturating_add(s.len));
+            }
+            if s.dst_buf == Buf::Scratch {
+                used[t.dst as usize] = used[t.dst as usize].max(s.dst_off.saturating_add(s.len));
+            }
+        }
+    }
+    for (rank, (&size, &end)) in plan.scratch_bytes.iter().zip(&used).enumerate() {
+        if size >= MAX_PLAUSIBLE_SCRATCH && size > end {
+            return Err(Error::Verification(format!(
+                "malformed plan: rank {rank}'s scratch_bytes is {size}, at least 2^48 bytes (256 TiB, more than any device holds) \
+                 while its transfers use {end} bytes of scratch: the field is damaged"
+            )));
         }
     }
     Ok(())
