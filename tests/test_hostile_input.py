@@ -235,3 +235,17 @@ def test_misspelt_algorithm_fails_on_every_call_and_errors_read_the_same_on_ever
     assert "rank 1: bad argument" in res[0]["one_bad"]
     assert res[1]["detail"] == "rank 1: input_split_sizes must be a sequence of integers"
     assert all(r["detail"] is None for k, r in enumerate(res) if k != 1)
+
+
+def test_a_usage_error_is_one_line_from_the_command_line():
+    import subprocess
+    import sys
+
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(os.path.dirname(TESTS_DIR), "python"),
+                                                       os.environ.get("PYTHONPATH", "")]))
+    r = subprocess.run([sys.executable, "-m", "collsched.cli", "testbed", "run", "--servers", "two"],
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 2 and r.stdout == "", (r.returncode, r.stdout)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: Invalid value for '--servers'"), r.stderr
+    assert "testbed run --help" in lines[0]

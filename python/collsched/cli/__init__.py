@@ -60,9 +60,36 @@ def _exit_on_closed_pipe() -> None:
     raise SystemExit(1)
 
 
+# click's exception classes, wherever typer takes click from (its own copy in recent versions).
+_USAGE_ERROR = typer.BadParameter.__mro__[1]
+_CLICK_EXCEPTION = typer.BadParameter.__mro__[2]
+
+
+def _run_click() -> None:
+    """Run the app; a usage error (unknown flag, bad value) is one line, ``error: ...``, exit 2,
+    like every other bad input (click's own form is a boxed block of five lines)."""
+    try:
+        code = app(standalone_mode=False)
+    except _USAGE_ERROR as e:
+        if type(e).__name__ == "NoArgsIsHelpError":  # `collsched testbed`: the help, as click shows it
+            e.show()
+            raise SystemExit(e.exit_code) from None
+        ctx = getattr(e, "ctx", None)
+        hint = f" (see {ctx.command_path} --help)" if ctx is not None else ""
+        print(f"error: {' '.join(e.format_message().split())}{hint}", file=sys.stderr)
+        raise SystemExit(e.exit_code) from None
+    except _CLICK_EXCEPTION as e:
+        print(f"error: {' '.join(e.format_message().split())}", file=sys.stderr)
+        raise SystemExit(e.exit_code) from None
+    except typer.Abort:
+        print("Aborted!", file=sys.stderr)
+        raise SystemExit(1) from None
+    raise SystemExit(code if isinstance(code, int) else 0)
+
+
 def _run_app() -> None:
     try:
-        app()
+        _run_click()
     except SystemExit as e:
         sys.stdout.flush()  # a closed pipe shows here (BrokenPipeError), not at interpreter exit
         if e.code == 130:  # a Ctrl-C the command reported ("interrupted: ...")
