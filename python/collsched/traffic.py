@@ -162,9 +162,9 @@ def _read_npy(path, ranks: int | None, max_memory) -> np.ndarray:
         with open(path, "rb") as f:
             version = fmt.read_magic(f)
             if version == (1, 0):
-                shape, fortran, dtype = fmt.read_array_header_1_0(f)
+                shape, _fortran, dtype = fmt.read_array_header_1_0(f)
             elif version == (2, 0):
-                shape, fortran, dtype = fmt.read_array_header_2_0(f)
+                shape, _fortran, dtype = fmt.read_array_header_2_0(f)
             else:
                 raise ValueError(f".npy format version {version}")
             data_at = f.tell()
@@ -209,13 +209,11 @@ def load(path, *, ranks: int | None = None, max_memory: str | int | None = None)
     try:
         if suffix == ".npy":
             try:
-                raw = _read_npy(path, ranks, max_memory)
+                raw = _read_npy(path, ranks, max_memory)  # an .npz archive fails its magic check
             except (EOFError, OSError) as e:
                 if isinstance(e, (FileNotFoundError, IsADirectoryError)):
                     raise
                 raise ValueError(f"{path}: not a .npy file holding a numeric P×P array (truncated or damaged)") from None
-            if not isinstance(raw, np.ndarray):  # an .npz archive saved under a .npy name
-                raise ValueError(f"{path}: holds an archive, not one array")
         else:
             raw = _read_csv(path, ranks, max_memory)
     except FileNotFoundError:
