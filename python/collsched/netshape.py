@@ -274,7 +274,7 @@ def fit(raw: dict, peaks: dict | None = None) -> dict:
     """Platform constants from one probe run (``collsched.comm.netprobe.probe_rank``'s rank 0 result).
 
     Args:
-        raw: ``{"world", "hosts", "backend", "latency_s" (P×P), "probe_bps" (P×P), "shape" (the
+        raw: ``{"world", "hosts", "backend", "latency_s" (P×P least one-way seconds), "latency_median_s", "probe_bps" (P×P), "shape" (the
             Shape dict the ranks used), "tiers": {tier: [{"pair", "rate_bps"}]}, "incast": {...} or
             None, "mtu" (the interface's, or None), "copy_bps", "seconds"}``.
         peaks: ``{"nic": bytes/s, "scaleup": bytes/s}`` the user states as line rates (optional):
@@ -284,7 +284,8 @@ def fit(raw: dict, peaks: dict | None = None) -> dict:
         ``{"servers", "gpus_per_server", "groups", "separated_by", "hosts_agree", "nic_goodput_bps"
         (payload rate of one scale-out flow; what the spec's ``nic`` gets), "nic_bps" (the line rate:
         goodput / wire efficiency), "wire_efficiency", "scaleup_goodput_bps", "scaleup_bps",
-        "latency_s": {"scaleup", "scaleout"}, "fraction_of_peak": {"nic", "scaleup"}, "incast":
+        "latency_s": {"scaleup", "scaleout"} (median over the tier's pairs of each pair's least
+        one-way time: the spec's alphas), "latency_median_s" (the same of each pair's median), "fraction_of_peak": {"nic", "scaleup"}, "incast":
         {"senders", "ratio"} or None, "copy_bps", "spec"}``. A tier that does not exist (one
         server, one GPU per server) gets None and the other tier's value in the spec.
     """
@@ -295,9 +296,15 @@ def fit(raw: dict, peaks: dict | None = None) -> dict:
     nic = _median([p["rate_bps"] for p in tiers.get("scaleout", [])])
     up = _median([p["rate_bps"] for p in tiers.get("scaleup", [])])
     world = raw["world"]
-    lat = raw["latency_s"]
-    lat_out = _median([lat[i][j] for i, j in _pairs(world) if shape.server_of(i) != shape.server_of(j)])
-    lat_up = _median([lat[i][j] for i, j in _pairs(world) if shape.server_of(i) == shape.server_of(j)])
+
+    def per_tier(matrix, same: bool):
+        if matrix is None:
+            return None
+        return _median([matrix[i][j] for i, j in _pairs(world) if (shape.server_of(i) == shape.server_of(j)) == same])
+
+    lat_out, lat_up = per_tier(raw["latency_s"], False), per_tier(raw["latency_s"], True)
+    typical = {"scaleup": per_tier(raw.get("latency_median_s"), True),
+               "scaleout": per_tier(raw.get("latency_median_s"), False)}
     line = (lambda v: None if v is None else (v / eff if eff else v))
     incast = raw.get("incast")
     inc = None
@@ -316,6 +323,6 @@ def fit(raw: dict, peaks: dict | None = None) -> dict:
             "separated_by": shape.separated_by, "hosts_agree": shape.hosts_agree, "tier_ratio": shape.tier_ratio,
             "nic_goodput_bps": nic, "nic_bps": line(nic), "wire_efficiency": eff,
             "scaleup_goodput_bps": up, "scaleup_bps": line(up),
-            "latency_s": {"scaleup": lat_up, "scaleout": lat_out},
+            "latency_s": {"scaleup": lat_up, "scaleout": lat_out}, "latency_median_s": typical,
             "fraction_of_peak": {"nic": _fraction(nic, peaks.get("nic")), "scaleup": _fraction(up, peaks.get("scaleup"))},
             "incast": inc, "copy_bps": raw.get("copy_bps"), "spec": spec}

@@ -97,8 +97,10 @@ class _Probe:
             raise MeasurementTimeout(f"the network measurement exceeded --max-time {self.s['max_time_s']:g} s "
                                      f"(during {phase}); nothing was written: raise --max-time or lower --max-bytes")
 
-    def ping(self, peer: int, initiator: bool) -> float | None:
-        """One-way seconds of a 4-byte message (median round trip / 2); None on the responder."""
+    def ping(self, peer: int, initiator: bool) -> tuple[float, float] | None:
+        """One-way seconds of a 4-byte message, ``(least, median)`` round trip / 2 (None on the
+        responder). The least is the network's latency: on a busy host the median also holds the
+        time the scheduler kept a rank waiting."""
         dist, buf = self.dist, self.tiny
         times = []
         for k in range(int(self.s["latency_reps"]) + 1):  # the first is untimed (connection set-up)
@@ -113,7 +115,7 @@ class _Probe:
                 dist.recv(buf, peer)
                 dist.send(buf, peer)
                 self.sync()
-        return statistics.median(times) / 2 if initiator else None
+        return (min(times) / 2, statistics.median(times) / 2) if initiator else None
 
     def one_way(self, src: int, dst: int, data) -> float | None:
         """Seconds, measured at ``src``, to send ``data`` to ``dst`` and get a 4-byte ack back."""
@@ -137,6 +139,7 @@ class _Probe:
         """Every pair in turn: latency and a ``probe_bytes`` transfer (for the shape only)."""
         P = self.world
         lat = [[None] * P for _ in range(P)]
+        lat_median = [[None] * P for _ in range(P)]
         bw = [[None] * P for _ in range(P)]
         data = self.buffer(int(self.s["probe_bytes"]))
         n = P * (P - 1) // 2
@@ -152,15 +155,16 @@ class _Probe:
                 one = self.ping(j if self.rank == i else i, self.rank == i)
                 times = [self.one_way(i, j, data) for _ in range(2)]
                 if self.rank == i:
-                    lat[i][j] = one
+                    lat[i][j], lat_median[i][j] = one
                     # Not less the latency: on a loaded host a ping can outlast a fast transfer.
                     bw[i][j] = data.numel() / max(min(times), 1e-9)
-        return lat, bw
+        return lat, lat_median, bw
 
-    def gather_rows(self, lat, bw) -> tuple[list, list]:
+    def gather_rows(self, *matrices) -> list[list]:
+        """Each P×P matrix whole on every rank (rank r filled row r)."""
         rows = [None] * self.world
-        self.dist.all_gather_object(rows, (lat[self.rank], bw[self.rank]))
-        return [r[0] for r in rows], [r[1] for r in rows]
+        self.dist.all_gather_object(rows, [m[self.rank] for m in matrices])
+        return [[r[k] for r in rows] for k in range(len(matrices))]
 
     def tier_phase(self, shape: Shape, sizes: dict) -> dict:
         """Each tier's rate on a few pairs, one at a time: slope of two sizes' median times."""
@@ -269,7 +273,8 @@ def probe_rank(settings: dict | None = None) -> dict | None:
         settings: overrides of ``DEFAULT_SETTINGS`` (the same on every rank: checked).
 
     Returns:
-        dict | None: on rank 0 ``{"world", "backend", "hosts", "mtu", "latency_s", "probe_bps",
+        dict | None: on rank 0 ``{"world", "backend", "hosts", "mtu", "latency_s" (P×P, least one-way
+        seconds; row i filled for j > i), "latency_median_s", "probe_bps",
         "shape", "sizes", "tiers", "incast", "copy_bps", "seconds"}``.
 
     Raises:
@@ -297,7 +302,7 @@ def probe_rank(settings: dict | None = None) -> dict | None:
             mine = ", ".join(f"{k}={settings[k]}" for k in diff)
             raise ValueError(f"mismatched settings: rank {r} was started with {theirs} but rank {pr.rank} with {mine}; "
                              "start every rank with the same options")
-    lat_rows, bw_rows = pr.gather_rows(*pr.pairs_phase())
+    lat_rows, lat_median_rows, bw_rows = pr.gather_rows(*pr.pairs_phase())
     # Rank 0 decides the shape and everyone uses its answer (or raises its error).
     decided = [None]
     if pr.rank == 0:
@@ -318,6 +323,7 @@ def probe_rank(settings: dict | None = None) -> dict | None:
     if pr.rank != 0:
         return None
     return {"world": world, "backend": pr.backend, "hosts": [e["host"] for e in everyone],
-            "mtu": everyone[0]["mtu"], "latency_s": lat_rows, "probe_bps": bw_rows, "shape": shape.to_dict(),
+            "mtu": everyone[0]["mtu"], "latency_s": lat_rows, "latency_median_s": lat_median_rows,
+            "probe_bps": bw_rows, "shape": shape.to_dict(),
             "sizes": sizes, "tiers": tiers, "incast": incast, "copy_bps": copy_bps,
             "settings": settings, "seconds": time.perf_counter() - t_start}

@@ -1,0 +1,77 @@
+"""`collsched testbed calibrate`: the network calibration on a real 2×2 fabric recovers its shape and
+NIC rate (root only; skipped with the reason elsewhere), and its errors are one line."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+pytest.importorskip("torch")
+
+from collsched.testbed import fabric as fab  # noqa: E402
+from collsched.testbed.fabric import FabricSpec, TestbedError, list_namespaces  # noqa: E402
+
+
+def _why_not() -> str | None:
+    try:
+        fab.check_available()
+    except TestbedError as e:
+        return str(e)
+    return None
+
+
+_REASON = _why_not()
+needs_netns = pytest.mark.skipif(_REASON is not None, reason=f"testbed unavailable: {_REASON}")
+
+
+@needs_netns
+def test_2x2_shape_and_nic_rate_are_recovered_and_nothing_is_left(tmp_path):
+    from typer.testing import CliRunner
+
+    from collsched import network
+    from collsched.cli import _register_all, app
+
+    _register_all()
+    before = set(list_namespaces())
+    out = tmp_path / "net.json"
+    r = CliRunner().invoke(app, ["testbed", "calibrate", "--servers", "2", "--gpus", "2", "--nic", "200Mbps", "--json",
+                                 "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    res = json.loads(r.stdout[r.stdout.index("{"):])
+    truth, got = res["truth"], res["measured"]
+    assert {"nic_bps", "scaleup_bps", "latency_s", "servers", "gpus_per_server"} <= set(got)
+    assert (got["servers"], got["gpus_per_server"]) == (truth["servers"], truth["gpus_per_server"]) == (2, 2)
+    assert got["separated_by"] == "bandwidth"  # every rank has one hostname here: the measurement decided
+    assert abs(got["nic_bps"] / truth["nic_bps"] - 1) < 0.05, got
+    assert got["nic_goodput_bps"] < got["nic_bps"]  # TCP's headers: the payload rate is below the line rate
+    assert got["scaleup_bps"] > 2 * got["nic_bps"]  # the unshaped veth
+    assert got["latency_s"]["scaleout"] > 0 and got["incast"]["senders"] == 2
+    assert set(list_namespaces()) == before
+    c = network.load(out)
+    assert c["spec"] == res["spec"] and c["measured"]["servers"] == 2
+
+
+def test_errors_are_one_line(monkeypatch):
+    from typer.testing import CliRunner
+
+    from collsched.cli import _register_all, app
+
+    _register_all()
+    runner = CliRunner()
+    r = runner.invoke(app, ["testbed", "calibrate", "--servers", "40", "--gpus", "8"])
+    assert r.exit_code == 2 and "too many for this host" in r.output and "Traceback" not in r.output
+    if _REASON is None:
+        r = runner.invoke(app, ["testbed", "calibrate", "--servers", "1", "--gpus", "1"])
+        assert r.exit_code == 2 and "at least 2 ranks" in r.output
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    r = runner.invoke(app, ["testbed", "calibrate", "--servers", "2", "--gpus", "2"])
+    assert r.exit_code == 2 and "needs root" in r.output and len(r.output.strip().splitlines()) == 1
+
+
+def test_truth_is_the_knobs():
+    from collsched.testbed.netcal import truth_of
+
+    t = truth_of(FabricSpec.from_knobs(3, 2, "100Mbps", scaleup="400Mbps"))
+    assert t == {"servers": 3, "gpus_per_server": 2, "nics_per_server": 2, "nic_bps": 12_500_000,
+                 "scaleup_bps": 50_000_000, "latency_s": None}
