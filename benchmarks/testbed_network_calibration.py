@@ -90,7 +90,8 @@ def compare_picks(calibrated: str, paths: list[str]) -> dict:
         def executed(alg):
             return statistics.median(run[(i, "torch" if alg == "native" else alg)] for run in runs)
 
-        rows.append({"workload": c["workload"], "bytes_per_rank": c["bytes_per_rank"], **{f"pick_{k}": v for k, v in picks.items()},
+        rows.append({"workload": c["workload"], "bytes_per_rank": c["bytes_per_rank"],
+                     **{f"pick_{k}": v for k, v in picks.items()},
                      "hand_s": executed(picks["hand"]), "calibrated_s": executed(picks["calibrated"]),
                      "best_s": min(executed(a) for a in PICK_CANDIDATES),
                      "per_run": {k: [run[(i, "torch" if v == "native" else v)] for run in runs] for k, v in picks.items()}})

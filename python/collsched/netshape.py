@@ -274,9 +274,10 @@ def fit(raw: dict, peaks: dict | None = None) -> dict:
     """Platform constants from one probe run (``collsched.comm.netprobe.probe_rank``'s rank 0 result).
 
     Args:
-        raw: ``{"world", "hosts", "backend", "latency_s" (P×P least one-way seconds), "latency_median_s", "probe_bps" (P×P), "shape" (the
-            Shape dict the ranks used), "tiers": {tier: [{"pair", "rate_bps"}]}, "incast": {...} or
-            None, "mtu" (the interface's, or None), "copy_bps", "seconds"}``.
+        raw: ``{"world", "hosts", "backend", "latency_s" (P×P least one-way seconds),
+            "latency_median_s" (P×P), "probe_bps" (P×P), "shape" (the Shape dict the ranks used),
+            "tiers": {tier: [{"pair", "rate_bps"}]}, "incast": {...} or None, "mtu" (the
+            interface's, or None), "copy_bps", "seconds"}``.
         peaks: ``{"nic": bytes/s, "scaleup": bytes/s}`` the user states as line rates (optional):
             ``fraction_of_peak`` is the measured payload rate over each.
 
@@ -285,8 +286,9 @@ def fit(raw: dict, peaks: dict | None = None) -> dict:
         (payload rate of one scale-out flow; what the spec's ``nic`` gets), "nic_bps" (the line rate:
         goodput / wire efficiency), "wire_efficiency", "scaleup_goodput_bps", "scaleup_bps",
         "latency_s": {"scaleup", "scaleout"} (median over the tier's pairs of each pair's least
-        one-way time: the spec's alphas), "latency_median_s" (the same of each pair's median), "fraction_of_peak": {"nic", "scaleup"}, "incast":
-        {"senders", "ratio"} or None, "copy_bps", "spec"}``. A tier that does not exist (one
+        one-way time: the spec's alphas), "latency_median_s" (the same of each pair's median),
+        "fraction_of_peak": {"nic", "scaleup"}, "incast": {"senders", "ratio"} or None, "copy_bps",
+        "spec"}``. A tier that does not exist (one
         server, one GPU per server) gets None and the other tier's value in the spec.
     """
     shape = Shape(**raw["shape"])
