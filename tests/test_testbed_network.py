@@ -9,20 +9,8 @@ import pytest
 
 pytest.importorskip("torch")
 
-from collsched.testbed import fabric as fab  # noqa: E402
-from collsched.testbed.fabric import FabricSpec, TestbedError, list_namespaces  # noqa: E402
-
-
-def _why_not() -> str | None:
-    try:
-        fab.check_available()
-    except TestbedError as e:
-        return str(e)
-    return None
-
-
-_REASON = _why_not()
-needs_netns = pytest.mark.skipif(_REASON is not None, reason=f"testbed unavailable: {_REASON}")
+from _netns import REASON, needs_netns  # noqa: E402
+from collsched.testbed.fabric import FabricSpec, list_namespaces  # noqa: E402
 
 
 @needs_netns
@@ -61,7 +49,7 @@ def test_errors_are_one_line(monkeypatch):
     runner = CliRunner()
     r = runner.invoke(app, ["testbed", "calibrate", "--servers", "40", "--gpus", "8"])
     assert r.exit_code == 2 and "too many for this host" in r.output and "Traceback" not in r.output
-    if _REASON is None:
+    if REASON is None:
         r = runner.invoke(app, ["testbed", "calibrate", "--servers", "1", "--gpus", "1"])
         assert r.exit_code == 2 and "at least 2 ranks" in r.output
     monkeypatch.setattr(os, "geteuid", lambda: 1000)

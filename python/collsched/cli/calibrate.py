@@ -13,6 +13,32 @@ from collsched.cli.core import reporting_errors
 _NAMES = {"gloo": "Gloo", "nccl": "NCCL"}
 
 
+def under_torchrun() -> bool:
+    """Whether torchrun (or another launcher setting its variables) started this process as a rank."""
+    return "RANK" in os.environ and "WORLD_SIZE" in os.environ and "MASTER_ADDR" in os.environ
+
+
+def init_torchrun_group(backend: str) -> str:
+    """Join the launcher's process group: `backend` gloo, nccl, or auto (NCCL when CUDA is there);
+    NCCL ranks take GPU LOCAL_RANK. Returns the backend used.
+
+    Raises:
+        ValueError: NCCL asked for on a machine without a CUDA GPU.
+    """
+    import torch
+    import torch.distributed as dist
+
+    gpus = torch.cuda.device_count()
+    if backend == "auto":
+        backend = "nccl" if gpus else "gloo"
+    if backend == "nccl":
+        if not gpus:
+            raise ValueError("--backend nccl needs a CUDA GPU, and this machine has none")
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")) % gpus)
+    dist.init_process_group(backend)
+    return backend
+
+
 def _measure(nprocs: int, iters: int, mib: int, timeout_s: float, backend: str,
              shared_gpus: bool) -> tuple[dict, str]:
     """Rank 0's measurements and where they were taken: under torchrun in this process group
@@ -23,14 +49,8 @@ def _measure(nprocs: int, iters: int, mib: int, timeout_s: float, backend: str,
     from collsched.comm.calibrate import measure_rank
 
     gpus = torch.cuda.device_count()
-    if "RANK" in os.environ and "WORLD_SIZE" in os.environ and "MASTER_ADDR" in os.environ:
-        if backend == "auto":
-            backend = "nccl" if gpus else "gloo"
-        if backend == "nccl":
-            if not gpus:
-                raise ValueError("--backend nccl needs a CUDA GPU, and this machine has none")
-            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")) % gpus)
-        dist.init_process_group(backend)
+    if under_torchrun():
+        backend = init_torchrun_group(backend)
         try:
             return measure_rank(iters, mib), f"torchrun, {dist.get_world_size()} {_NAMES[backend]} ranks"
         finally:
@@ -60,20 +80,12 @@ def measure_network(nprocs: int, settings: dict, timeout_s: float, backend: str,
         ValueError: a rank reported bad input, a shape the measurements cannot give, or the
             run passed ``max_time_s`` (every rank's error is the same; the message is rank 0's).
     """
-    import torch
     import torch.distributed as dist
 
     from collsched.comm.netprobe import probe_rank
 
-    if "RANK" in os.environ and "WORLD_SIZE" in os.environ and "MASTER_ADDR" in os.environ:
-        gpus = torch.cuda.device_count()
-        if backend == "auto":
-            backend = "nccl" if gpus else "gloo"
-        if backend == "nccl":
-            if not gpus:
-                raise ValueError("--backend nccl needs a CUDA GPU, and this machine has none")
-            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")) % gpus)
-        dist.init_process_group(backend)
+    if under_torchrun():
+        init_torchrun_group(backend)
         try:
             return probe_rank(settings)
         finally:
@@ -239,7 +251,7 @@ def _network_cmd(show: bool, nprocs: int, timeout_s: float, backend: str, output
         raw = measure_network(nprocs, settings, timeout_s, backend, on_progress=lambda line: status.update(line))
     if raw is None:  # a rank other than 0 under torchrun: rank 0 writes and prints
         return
-    under = "torchrun" if "RANK" in os.environ else "local ranks"
+    under = "torchrun" if under_torchrun() else "local ranks"
     doc = document(raw, peaks, f"{raw['world']} {_NAMES[raw['backend']]} ranks ({under})")
     path = save(doc, output)
     for line in format_network(doc, path):

@@ -33,8 +33,9 @@ MIN_LARGE_BYTES = 2**20
 _SIOCGIFMTU = 0x8921
 
 
-class MeasurementTimeout(RuntimeError):
-    """The measurement passed ``max_time_s`` (raised on every rank at the same point)."""
+class MeasurementTimeout(TimeoutError):
+    """The measurement passed ``max_time_s`` (raised on every rank at the same point; an OSError,
+    so the CLI reports it as a one-line error, exit 2)."""
 
 
 def interface_mtu(name: str | None) -> int | None:
