@@ -292,3 +292,24 @@ def test_past_max_time_every_rank_stops_with_the_same_error(tmp_path, monkeypatc
     assert r.exit_code == 2, r.output
     assert "exceeded --max-time 0.01 s" in r.output and "nothing was written" in r.output
     assert not (tmp_path / "cache" / "collsched" / "network.json").exists()
+
+
+def mismatched_worker():
+    """Rank worker: every rank asks for a different number of repetitions."""
+    import torch.distributed as dist
+
+    from collsched.comm.netprobe import probe_rank
+
+    return probe_rank({"reps": 1 + dist.get_rank(), "max_bytes": 2**20})
+
+
+def test_ranks_started_with_different_settings_all_stop_naming_them():
+    pytest.importorskip("torch")
+    import os
+
+    from collsched.comm.launch import RankFailure, run_local
+
+    res = run_local("test_network_calibration:mismatched_worker", 2, timeout_s=120,
+                    extra_pythonpath=[os.path.dirname(os.path.abspath(__file__))], raise_on_failure=False)
+    assert all(isinstance(r, RankFailure) and r.exc_type == "ValueError" for r in res), res
+    assert "mismatched settings: rank 1 was started with reps=2 but rank 0 with reps=1" in res[0].message

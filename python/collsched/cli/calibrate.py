@@ -118,7 +118,8 @@ def format_network(doc: dict, where) -> list[str]:
     lines = [f"# {where}", f"source: {doc.get('source', '?')}", f"spec:   {doc['spec']}",
              f"use it: -c calibrated (or calibrated:SERVERS, calibrated,key=value), cluster=\"calibrated\", "
              f"COLLSCHED_CLUSTER=calibrated",
-             f"shape: {m['servers']} servers × {m['gpus_per_server']} GPUs (told apart by {m['separated_by']}"
+             f"shape: {m['servers']} server{'s' if m['servers'] != 1 else ''} × {m['gpus_per_server']} GPUs "
+             f"(told apart by {m['separated_by']}"
              + ("" if m.get("hosts_agree") in (None, True) else "; hostnames group the ranks differently") + ")",
              f"scale-out: payload {rate(m['nic_goodput_bps'])}, line rate {rate(m['nic_bps'])}, "
              f"latency {secs(m['latency_s']['scaleout'])}",
