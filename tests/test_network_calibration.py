@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from collsched import _core
 from collsched import network
-from collsched.netshape import (MIN_TIER_RATIO, Shape, ShapeError, best_split, fit, infer_shape, slope_rate,
-                                tcp_wire_efficiency, tier_pairs)
+from collsched.netshape import (MIN_TIER_RATIO, Shape, ShapeError, best_split, fit, infer_nics, infer_shape,
+                                slope_rate, tcp_wire_efficiency, tier_pairs)
 
 
 def synthetic(servers: int, gpus: int, nic: float, up: float, lat_out: float, lat_up: float, noise: float,
@@ -126,6 +126,22 @@ def test_mismatched_groups_are_named():
         infer_shape([[None]], [[None]])
     with pytest.raises(ShapeError, match="no measurement for ranks 0 and 1"):
         infer_shape([[None, None], [None, None]], [[None, 1e-5], [None, None]])
+
+
+@given(gpus=st.sampled_from([2, 4, 6, 8]), data=st.data(), noise=st.floats(-0.15, 0.15))
+def test_nics_per_server_from_the_egress_ratio(gpus, data, noise):
+    nics = data.draw(st.sampled_from([d for d in range(1, gpus + 1) if gpus % d == 0]))
+    assert infer_nics(gpus, nics * (1 + noise)) == nics
+    assert infer_nics(gpus, None) == gpus and infer_nics(gpus, 10 * gpus) == gpus
+
+
+def test_shared_nics_reach_the_spec():
+    raw = synthetic(2, 4, 2.5e7, 5e8, 2e-4, 1e-4, 0.0, 0)
+    raw = with_tiers(raw, infer_shape(raw["probe_bps"], raw["latency_s"]), 2.5e7, 5e8, 0.0, 0)
+    raw["egress"] = {"flows": 4, "bytes_per_flow": 2.5e7, "seconds": 2.0 * 0.98}  # 4 flows at 2 NICs' rate
+    f = fit(raw)
+    assert f["nics_per_server"] == 2 and abs(f["egress_ratio"] - 2.04) < 0.01
+    assert _core.Cluster.parse(f["spec"]).nics_per_server == 2
 
 
 @given(st.lists(st.floats(-1, 1), min_size=2, max_size=40), st.floats(1.0, 5.0))

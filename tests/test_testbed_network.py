@@ -30,6 +30,7 @@ def test_2x2_shape_and_nic_rate_are_recovered_and_nothing_is_left(tmp_path):
     truth, got = res["truth"], res["measured"]
     assert {"nic_bps", "scaleup_bps", "latency_s", "servers", "gpus_per_server"} <= set(got)
     assert (got["servers"], got["gpus_per_server"]) == (truth["servers"], truth["gpus_per_server"]) == (2, 2)
+    assert got["nics_per_server"] == truth["nics_per_server"] == 2  # both ranks of a server send out at once
     assert got["separated_by"] == "bandwidth"  # every rank has one hostname here: the measurement decided
     assert abs(got["nic_bps"] / truth["nic_bps"] - 1) < 0.05, got
     assert got["nic_goodput_bps"] < got["nic_bps"]  # TCP's headers: the payload rate is below the line rate

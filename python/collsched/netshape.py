@@ -257,6 +257,17 @@ def tcp_wire_efficiency(mtu: int | None) -> float | None:
     return (mtu - 52) / (mtu + 14)
 
 
+def infer_nics(gpus: int, egress_ratio: float | None) -> int:
+    """NICs per server from the server's egress: the rate of one flow per rank out of the server,
+    all at once, over one flow's rate. With a NIC per rank that is G; ranks sharing K NICs get K.
+    The divisor of G nearest in log scale (the Cluster model shares NICs g mod K); G when not
+    measured (one server, one rank per server)."""
+    if egress_ratio is None or egress_ratio <= 0:
+        return gpus
+    divisors = [d for d in range(1, gpus + 1) if gpus % d == 0]
+    return min(divisors, key=lambda d: (abs(math.log(egress_ratio / d)), -d))
+
+
 def _median(xs):
     xs = [x for x in xs if x is not None and math.isfinite(x)]
     return statistics.median(xs) if xs else None
@@ -276,14 +287,15 @@ def fit(raw: dict, peaks: dict | None = None) -> dict:
     Args:
         raw: ``{"world", "hosts", "backend", "latency_s" (P×P least one-way seconds),
             "latency_median_s" (P×P), "probe_bps" (P×P), "shape" (the Shape dict the ranks used),
-            "tiers": {tier: [{"pair", "rate_bps"}]}, "incast": {...} or None, "mtu" (the
-            interface's, or None), "copy_bps", "seconds"}``.
+            "tiers": {tier: [{"pair", "rate_bps"}]}, "egress": {"flows", "bytes_per_flow", "seconds"}
+            or None, "incast": {...} or None, "mtu" (the interface's, or None), "copy_bps", "seconds"}``.
         peaks: ``{"nic": bytes/s, "scaleup": bytes/s}`` the user states as line rates (optional):
             ``fraction_of_peak`` is the measured payload rate over each.
 
     Returns:
-        ``{"servers", "gpus_per_server", "groups", "separated_by", "hosts_agree", "nic_goodput_bps"
-        (payload rate of one scale-out flow; what the spec's ``nic`` gets), "nic_bps" (the line rate:
+        ``{"servers", "gpus_per_server", "nics_per_server" (`infer_nics`), "egress_ratio", "groups",
+        "separated_by", "hosts_agree", "nic_goodput_bps" (payload rate of one scale-out flow; what the
+        spec's ``nic`` gets), "nic_bps" (the line rate:
         goodput / wire efficiency), "wire_efficiency", "scaleup_goodput_bps", "scaleup_bps",
         "latency_s": {"scaleup", "scaleout"} (median over the tier's pairs of each pair's least
         one-way time: the spec's alphas), "latency_median_s" (the same of each pair's median),
@@ -308,6 +320,11 @@ def fit(raw: dict, peaks: dict | None = None) -> dict:
     typical = {"scaleup": per_tier(raw.get("latency_median_s"), True),
                "scaleout": per_tier(raw.get("latency_median_s"), False)}
     line = (lambda v: None if v is None else (v / eff if eff else v))
+    egress = raw.get("egress")
+    egress_ratio = None
+    if egress and nic:
+        egress_ratio = egress["flows"] * egress["bytes_per_flow"] / egress["seconds"] / nic
+    nics = infer_nics(shape.gpus_per_server, egress_ratio)
     incast = raw.get("incast")
     inc = None
     if incast:
@@ -316,12 +333,13 @@ def fit(raw: dict, peaks: dict | None = None) -> dict:
     spec_up = up if up is not None else nic
     alpha_out = lat_out if lat_out is not None else lat_up
     alpha_up = lat_up if lat_up is not None else lat_out
-    spec = (f"custom:{shape.servers},gpus={shape.gpus_per_server},nics={shape.gpus_per_server},fabric=switch,"
+    spec = (f"custom:{shape.servers},gpus={shape.gpus_per_server},nics={nics},fabric=switch,"
             f"nic={int(spec_nic)}B/s,scaleup={int(spec_up)}B/s,alpha_scaleout={_format_ns(alpha_out)},"
             f"alpha_scaleup={_format_ns(alpha_up)}")
     if raw.get("copy_bps"):
         spec += f",copy={int(raw['copy_bps'])}B/s"
-    return {"servers": shape.servers, "gpus_per_server": shape.gpus_per_server, "groups": shape.groups,
+    return {"servers": shape.servers, "gpus_per_server": shape.gpus_per_server, "nics_per_server": nics,
+            "egress_ratio": egress_ratio, "groups": shape.groups,
             "separated_by": shape.separated_by, "hosts_agree": shape.hosts_agree, "tier_ratio": shape.tier_ratio,
             "nic_goodput_bps": nic, "nic_bps": line(nic), "wire_efficiency": eff,
             "scaleup_goodput_bps": up, "scaleup_bps": line(up),

@@ -121,6 +121,9 @@ def format_network(doc: dict, where) -> list[str]:
              f"shape: {m['servers']} server{'s' if m['servers'] != 1 else ''} × {m['gpus_per_server']} GPUs "
              f"(told apart by {m['separated_by']}"
              + ("" if m.get("hosts_agree") in (None, True) else "; hostnames group the ranks differently") + ")",
+             f"NICs per server: {m.get('nics_per_server', m['gpus_per_server'])}"
+             + ("" if m.get("egress_ratio") is None else
+                f" (the server's ranks sending out at once reach {m['egress_ratio']:.2f}× one flow's rate)"),
              f"scale-out: payload {rate(m['nic_goodput_bps'])}, line rate {rate(m['nic_bps'])}, "
              f"latency {secs(m['latency_s']['scaleout'])}",
              f"scale-up:  payload {rate(m['scaleup_goodput_bps'])}, line rate {rate(m['scaleup_bps'])}, "

@@ -196,6 +196,29 @@ class _Probe:
             out[tier] = [r for part in gathered for r in part]
         return out
 
+    def egress_phase(self, shape: Shape, nbytes: int) -> dict | None:
+        """Every rank k of server 0 sends ``nbytes`` to rank G + k at once (one flow per rank out of
+        the server): how many NICs' worth of rate the server's ranks get together. Seconds = the
+        slowest sender's (send + ack), median over the rounds."""
+        G = shape.gpus_per_server
+        if shape.servers < 2 or G < 2:
+            return None
+        data = self.buffer(nbytes)
+        rounds = []
+        for rep in range(int(self.s["reps"])):
+            if self.rank == 0:
+                report_progress(f"server egress: {G} flows, round {rep + 1}")
+            self.agree("server egress")
+            mine = None
+            if self.rank < G:
+                mine = self.one_way(self.rank, self.rank + G, data)
+            elif self.rank < 2 * G:
+                self.one_way(self.rank - G, self.rank, data)
+            took = [None] * self.world
+            self.dist.all_gather_object(took, mine)
+            rounds.append(max(t for t in took if t is not None))
+        return {"flows": G, "bytes_per_flow": nbytes, "seconds": statistics.median(rounds)}
+
     def incast_phase(self, shape: Shape, nbytes: int) -> dict | None:
         """``nbytes`` into rank 0 from one remote sender, then split over up to ``incast_senders``
         remote senders at once; seconds measured at rank 0 (medians)."""
@@ -318,6 +341,7 @@ def probe_rank(settings: dict | None = None) -> dict | None:
         raise ShapeError(what)
     shape = Shape(**what)
     tiers = pr.tier_phase(shape, sizes)
+    egress = pr.egress_phase(shape, sizes["scaleout"])
     incast = pr.incast_phase(shape, sizes["scaleout"]) if shape.servers >= 2 else None
     copy_bps = pr.copy_rate()
     pr.agree("the end")
@@ -326,5 +350,5 @@ def probe_rank(settings: dict | None = None) -> dict | None:
     return {"world": world, "backend": pr.backend, "hosts": [e["host"] for e in everyone],
             "mtu": everyone[0]["mtu"], "latency_s": lat_rows, "latency_median_s": lat_median_rows,
             "probe_bps": bw_rows, "shape": shape.to_dict(),
-            "sizes": sizes, "tiers": tiers, "incast": incast, "copy_bps": copy_bps,
+            "sizes": sizes, "tiers": tiers, "egress": egress, "incast": incast, "copy_bps": copy_bps,
             "settings": settings, "seconds": time.perf_counter() - t_start}

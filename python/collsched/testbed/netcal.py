@@ -74,7 +74,7 @@ def calibrate_network(spec: FabricSpec, max_time_s: float = DEFAULT_MAX_TIME_S, 
     doc = document(raw, {"nic": spec.nic_bps, "scaleup": spec.scaleup_bps},
                            f"the testbed ({spec.servers}×{spec.gpus}, NIC {spec.nic_bps * 8 / 1e6:g} Mbit/s)")
     m = doc["measured"]
-    keys = ("servers", "gpus_per_server", "nic_bps", "nic_goodput_bps", "scaleup_bps", "scaleup_goodput_bps",
+    keys = ("servers", "gpus_per_server", "nics_per_server", "egress_ratio", "nic_bps", "nic_goodput_bps", "scaleup_bps", "scaleup_goodput_bps",
             "latency_s", "latency_median_s", "incast", "fraction_of_peak", "separated_by", "wire_efficiency")
     return {"truth": truth_of(spec), "measured": {k: m[k] for k in keys}, "spec": doc["spec"], "document": doc,
             "seconds": seconds, "load": [load_before, os.getloadavg()[0]]}
