@@ -5,9 +5,10 @@ the recovered constants against the hand-set ones.
         [--picks docs/results/testbed_calibration_quiet.csv,...] [--json FILE]
 
 1. Per fabric (``SxG,nic=RATE[,scaleup=RATE][,nics=K]``, as ``bench --testbed``): build it, run the
-   network calibration on its ranks (not told the shape), print truth beside measured: shape, NIC
-   line rate (error vs the shaped rate), payload rate, fraction of peak, scale-up rate, latencies,
-   incast, seconds from fabric build to teardown, and the load average before and after.
+   network calibration on its ranks (not told the shape), print truth beside measured: shape (servers
+   × ranks / NICs per server), NIC line rate (error vs the shaped rate), payload rate, fraction of
+   peak, scale-up rate, latencies, incast, seconds from fabric build to teardown, and the load
+   average before and after.
 2. Picks (no fabric): on the 2×4, 200 Mbit/s fabric's recorded executed runs (``--picks``: the
    rows of ``benchmarks/testbed_calibration.py``, fanout, SpreadOut, FAST and torch on 18
    matrices), which algorithm ``collsched.choose`` (auto's rule, Gloo constants) picks among those
@@ -42,13 +43,14 @@ def calibrate_rows(fabrics: list[str], max_time: float) -> list[dict]:
                      "load": res["load"], "nic_error": m["nic_bps"] / t["nic_bps"] - 1,
                      "scaleup_error": None if t["scaleup_bps"] is None or m["scaleup_bps"] is None
                      else m["scaleup_bps"] / t["scaleup_bps"] - 1,
-                     "shape_exact": (m["servers"], m["gpus_per_server"]) == (t["servers"], t["gpus_per_server"])})
+                     "shape_exact": (m["servers"], m["gpus_per_server"], m["nics_per_server"])
+                     == (t["servers"], t["gpus_per_server"], t["nics_per_server"])})
     return rows
 
 
 def print_calibration(rows: list[dict]) -> None:
     print("\nNetwork calibration on the testbed (truth = the fabric's knobs; NIC = line rate, htb counts frames)")
-    print(f"{'fabric':>30} {'shape':>9} {'NIC Mbit/s':>11} {'error':>7} {'payload':>8} {'of peak':>8} "
+    print(f"{'fabric':>30} {'S×G/NICs':>9} {'NIC Mbit/s':>11} {'error':>7} {'payload':>8} {'of peak':>8} "
           f"{'scale-up Mbit/s':>16} {'lat out/up µs (least)':>22} {'(median)':>12} {'incast':>7} {'s':>6} {'load':>11}")
     for r in rows:
         m, t = r["measured"], r["truth"]
@@ -61,7 +63,7 @@ def print_calibration(rows: list[dict]) -> None:
             return "—" if d.get(k) is None else f"{d[k] * 1e6:.0f}"
 
         inc = "—" if m["incast"] is None else f"{m['incast']['ratio']:.3f}"
-        shape = f"{m['servers']}×{m['gpus_per_server']}" + ("" if r["shape_exact"] else " WRONG")
+        shape = f"{m['servers']}×{m['gpus_per_server']}/{m['nics_per_server']}" + ("" if r["shape_exact"] else " WRONG")
         print(f"{r['fabric']:>30} {shape:>9} {m['nic_bps'] * 8 / 1e6:>11.1f} {r['nic_error']:>+7.1%} "
               f"{m['nic_goodput_bps'] * 8 / 1e6:>8.1f} {m['fraction_of_peak']['nic']:>8.3f} {up:>16} "
               f"{us(lat, 'scaleout') + '/' + us(lat, 'scaleup'):>22} {us(med, 'scaleout') + '/' + us(med, 'scaleup'):>12} "
