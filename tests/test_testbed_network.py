@@ -64,3 +64,14 @@ def test_truth_is_the_knobs():
     t = truth_of(FabricSpec.from_knobs(3, 2, "100Mbps", scaleup="400Mbps"))
     assert t == {"servers": 3, "gpus_per_server": 2, "nics_per_server": 2, "nic_bps": 12_500_000,
                  "scaleup_bps": 50_000_000, "latency_s": None}
+
+
+def test_a_rank_error_reads_as_the_probe_said_it():
+    from collsched.testbed.launch import RankError
+    from collsched.testbed.netcal import _rank_message
+
+    msg = "the network measurement exceeded --max-time 1 s (during pair 3/28); nothing was written"
+    err = RankError("...", [(0, f"rank 0 raised MeasurementTimeout: {msg}"), (1, "rank 1 was stopped (a peer failed)")])
+    assert _rank_message(err) == msg
+    other = RankError("rank 2 died (signal 9)", [(2, "rank 2 died (signal 9)")])
+    assert _rank_message(other) == "rank 2 died (signal 9)"
