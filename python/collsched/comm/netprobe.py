@@ -136,8 +136,9 @@ class _Probe:
     def buffer(self, nbytes: int):
         return self.torch.zeros(nbytes, dtype=self.torch.uint8, device=self.dev)
 
-    def pairs_phase(self) -> tuple[list, list]:
-        """Every pair in turn: latency and a ``probe_bytes`` transfer (for the shape only)."""
+    def pairs_phase(self) -> tuple[list, list, list]:
+        """Every pair in turn: latency (least and median) and a ``probe_bytes`` transfer (for the
+        shape only); P×P matrices, this rank's row filled for higher ranks."""
         P = self.world
         lat = [[None] * P for _ in range(P)]
         lat_median = [[None] * P for _ in range(P)]
