@@ -14,20 +14,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from collsched.testbed.fabric import TestbedError, check_available, list_namespaces  # noqa: E402
+from _netns import needs_netns  # noqa: E402
+from collsched.testbed.fabric import list_namespaces  # noqa: E402
 
 BENCH = Path(__file__).resolve().parent.parent / "benchmarks" / "moe_gloo.py"
-
-
-def _why_not() -> str | None:
-    try:
-        check_available()
-    except TestbedError as e:
-        return str(e)
-    return None
-
-
-_REASON = _why_not()
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +33,7 @@ def moe_gloo():
         sys.modules.pop("moe_gloo", None)
 
 
-@pytest.mark.skipif(_REASON is not None, reason=f"testbed unavailable: {_REASON}")
+@needs_netns
 def test_moe_gloo_runs_on_the_testbed(moe_gloo, capsys):
     moe_gloo.main(["--testbed", "--tokens", "48", "--hidden", "64", "--iters", "1", "--routing", "single-node",
                    "--json"])

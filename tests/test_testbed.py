@@ -20,16 +20,7 @@ from collsched.testbed.fabric import Fabric, FabricSpec, TestbedError, list_name
 from collsched.testbed.runner import RunConfig, check_algorithms, check_size, make_matrix  # noqa: E402
 
 
-def _why_not() -> str | None:
-    try:
-        fab.check_available()
-    except TestbedError as e:
-        return str(e)
-    return None
-
-
-_REASON = _why_not()
-needs_netns = pytest.mark.skipif(_REASON is not None, reason=f"testbed unavailable: {_REASON}")
+from _netns import needs_netns  # noqa: E402
 
 
 def _ours(prefix: str) -> list[str]:

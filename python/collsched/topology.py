@@ -11,6 +11,9 @@ from collsched import _core
 def as_cluster(cluster) -> _core.Cluster:
     """A Cluster from a Cluster or a spec string (``"h200:4,nic=200Gbps"``).
 
+    ``calibrated[:SERVERS][,key=value...]`` is the cluster ``collsched calibrate --network``
+    measured and stored (``collsched.network``).
+
     Args:
         cluster: a :class:`collsched.Cluster` or a spec string such as ``"h200:4"``.
 
@@ -19,10 +22,13 @@ def as_cluster(cluster) -> _core.Cluster:
 
     Raises:
         TypeError: ``cluster`` is neither.
-        ValueError: a bad spec string (the message names the field).
+        ValueError: a bad spec string (the message names the field), or ``calibrated`` with no
+            calibration stored.
     """
     if isinstance(cluster, _core.Cluster):
         return cluster
     if isinstance(cluster, str):
-        return _core.Cluster.parse(cluster)
+        from collsched.network import resolve
+
+        return _core.Cluster.parse(resolve(cluster))
     raise TypeError(f"cluster must be a collsched.Cluster or a spec string like 'h200:4', got {type(cluster).__name__}")

@@ -224,9 +224,18 @@ def _guard_cluster(c, max_memory: Optional[str], max_time: Optional[float]) -> N
     _guard(estimate_traffic(c.num_gpus), max_memory, max_time)
 
 
-def clusters_cmd(json_out: bool = typer.Option(False, "--json", help="print one JSON object instead of a table")) -> None:
+def clusters_cmd(json_out: bool = typer.Option(False, "--json", help="print one JSON object instead of a table"),
+                 show_calibration: bool = typer.Option(False, "--show-calibration",
+                                                       help="show the cluster `collsched calibrate --network` measured "
+                                                            "(the spec `-c calibrated` names) instead of the presets")) -> None:
     """List the cluster presets with their numbers (spec: NAME:SERVERS[,key=value...])."""
     from collsched import Cluster
+
+    if show_calibration:
+        from collsched.cli.calibrate import show_network
+
+        show_network(json_out)
+        return
 
     rows = []
     for name, description in Cluster.presets():
@@ -249,6 +258,8 @@ def clusters_cmd(json_out: bool = typer.Option(False, "--json", help="print one 
     _stdout().print(t)
     keys = ", ".join(k for k, _ in Cluster.spec_keys())
     _stdout().print(f"overrides: {keys}   e.g. h200:4,nic=200Gbps,nics=4")
+    _stdout().print("calibrated[:SERVERS]: the cluster `collsched calibrate --network` measured "
+                    "(--show-calibration shows it)")
 
 
 def traffic_cmd(

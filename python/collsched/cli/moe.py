@@ -52,10 +52,10 @@ def register(app: typer.Typer) -> None:
         json_out: bool = typer.Option(False, "--json", help="print exactly one JSON object on stdout"),
     ) -> None:
         """Simulated dispatch + combine time and inter-node bytes per variant (aggregated Plans per rank pair)."""
-        import collsched
         from collsched.moe.sim import run
+        from collsched.topology import as_cluster
 
-        c = collsched.Cluster.parse(cluster)
+        c = as_cluster(cluster)  # also `calibrated`
         names = [v.strip() for v in variants.split(",") if v.strip()]
         if not names:
             raise ValueError("--variants is empty")

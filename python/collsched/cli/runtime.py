@@ -95,13 +95,13 @@ def register(app: typer.Typer) -> None:
         import os
 
         import collsched
-        from collsched import Cluster
+        from collsched.topology import as_cluster
         from collsched.workloads import make_workload
 
         world = int(os.environ.get("WORLD_SIZE", nprocs))
         make_workload(workload, world, 1 << 10, 0)
         if cluster:
-            Cluster.parse(cluster)
+            as_cluster(cluster)  # also `calibrated` (collsched.network)
         if backend not in ("auto", "gloo", "nccl"):
             raise typer.BadParameter(f"unknown backend {backend!r} (known: auto, gloo, nccl)")
         known = {"torch"} | {name for name, _ in collsched.all_to_all_algorithms()}

@@ -1,4 +1,4 @@
-"""`collsched testbed run | clean | calibrate`: the two-tier fabric on network namespaces (docs/testbed.md)."""
+"""`collsched testbed run | clean | calibrate | fit`: the two-tier fabric on network namespaces (docs/testbed.md)."""
 from __future__ import annotations
 
 import functools
@@ -121,7 +121,51 @@ def register(app: typer.Typer) -> None:
 
     @tb.command("calibrate")
     @testbed_errors
-    def calibrate_cmd(
+    def calibrate_network_cmd(
+        servers: int = typer.Option(2, "--servers", help="emulated servers (the truth)"),
+        gpus: int = typer.Option(4, "--gpus", help="ranks per server (the truth)"),
+        nic: str = typer.Option("200Mbps", "--nic", help="shaped NIC rate per direction (the truth)"),
+        scaleup: str = typer.Option("unshaped", "--scaleup", help="scale-up rate between ranks of a server, or 'unshaped'"),
+        nics: Optional[int] = typer.Option(None, "--nics", help="NICs per server (default: one per rank)"),
+        max_time: float = typer.Option(110.0, "--max-time", help="seconds the measurement may take (stopped past it)"),
+        json_out: bool = typer.Option(False, "--json", help="print {\"truth\", \"measured\", ...} as JSON"),
+        output: Optional[str] = typer.Option(None, "--out", "-o", help="also store the calibration here (the file "
+                                             "`calibrate --network` writes; COLLSCHED_NETWORK=FILE makes -c calibrated "
+                                             "name it)"),
+    ) -> None:
+        """Run `collsched calibrate --network` on a fabric of known shape and rates and print truth beside
+        measured (the ranks are not told the shape; docs/testbed.md, "Network calibration")."""
+        from collsched.network import save
+        from collsched.testbed.fabric import FabricSpec
+        from collsched.testbed.netcal import calibrate_network
+
+        spec = FabricSpec.from_knobs(servers, gpus, nic, scaleup=scaleup, nics=nics)
+        if spec.ranks < 2:
+            raise ValueError(f"--servers × --gpus must be at least 2 ranks (a network needs two), got {spec.ranks}")
+        err = _stderr()
+        with err.status("building fabric…") as status:
+            res = calibrate_network(spec, max_time, on_progress=lambda line: status.update(line))
+        if output:
+            res["written"] = str(save(res["document"], output))
+        doc = res.pop("document")
+        if json_out:
+            print(json.dumps(res, indent=1))
+            return
+        from collsched.cli.calibrate import format_network
+
+        t, m = res["truth"], res["measured"]
+        out = _stdout()
+        up = "unshaped" if t["scaleup_bps"] is None else f"{t['scaleup_bps'] * 8 / 1e6:g} Mbit/s"
+        out.print(f"truth:    {t['servers']} servers × {t['gpus_per_server']} ranks, NIC {t['nic_bps'] * 8 / 1e6:g} Mbit/s, "
+                  f"scale-up {up}")
+        out.print(f"measured: {m['servers']} servers × {m['gpus_per_server']} ranks, NIC {m['nic_bps'] * 8 / 1e6:.1f} Mbit/s "
+                  f"({m['nic_bps'] / t['nic_bps'] - 1:+.1%}), in {res['seconds']:.1f} s (load {res['load'][0]:.1f})")
+        for line in format_network(doc, res.get("written", "not stored (--out FILE stores it)")):
+            out.print(line, highlight=False)
+
+    @tb.command("fit")
+    @testbed_errors
+    def fit_cmd(
         nic: str = typer.Option("200Mbps", "--nic", help="NIC rate of the 2×4 calibration fabric"),
         iters: int = typer.Option(3, "--iters", help="timed rounds per case (median kept)"),
         transport: str = typer.Option("auto", "--transport", help="collsched's transport (passed through)"),

@@ -51,6 +51,7 @@ from collsched.comm.groups import blocking_waits, require_initialized, wait_all
 from collsched.comm.pool import DEFAULT_POOL
 from collsched.comm.stats import CallStats, last_call_stats, record
 from collsched.planning import check_algorithm
+from collsched.topology import as_cluster
 
 DEFAULT_PRESET = "h200"
 CLUSTER_ENV = "COLLSCHED_CLUSTER"
@@ -79,6 +80,7 @@ def _i64(hex_or_bytes) -> int:
 def resolve_cluster(cluster, world: int):
     """The cluster to plan for: `cluster=` (Cluster or spec), else ``COLLSCHED_CLUSTER``, else
     ``LOCAL_WORLD_SIZE`` GPUs per server (servers = group size / that) on the h200 preset.
+    The spec ``calibrated`` is what ``collsched calibrate --network`` measured (``collsched.network``).
 
     Raises:
         ValueError: the spec is invalid or its GPU count is not the group's size.
@@ -97,7 +99,7 @@ def resolve_cluster(cluster, world: int):
                                  f"GPUs; pass cluster= or set {CLUSTER_ENV}")
             cluster = f"{DEFAULT_PRESET}:{world // local},gpus={local}"
     if isinstance(cluster, str):
-        cluster = collsched.Cluster.parse(cluster)
+        cluster = as_cluster(cluster)  # `calibrated`: the measured cluster (collsched.network)
     if not isinstance(cluster, collsched.Cluster):
         raise TypeError(f"cluster must be a collsched.Cluster or a spec string, got {type(cluster).__name__}")
     if cluster.num_gpus != world:
@@ -149,7 +151,7 @@ def _configure(algorithm: str, options: dict, cluster, transport: str, group, de
             gpus = cluster.num_gpus if isinstance(cluster, collsched.Cluster) else -1
             if isinstance(cluster, str):
                 try:
-                    gpus = collsched.Cluster.parse(cluster).num_gpus
+                    gpus = as_cluster(cluster).num_gpus
                 except ValueError:
                     pass
             raise LocalProblem(17, gpus, world, text=str(e)) from None

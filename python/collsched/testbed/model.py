@@ -2,7 +2,7 @@
 
 The testbed's knobs fix the topology and the NIC rate; what they cannot fix (kernel,
 TCP, Gloo and Python cost per message, the unshaped scale-up path's speed, TCP goodput
-per shaped byte) lives in ``ModelParams``, fitted by ``collsched testbed calibrate``
+per shaped byte) lives in ``ModelParams``, fitted by ``collsched testbed fit``
 (docs/testbed.md summarises the fit and its held-out error; docs/results/2026-11-26-testbed.md has the runs).
 """
 from __future__ import annotations
