@@ -15,6 +15,12 @@ gathered by the last *checked* call (one that exchanged descriptors):
   chooses again.
 - ``PLANNED``: anything else: descriptors (without payload), then the plan, then the data.
 
+Every call a site starts has a sequence number (its count of calls so far on this rank), and
+every checked call carries it: ranks whose counts differ are told at once, on every rank
+(`descriptor.check_gathered`). A NATIVE call between checks adds its split sizes to two
+fingerprints (`split_fingerprint`) that the next checked call carries: a contradiction between
+what ranks sent and what their peers expected, in any of those calls, is caught there.
+
 Tuned constants are data here, not prose elsewhere: see ``benchmarks/host_tax.py``.
 """
 from __future__ import annotations
@@ -22,6 +28,9 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
 
 EAGER, PLANNED, NATIVE = 1, 2, 3
 MODES = {EAGER: "eager", PLANNED: "planned", NATIVE: "native"}
@@ -62,6 +71,43 @@ def next_mode(all_pairs_fit: bool, eager_capable: bool, chose_native: bool) -> i
     return NATIVE if chose_native else PLANNED
 
 
+_MASK = (1 << 64) - 1
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser on uint64 (wrapping arithmetic)."""
+    with np.errstate(over="ignore"):
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return x ^ (x >> np.uint64(31))
+
+
+@lru_cache(maxsize=64)
+def _pair_weights(world: int, rank: int) -> tuple:
+    """Odd 64-bit weights of the pairs (rank → j) and (i → rank), the same on every rank."""
+    j = np.arange(world, dtype=np.uint64)
+    sent = _mix(np.uint64(rank) * np.uint64(world) + j + np.uint64(1)) | np.uint64(1)
+    recv = _mix(j * np.uint64(world) + np.uint64(rank) + np.uint64(1)) | np.uint64(1)
+    return sent, recv
+
+
+def split_fingerprint(seq: int, rank: int, in_splits: list, out_splits: list) -> tuple[int, int]:
+    """This rank's terms of one call's fingerprints: (rows it sent, rows it expected), each a
+    sum over pairs of rows × an odd weight of (call, source, destination), mod 2^64.
+
+    Summed over every rank and call, the two are equal when every receiver expected what its
+    sender sent; one contradicting pair always makes them differ (an odd weight times a
+    non-zero difference below 2^64 is non-zero mod 2^64), several cancel with odds ~2^-64.
+    """
+    world = len(in_splits)
+    w_sent, w_recv = _pair_weights(world, rank)
+    call = int(_mix(np.uint64(seq & _MASK))) | 1
+    with np.errstate(over="ignore"):
+        sent = int(np.dot(w_sent, np.asarray(in_splits, dtype=np.uint64)))
+        recv = int(np.dot(w_recv, np.asarray(out_splits, dtype=np.uint64)))
+    return call * sent & _MASK, call * recv & _MASK
+
+
 @dataclass
 class CallSite:
     """What a call site remembers between calls (identical on every rank)."""
@@ -69,13 +115,35 @@ class CallSite:
     mode: int = EAGER
     unchecked: int = 0  # NATIVE calls since the last checked call
     last_digest: int = 0  # digest of the last plan executed here (checked at the next exchange)
+    calls: int = 0  # calls started here on this rank (the next call's sequence number)
+    last_check: int = -1  # sequence number of the last checked call every rank agreed on
+    sent_fp: int = 0  # fingerprints of the NATIVE calls since then (`split_fingerprint`)
+    recv_fp: int = 0
 
     def skips_exchange(self) -> bool:
         """Whether this call runs torch's call without an exchange (NATIVE between checks)."""
         return self.mode == NATIVE and self.unchecked + 1 < NATIVE_RECHECK_EVERY
 
-    def ran_unchecked(self) -> None:
+    def begin(self) -> int:
+        """Count a call (before anything can fail on this rank alone): its sequence number."""
+        seq = self.calls
+        self.calls += 1
+        return seq
+
+    def ran_unchecked(self, seq: int = -1, rank: int = 0, in_splits=None, out_splits=None) -> None:
+        """A NATIVE call between checks went to torch; its split sizes join the fingerprints."""
         self.unchecked += 1
+        if in_splits is not None:
+            s, r = split_fingerprint(seq, rank, in_splits, out_splits)
+            self.sent_fp = (self.sent_fp + s) & _MASK
+            self.recv_fp = (self.recv_fp + r) & _MASK
+
+    def exchanged(self, seqs) -> None:
+        """After a checked call's exchange (`seqs`: every rank's sequence number), whatever its
+        verdict: every rank continues from the same count, with fresh fingerprints."""
+        last = int(max(seqs))
+        self.calls, self.last_check = last + 1, last
+        self.sent_fp = self.recv_fp = 0
 
     def checked(self, mode: int) -> None:
         self.mode, self.unchecked = mode, 0
