@@ -140,9 +140,11 @@ class CallSite:
 
     def exchanged(self, seqs) -> None:
         """After a checked call's exchange (`seqs`: every rank's sequence number), whatever its
-        verdict: every rank continues from the same count, with fresh fingerprints."""
-        last = int(max(seqs))
-        self.calls, self.last_check = last + 1, last
+        verdict: the fingerprints start again; when every rank was at this call, it is the
+        last check. Ranks at different calls stay so (their later calls still meet other
+        calls on the wire), so every later check raises again."""
+        if (seqs == seqs[0]).all():
+            self.last_check = int(seqs[0])
         self.sent_fp = self.recv_fp = 0
 
     def checked(self, mode: int) -> None:

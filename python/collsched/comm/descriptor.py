@@ -237,14 +237,16 @@ def check_sequence(g: np.ndarray, last_check: int = -1) -> None:
             by_seq.setdefault(s, []).append(r)
         most = max(by_seq, key=lambda s: (len(by_seq[s]), -s))
         parts = ", ".join(f"{rank_ranges(rs)} at call #{s}" for s, rs in sorted(by_seq.items()))
-        odd = "; ".join(f"{rank_ranges(rs)} {abs(s - most)} call{'s' if abs(s - most) > 1 else ''} "
-                        f"{'ahead' if s > most else 'behind'}" for s, rs in sorted(by_seq.items()) if s != most)
+        odd = "; ".join(f"{rank_ranges(rs)} {'is' if len(rs) == 1 else 'are'} {abs(s - most)} "
+                        f"call{'s' if abs(s - most) > 1 else ''} {'ahead' if s > most else 'behind'}"
+                        for s, rs in sorted(by_seq.items()) if s != most)
         lo, hi = last_check + 1, int(seqs.max())
         raise PlanMismatchError(
             f"collsched.all_to_all_single: ranks are at different calls of this call site ({parts}: {odd}). "
-            f"The calls since its last check (#{lo}–#{hi}) may have met other calls of their peers and be wrong. "
-            "Every rank must make the same calls in the same order: a call that raised on some ranks only, or "
-            "torch's own call made in place of collsched's, shifts a rank's count")
+            f"The calls since its last check (#{lo}–#{hi}) may have met other calls of their peers and be wrong, "
+            "and so will later ones: tear the process group down. Every rank must make the same calls in the same "
+            "order; a call that raised on some ranks only, or torch's own call made in place of collsched's on "
+            "some ranks, shifts their count")
     fps = g[:, W_SENT_FP:W_RECV_FP + 1]
     if not fps.any():  # no NATIVE call since the last check
         return
