@@ -50,7 +50,9 @@ def _one_call(group, mode: str, seed: int, timeout_s: float) -> bool:
 def two_threads(layout: str, modes: list, calls: int, timeout_s: float, seed: int) -> dict:
     """Two process groups (`layout`: "same" members or "different" ones), one thread each,
     both calling collsched at once: thread k makes `calls` calls in ``modes[k]`` ("eager",
-    "native", "planned", or "all": the three interleaved in a seeded order).
+    "native", "planned", or "all": the three interleaved in a seeded order). First each thread
+    gets its group's "host-exchange" Gloo group (what NCCL groups exchange headers on) and sums
+    the members' ranks on it: a group wired to other partners gives another sum, or none.
 
     Each thread starts after a seeded random delay of its own on each rank, so the ranks create
     collsched's groups in different orders. Returns per thread: calls whose output was not
@@ -70,6 +72,10 @@ def two_threads(layout: str, modes: list, calls: int, timeout_s: float, seed: in
             random.Random(seed * 7 + k).choices(list(MODES), k=calls)
         wrong, error = 0, None
         try:
+            host = comm.groups.gloo_groups(groups[k], "host-exchange", 1, timeout_s)[0]
+            total = torch.tensor([float(rank)])
+            comm.groups.wait_all([dist.all_reduce(total, group=host, async_op=True)], timeout_s, True, "host sum")
+            wrong += float(total) != float(sum(members[k]))
             for c, mode in enumerate(order):
                 wrong += not _one_call(groups[k], mode, seed * 100 + 10 * k + c, timeout_s)
         except Exception as e:  # recorded; the parent asserts

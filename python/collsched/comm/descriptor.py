@@ -33,8 +33,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from collsched.comm.errors import (CollectiveInputError, PlanMismatchError, TrafficMismatchError, collapse_rank_messages,
-                                   rank_ranges)
+from collsched.comm.errors import (CollectiveInputError, PlanMismatchError, TrafficMismatchError,
+                                   collapse_rank_messages, rank_ranges)
 
 # dtype <-> small integer for the descriptor (order fixed forever; append only).
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.uint8, torch.int8, torch.int16,
