@@ -32,7 +32,7 @@ def _fingerprint_sums(calls: list) -> tuple[int, int]:
     sent = recv = 0
     for seq, ins, outs in calls:
         for r in range(len(ins)):
-            s, e = split_fingerprint(seq, r, list(ins[r]), list(outs[r]))
+            s, e = split_fingerprint(seq, r, [int(v) for v in ins[r]], [int(v) for v in outs[r]])
             sent, recv = (sent + s) % 2**64, (recv + e) % 2**64
     return sent, recv
 
@@ -57,6 +57,24 @@ def test_fingerprints_agree_exactly_when_every_pair_agrees(mats, data):
     calls[k] = (calls[k][0], calls[k][1], outs)
     sent, recv = _fingerprint_sums(calls)
     assert sent != recv
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(1, 80), st.integers(0, 2**40), st.data())
+def test_fingerprint_terms_are_the_same_summed_in_python_or_numpy(world, seq, data):
+    from collsched.comm import callsite
+
+    rank = data.draw(st.integers(0, world - 1))
+    ins = data.draw(st.lists(st.integers(0, 2**31), min_size=world, max_size=world))
+    outs = data.draw(st.lists(st.integers(0, 2**31), min_size=world, max_size=world))
+    got = split_fingerprint(seq, rank, ins, outs)
+    callsite._pair_weights.cache_clear()
+    small, callsite._PY_SUM_RANKS = callsite._PY_SUM_RANKS, (0 if world <= callsite._PY_SUM_RANKS else 10**6)
+    try:
+        assert split_fingerprint(seq, rank, ins, outs) == got
+    finally:
+        callsite._PY_SUM_RANKS = small
+        callsite._pair_weights.cache_clear()
 
 
 def _gathered(seqs: list[int], fps=None) -> np.ndarray:

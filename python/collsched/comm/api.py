@@ -313,18 +313,20 @@ def all_to_all_single(output: torch.Tensor, input: torch.Tensor, output_split_si
                           prefetch_transpose, stats, t_start, rank)
 
     site = callsite.SITES.get((_group_key(group), cfg.cfg_hash))
-    seq = site.begin()
+    calls = callsite.GROUPS.get(dist.GroupMember.WORLD if group is None else group)
+    seq = calls.begin()
     if site.skips_exchange() and cfg.problem is None and not always:
         # A call that raises here (bad arguments on this rank) counts, but not as a call that
         # reached the wire: its peers' next check sees this rank ahead.
         if args.problem is None:
-            site.ran_unchecked(seq, rank, args.in_splits, args.out_splits)
+            site.ran_unchecked()
+            calls.ran_native(seq, rank, args.in_splits, args.out_splits)
         return _native(output, input, args, group, async_op, timeout_s, cfg, stats, t_start, rank, "native")
 
     # 3. exchange (with the small pairs, in EAGER mode), 4. the same verdict on every rank.
     capacity = cfg.capacity
     hdr = header(args, world, cfg.cfg_hash, traffic_hash, site.last_digest, traffic is not None, site.mode, seq,
-                 (site.sent_fp, site.recv_fp))
+                 (calls.sent_fp, calls.recv_fp))
     in_b = byte_view(input, "input") if args.problem is None and capacity else None
     t0 = time.perf_counter()
     what = f"collsched.all_to_all_single descriptor exchange on rank {rank}"
@@ -335,8 +337,8 @@ def all_to_all_single(output: torch.Tensor, input: torch.Tensor, output_split_si
         raise name_missing_ranks(e, group, timeout_s) from None
     stats.exchange_s = time.perf_counter() - t0
     stats.exchanged, stats.ops = True, 1
-    last_check = site.last_check
-    site.exchanged(ex.gathered[:, W_SEQ])
+    last_check = calls.last_check
+    calls.exchanged(ex.gathered[:, W_SEQ])
     check_gathered(ex.gathered, world, rank, args.problem, last_check)
     rows_g = gathered_rows(ex.gathered, world)
     row_bytes = args.row_bytes

@@ -19,9 +19,9 @@ word  meaning
 9     1 when ``traffic=`` was passed
 10    the call site's mode on this rank (``callsite.MODES``): ranks must agree
 11    bytes of eager payload following this header in this message (per destination)
-12    the call's sequence number at its call site on this rank (``CallSite.begin``)
-13-14 fingerprints of the rows sent and expected in the site's NATIVE calls since its
-      last check (``callsite.split_fingerprint``; 0 when there were none)
+12    the call's sequence number on its process group on this rank (``GroupCalls.begin``)
+13-14 fingerprints of the rows sent and expected in the group's NATIVE calls since its
+      last exchange (``callsite.split_fingerprint``; 0 when there were none)
 ====  ===========================================================================
 
 then ``input_split_sizes`` (P words) and ``output_split_sizes`` (P words), in rows.
@@ -218,11 +218,13 @@ def header(args: CallArgs, world: int, cfg_hash: int, traffic_hash: int, prev_di
 
 def check_sequence(g: np.ndarray, last_check: int = -1) -> None:
     """The checks about the calls before this one, from the gathered headers: every rank at
-    the same call of the site, and the NATIVE calls since the last check consistent.
+    the same call of the group, and the NATIVE calls since the last check consistent. Skipped
+    when the ranks' configurations differ (a rank whose configuration is bad or different
+    has no fingerprints of its peers' call site to add).
 
     Args:
         g: the gathered headers ``[P, HEADER_WORDS + 2 P]``.
-        last_check: the sequence number of the site's last checked call (-1: none).
+        last_check: the sequence number of the group's last checked call (-1: none).
 
     Raises:
         PlanMismatchError: the ranks' sequence numbers differ (naming the ranks behind or
@@ -230,6 +232,8 @@ def check_sequence(g: np.ndarray, last_check: int = -1) -> None:
         CollectiveInputError: in a NATIVE call since the last check, some rank sent a
             different number of rows than its peer expected.
     """
+    if (g[:, W_CFG] != g[0, W_CFG]).any():
+        return  # the ranks called with different configurations: `check_gathered` says so
     seqs = g[:, W_SEQ]
     if (seqs != seqs[0]).any():
         by_seq: dict = {}
@@ -242,7 +246,7 @@ def check_sequence(g: np.ndarray, last_check: int = -1) -> None:
                         for s, rs in sorted(by_seq.items()) if s != most)
         lo, hi = last_check + 1, int(seqs.max())
         raise PlanMismatchError(
-            f"collsched.all_to_all_single: ranks are at different calls of this call site ({parts}: {odd}). "
+            f"collsched.all_to_all_single: ranks are at different calls of this process group ({parts}: {odd}). "
             f"The calls since its last check (#{lo}–#{hi}) may have met other calls of their peers and be wrong, "
             "and so will later ones: tear the process group down. Every rank must make the same calls in the same "
             "order; a call that raised on some ranks only, or torch's own call made in place of collsched's on "
@@ -253,8 +257,8 @@ def check_sequence(g: np.ndarray, last_check: int = -1) -> None:
     sent, recv = fps.view(np.uint64).sum(axis=0, dtype=np.uint64)
     if sent != recv:
         raise CollectiveInputError(
-            f"collsched.all_to_all_single: in at least one of calls #{last_check + 1}–#{int(seqs[0]) - 1} of this "
-            "call site, which ran torch's own all-to-all without an exchange, a rank sent a different number of rows "
+            f"collsched.all_to_all_single: in at least one of calls #{last_check + 1}–#{int(seqs[0]) - 1} on this "
+            "process group that ran torch's own all-to-all without an exchange, a rank sent a different number of rows "
             "than its peer expected (output_split_sizes contradicting input_split_sizes): their outputs may be "
             "wrong. checks='always' checks every call")
 

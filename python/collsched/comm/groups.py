@@ -72,7 +72,7 @@ _GLOO = "gloo"
 # group -> {purpose: (gloo groups...)}, the group held weakly (see `_GLOBAL_RANKS`): when the
 # caller's group is freed (``destroy_process_group``), collsched's groups over it are dropped
 # with it, so none of them outlives the user's groups either. A failed creation is kept too
-# (as its error): the rendezvous keys it left in the store could not be reused safely.
+# (its error's type and text): the rendezvous keys it left in the store cannot be reused safely.
 _GLOO_GROUPS: "weakref.WeakKeyDictionary[object, dict]" = weakref.WeakKeyDictionary()
 # One lock per (group name, purpose), never one for all: a creation blocks until every member
 # joins, so a single lock would make a thread creating group A's groups wait for another
@@ -180,12 +180,12 @@ def gloo_groups(group, purpose: str, count: int, timeout_s: float) -> tuple:
             return hit
         ranks = global_ranks(group)
         what = f"collsched: creating the {purpose} Gloo group{'s' if count > 1 else ''} over ranks {ranks}"
-        if hit is not None:
-            raise type(hit)(f"{hit} (earlier; the group cannot be used: tear it down)")
+        if hit is not None:  # (type, message) of the failed creation
+            raise hit[0](f"{hit[1]} (earlier; the group cannot be used: tear it down)")
         try:
             made = _create_all(names, ranks, timeout_s, what)
         except RuntimeError as e:
-            _GLOO_GROUPS.setdefault(g, {})[purpose] = e
+            _GLOO_GROUPS.setdefault(g, {})[purpose] = (type(e), str(e))  # not `e`: its frames hold tensors
             raise
         _GLOO_GROUPS.setdefault(g, {})[purpose] = made
         return made
