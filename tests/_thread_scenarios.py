@@ -90,9 +90,11 @@ def two_threads(layout: str, modes: list, calls: int, timeout_s: float, seed: in
     return res
 
 
-def user_group_after_subgroup_call(timeout_s: float) -> dict:
+def user_group_after_subgroup_call(timeout_s: float, serial: bool = False) -> dict:
     """collsched on a subgroup (ranks 0, 1 create its per-direction groups, 2 and 3 do not), then
-    a group every rank creates with ``new_group``: it must get the same name everywhere and work."""
+    a group every rank creates with ``new_group``: it must get the same name everywhere and work.
+    `serial`: create as on a torch without ``Store.clone`` (one creation at a time)."""
+    comm.groups._STORE_CLONES = not serial
     rank = dist.get_rank()
     sub = dist.new_group([0, 1], backend="gloo")
     if rank in (0, 1):
@@ -246,4 +248,22 @@ def seq_tampered(timeout_s: float) -> dict:
         res["again"] = None
     except comm.PlanMismatchError as e:
         res["again"] = str(e)
+    return res
+
+
+def failed_creation_is_kept(timeout_s: float) -> dict:
+    """Rank 1 never joins the creation of rank 0's per-direction groups: rank 0 times out, and
+    its next attempt raises the same error at once (the store keys cannot be reused)."""
+    res: dict = {}
+    if dist.get_rank() == 0:
+        for attempt in ("first", "again"):
+            t0 = time.monotonic()
+            try:
+                comm.groups.gloo_groups(None, "per-direction", 2, timeout_s)
+                res[attempt] = None
+            except comm.CommTimeoutError as e:
+                res[attempt] = str(e)
+            res[attempt + "_s"] = time.monotonic() - t0
+    else:
+        time.sleep(timeout_s + 1.0)
     return res

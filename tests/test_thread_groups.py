@@ -33,11 +33,12 @@ def test_two_threads_on_two_groups_match_torch(layout):
         assert t["elapsed"] < TIMEOUT_S, f"rank {r} {name} took {t['elapsed']:.1f} s"
 
 
-def test_user_groups_keep_their_names_after_a_subgroup_call():
+@pytest.mark.parametrize("serial", [False, True], ids=["store_clones", "one_creation_at_a_time"])
+def test_user_groups_keep_their_names_after_a_subgroup_call(serial):
     # Ranks 0 and 1 make collsched's groups over a subgroup, 2 and 3 do not; torch's next
     # new_group (every rank) must still get one name everywhere (collsched leaves torch's
-    # group counter alone) and work, not wait for its timeout.
-    results = _run("user_group_after_subgroup_call", 6.0)
+    # group counter alone) and work, not wait for its timeout. `serial`: as on torch < 2.8.
+    results = _run("user_group_after_subgroup_call", 6.0, serial)
     assert all(isinstance(r, dict) for r in results), [str(r)[:500] for r in results]
     for r, res in enumerate(results):
         assert res.get("sum") == 10.0, f"rank {r}: {res}"
@@ -51,3 +52,10 @@ def test_two_threads_on_one_group_are_refused():
         assert "another thread of this process" in res["second"] and "one thread at a time" in res["second"]
         assert res["second_s"] < 1.0  # refused at once, not after a wait
         assert res["first_ok"]  # the call already inside is unaffected
+
+
+def test_a_failed_creation_raises_again_at_once():
+    results = _run("failed_creation_is_kept", 2.0, world=2)
+    first, again = results[0]["first"], results[0]["again"]
+    assert first and "creating the per-direction Gloo groups" in first and results[0]["first_s"] < 2.0 + 2.0
+    assert again and "earlier; the group cannot be used" in again and results[0]["again_s"] < 0.5

@@ -82,6 +82,14 @@ _LOCKS_GUARD = threading.Lock()  # held only to look a lock up, never during a c
 # Without ``Store.clone`` (torch < 2.8) every store wait of this process shares one connection,
 # whose waits run one at a time: two creations at once would wait for each other.
 _ONE_AT_A_TIME = threading.Lock()
+_STORE_CLONES = hasattr(getattr(dist, "Store", None), "clone")
+
+
+class _Failed:
+    """A creation that failed: its error's type and text (not the error: its frames hold tensors)."""
+
+    def __init__(self, error: BaseException):
+        self.kind, self.text = type(error), str(error)
 
 
 def aux_group_name(group, purpose: str, index: int) -> str:
@@ -121,7 +129,7 @@ def _new_gloo_group(name: str, ranks: list[int], timeout_s: float):
     if helper is None or world is None:
         raise RuntimeError(f"collsched: torch {torch.__version__} has no "
                            "torch.distributed.distributed_c10d._new_process_group_helper, which collsched creates its "
-                           "Gloo groups with (tested on torch 2.2 to 2.15); please report this torch version")
+                           "Gloo groups with (checked on torch 2.15); please report this torch version")
     if name in world.pg_names.values():
         raise RuntimeError(f"collsched: a process group named {name!r} exists already: collsched's groups over an "
                            "earlier group of the same name were not destroyed")
@@ -167,7 +175,7 @@ def gloo_groups(group, purpose: str, count: int, timeout_s: float) -> tuple:
     """
     g = dist.GroupMember.WORLD if group is None else group
     hit = _GLOO_GROUPS.get(g, {}).get(purpose)
-    if isinstance(hit, tuple):
+    if hit is not None and not isinstance(hit, _Failed):
         return hit
     names = [aux_group_name(group, purpose, i) for i in range(count)]
     with _LOCKS_GUARD:
@@ -176,16 +184,16 @@ def gloo_groups(group, purpose: str, count: int, timeout_s: float) -> tuple:
     # must not both create them, or this rank would join one creation more than its peers.
     with lock:
         hit = _GLOO_GROUPS.get(g, {}).get(purpose)
-        if isinstance(hit, tuple):
+        if isinstance(hit, _Failed):
+            raise hit.kind(f"{hit.text} (earlier; the group cannot be used: tear it down)")
+        if hit is not None:
             return hit
         ranks = global_ranks(group)
         what = f"collsched: creating the {purpose} Gloo group{'s' if count > 1 else ''} over ranks {ranks}"
-        if hit is not None:  # (type, message) of the failed creation
-            raise hit[0](f"{hit[1]} (earlier; the group cannot be used: tear it down)")
         try:
             made = _create_all(names, ranks, timeout_s, what)
         except RuntimeError as e:
-            _GLOO_GROUPS.setdefault(g, {})[purpose] = (type(e), str(e))  # not `e`: its frames hold tensors
+            _GLOO_GROUPS.setdefault(g, {})[purpose] = _Failed(e)
             raise
         _GLOO_GROUPS.setdefault(g, {})[purpose] = made
         return made
@@ -214,12 +222,10 @@ def _create_all(names: list[str], ranks: list[int], timeout_s: float, what: str)
             serial.release()
 
 
-_STORE_CLONES = hasattr(dist.Store, "clone")
-
-
 def cached_gloo_groups(purpose: str) -> int:
     """How many process groups have their `purpose` Gloo groups cached (tests check reuse)."""
-    return sum(1 for by_purpose in list(_GLOO_GROUPS.values()) if isinstance(by_purpose.get(purpose), tuple))
+    return sum(1 for by_purpose in list(_GLOO_GROUPS.values())
+               if by_purpose.get(purpose) is not None and not isinstance(by_purpose[purpose], _Failed))
 
 
 def host_group(group, timeout_s: float):
