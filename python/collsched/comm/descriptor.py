@@ -18,10 +18,10 @@ word  meaning
 8     digest of the plan this rank executed at this call site's last planned call (0: none)
 9     1 when ``traffic=`` was passed
 10    the call site's mode on this rank (``callsite.MODES``): ranks must agree
-11    bytes of eager payload following this header in this message (per destination)
-12    the call's sequence number on its process group on this rank (``GroupCalls.begin``)
-13-14 fingerprints of the rows sent and expected in the group's NATIVE calls since its
+11    the call's sequence number on its process group on this rank (``GroupCalls.begin``)
+12-13 fingerprints of the rows sent and expected in the group's NATIVE calls since its
       last exchange (``callsite.split_fingerprint``; 0 when there were none)
+14    bytes of eager payload following this header in this message (per destination)
 ====  ===========================================================================
 
 then ``input_split_sizes`` (P words) and ``output_split_sizes`` (P words), in rows.
@@ -77,9 +77,10 @@ PROBLEMS = {
 }
 
 HEADER_WORDS = 15
-W_CODE, W_DTYPE, W_ROW_ELEMS, W_ELEM_SIZE, W_CFG, W_TRAFFIC, W_PREV_DIGEST, W_HAS_TRAFFIC, W_MODE, W_EAGER = (
-    0, 3, 4, 5, 6, 7, 8, 9, 10, 11)
-W_SEQ, W_SENT_FP, W_RECV_FP = 12, 13, 14
+# Words 3-11 (dtype through the sequence number) must be equal on every rank: one comparison.
+W_CODE, W_DTYPE, W_ROW_ELEMS, W_ELEM_SIZE, W_CFG, W_TRAFFIC, W_PREV_DIGEST, W_HAS_TRAFFIC, W_MODE = (
+    0, 3, 4, 5, 6, 7, 8, 9, 10)
+W_SEQ, W_SENT_FP, W_RECV_FP, W_EAGER = 11, 12, 13, 14
 
 
 class LocalProblem(Exception):
@@ -204,13 +205,13 @@ def _signed(v: int) -> int:
 
 def header(args: CallArgs, world: int, cfg_hash: int, traffic_hash: int, prev_digest: int, has_traffic: bool,
            mode: int, seq: int = 0, fingerprints: tuple = (0, 0)) -> np.ndarray:
-    """This rank's header, ``[HEADER_WORDS + 2 P]`` with ``numpy.int64`` (word 11 is set per
-    destination by the exchange)."""
+    """This rank's header, ``[HEADER_WORDS + 2 P]`` with ``numpy.int64`` (word `W_EAGER` is set
+    per destination by the exchange)."""
     p = args.problem
     h = np.empty(HEADER_WORDS + 2 * world, dtype=np.int64)
     h[:HEADER_WORDS] = (p.code if p else 0, p.d1 if p else 0, p.d2 if p else 0, args.dtype_code, args.row_elems,
-                        args.elem_size, cfg_hash, traffic_hash, prev_digest, int(has_traffic), mode, 0, seq,
-                        _signed(fingerprints[0]), _signed(fingerprints[1]))
+                        args.elem_size, cfg_hash, traffic_hash, prev_digest, int(has_traffic), mode, seq,
+                        _signed(fingerprints[0]), _signed(fingerprints[1]), 0)
     h[HEADER_WORDS:HEADER_WORDS + world] = args.in_splits
     h[HEADER_WORDS + world:] = args.out_splits
     return h
@@ -252,7 +253,7 @@ def check_sequence(g: np.ndarray, last_check: int = -1) -> None:
             "order; a call that raised on some ranks only, or torch's own call made in place of collsched's on "
             "some ranks, shifts their count")
     fps = g[:, W_SENT_FP:W_RECV_FP + 1]
-    if not fps.any():  # no NATIVE call since the last check
+    if not fps.any():  # no NATIVE call since the last exchange
         return
     sent, recv = fps.view(np.uint64).sum(axis=0, dtype=np.uint64)
     if sent != recv:
@@ -273,7 +274,9 @@ def check_gathered(g: np.ndarray, world: int, rank: int, problem: LocalProblem |
         TrafficMismatchError: ``traffic=`` differs between ranks or is missing on some.
         PlanMismatchError: configurations, call sequences or the last plans differ.
     """
-    check_sequence(g, last_check)
+    shared_differ = bool((g[:, W_DTYPE:W_SENT_FP] != g[0, W_DTYPE:W_SENT_FP]).any())
+    if shared_differ or g[:, W_SENT_FP:W_RECV_FP + 1].any():
+        check_sequence(g, last_check)
     errors = []
     codes = g[:, W_CODE]
     for r in ([i for i, c in enumerate(codes.tolist()) if c] if codes.any() else []):
@@ -290,9 +293,9 @@ def check_gathered(g: np.ndarray, world: int, rank: int, problem: LocalProblem |
 
     ins = g[:, HEADER_WORDS:HEADER_WORDS + world]
     outs = g[:, HEADER_WORDS + world:HEADER_WORDS + 2 * world]
-    # The common case in one comparison: every shared word (dtype through mode) equal and
-    # every pair agreed on by both ends.
-    if not (g[:, W_DTYPE:W_EAGER] != g[0, W_DTYPE:W_EAGER]).any() and not (outs.T != ins).any():
+    # The common case: every shared word (dtype through the sequence number) equal and every
+    # pair agreed on by both ends.
+    if not shared_differ and not (outs.T != ins).any():
         return
 
     if differs(W_DTYPE):
