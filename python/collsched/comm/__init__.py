@@ -11,10 +11,11 @@ from collsched.comm.executor import execute, ExecStats
 from collsched.comm.cache import PlanCache, DEFAULT_CACHE
 from collsched.comm.api import all_to_all_single, resolve_cluster
 from collsched.comm.stats import CallStats, last_call_stats
+from collsched.comm.inflight import ConcurrentCallError
 
 __all__ = [
     "execute", "ExecStats", "all_to_all_single", "last_call_stats", "CallStats", "resolve_cluster",
     "plan_arrays", "PlanArrays", "compile_rank_program", "BufferPool", "DEFAULT_POOL", "PlanCache", "DEFAULT_CACHE",
     "CollschedCommError", "CommTimeoutError", "PeerFailureError", "PlanMismatchError", "CollectiveInputError",
-    "TrafficMismatchError", "resolve_timeout", "DEFAULT_TIMEOUT_S", "TIMEOUT_ENV",
+    "TrafficMismatchError", "ConcurrentCallError", "resolve_timeout", "DEFAULT_TIMEOUT_S", "TIMEOUT_ENV",
 ]

@@ -42,12 +42,13 @@ from collsched.choose import candidate_list
 from collsched.comm import callsite
 from collsched.comm.cache import DEFAULT_CACHE, PlanCache
 from collsched.comm.descriptor import (CallArgs, LocalProblem, check_gathered, check_traffic, gathered_rows, header,
-                                       traffic_rows, validate_local, W_EAGER)
+                                       traffic_rows, validate_local, W_EAGER, W_SEQ)
 from collsched.comm.errors import CollectiveInputError, CommTimeoutError, PlanMismatchError, name_missing_ranks, \
     resolve_timeout
 from collsched.comm.exchange import all_pairs_fit, eager_capable, exchange, exchange_room, unpack
 from collsched.comm.executor import byte_view, choose_transport, needs_collective_steps, run_program
 from collsched.comm.groups import blocking_waits, require_initialized, wait_all
+from collsched.comm.inflight import one_call_per_group
 from collsched.comm.pool import DEFAULT_POOL
 from collsched.comm.stats import CallStats, last_call_stats, record
 from collsched.planning import check_algorithm
@@ -231,10 +232,24 @@ def _group_key(group) -> int:
     return 0 if group is None or group is dist.GroupMember.WORLD else id(group)
 
 
+def _checks_always(checks) -> bool:
+    """Whether `checks` asks for an exchange on every call ("always").
+
+    Raises:
+        ValueError: `checks` is not True, False or "always".
+    """
+    if checks is True or checks is False or isinstance(checks, np.bool_):
+        return False
+    if checks == "always":
+        return True
+    raise ValueError(f"checks must be True, False or 'always', got {checks!r}")
+
+
+@one_call_per_group(4)
 def all_to_all_single(output: torch.Tensor, input: torch.Tensor, output_split_sizes=None, input_split_sizes=None,
                       group=None, async_op: bool = False, *, algorithm: str = "auto", cluster=None, traffic=None,
                       options: dict | None = None, timeout: float | None = None, cache: PlanCache | None = None,
-                      transport: str = "auto", checks: bool = True, prefetch_transpose: bool = False,
+                      transport: str = "auto", checks: bool | str = True, prefetch_transpose: bool = False,
                       eager_bytes: int | None = None):
     """Drop-in for ``torch.distributed.all_to_all_single`` (dim-0 splits, any dtype and trailing shape).
 
@@ -256,8 +271,12 @@ def all_to_all_single(output: torch.Tensor, input: torch.Tensor, output_split_si
         cache: the plan cache (default ``DEFAULT_CACHE``).
         transport: how a plan's steps move data (see ``collsched.comm.execute``); the same on
             every rank.
-        checks: False skips the exchange entirely (needs `traffic=`, which Megatron already
-            all-gathers): a rank with bad arguments raises alone, its peers stop at the timeout.
+        checks: True: every call that exchanges descriptors checks every rank's arguments
+            and call count; a call site that runs torch's own call checks every 16th call,
+            covering the calls since. "always": every call exchanges and checks first (torch's
+            call then costs one more round). False skips the exchange entirely (needs
+            `traffic=`, which Megatron already all-gathers): a rank with bad arguments raises
+            alone, its peers stop at the timeout.
         prefetch_transpose: also plan the transposed matrix on a background thread while this
             call moves its data (what an MoE combine after this dispatch, or the backward of
             this call, moves); its call then finds the plan cached.
@@ -267,7 +286,9 @@ def all_to_all_single(output: torch.Tensor, input: torch.Tensor, output_split_si
 
     Raises:
         CollectiveInputError / TrafficMismatchError / PlanMismatchError: on every rank alike,
-            from the exchanged headers.
+            from the exchanged headers (PlanMismatchError also when ranks are at different
+            calls of the call site).
+        ConcurrentCallError: another thread of this process is inside a call on `group`.
         CommTimeoutError / PeerFailureError: a peer is stuck, dead, or raised alone (a call
             torch runs without an exchange, or ``checks=False``).
     """
@@ -278,6 +299,7 @@ def all_to_all_single(output: torch.Tensor, input: torch.Tensor, output_split_si
     options = dict(options or {})
     rank, world = dist.get_rank(group), dist.get_world_size(group)
     stats = CallStats(algorithm=algorithm)
+    always = _checks_always(checks)
 
     args = validate_local(output, input, output_split_sizes, input_split_sizes, world)
     device = input.device if isinstance(input, torch.Tensor) else torch.device("cpu")
@@ -298,13 +320,20 @@ def all_to_all_single(output: torch.Tensor, input: torch.Tensor, output_split_si
                           prefetch_transpose, stats, t_start, rank)
 
     site = callsite.SITES.get((_group_key(group), cfg.cfg_hash))
-    if site.skips_exchange() and cfg.problem is None:
-        site.ran_unchecked()
+    calls = callsite.GROUPS.get(dist.GroupMember.WORLD if group is None else group)
+    seq = calls.begin()
+    if site.skips_exchange() and cfg.problem is None and not always:
+        # A call that raises here (bad arguments on this rank) counts, but not as a call that
+        # reached the wire: its peers' next check sees this rank ahead.
+        if args.problem is None:
+            site.ran_unchecked()
+            calls.ran_native(seq, rank, args.in_splits, args.out_splits)
         return _native(output, input, args, group, async_op, timeout_s, cfg, stats, t_start, rank, "native")
 
     # 3. exchange (with the small pairs, in EAGER mode), 4. the same verdict on every rank.
     capacity = cfg.capacity
-    hdr = header(args, world, cfg.cfg_hash, traffic_hash, site.last_digest, traffic is not None, site.mode)
+    hdr = header(args, world, cfg.cfg_hash, traffic_hash, site.last_digest, traffic is not None, site.mode, seq,
+                 (calls.sent_fp, calls.recv_fp))
     in_b = byte_view(input, "input") if args.problem is None and capacity else None
     t0 = time.perf_counter()
     what = f"collsched.all_to_all_single descriptor exchange on rank {rank}"
@@ -315,7 +344,9 @@ def all_to_all_single(output: torch.Tensor, input: torch.Tensor, output_split_si
         raise name_missing_ranks(e, group, timeout_s) from None
     stats.exchange_s = time.perf_counter() - t0
     stats.exchanged, stats.ops = True, 1
-    check_gathered(ex.gathered, world, rank, args.problem)
+    last_check = calls.last_check
+    calls.exchanged(ex.gathered[:, W_SEQ])
+    check_gathered(ex.gathered, world, rank, args.problem, last_check)
     rows_g = gathered_rows(ex.gathered, world)
     row_bytes = args.row_bytes
     fits = all_pairs_fit(rows_g, row_bytes, capacity)

@@ -18,7 +18,10 @@ word  meaning
 8     digest of the plan this rank executed at this call site's last planned call (0: none)
 9     1 when ``traffic=`` was passed
 10    the call site's mode on this rank (``callsite.MODES``): ranks must agree
-11    bytes of eager payload following this header in this message (per destination)
+11    the call's sequence number on its process group on this rank (``GroupCalls.begin``)
+12-13 fingerprints of the rows sent and expected in the group's NATIVE calls since its
+      last exchange (``callsite.split_fingerprint``; 0 when there were none)
+14    bytes of eager payload following this header in this message (per destination)
 ====  ===========================================================================
 
 then ``input_split_sizes`` (P words) and ``output_split_sizes`` (P words), in rows.
@@ -31,7 +34,8 @@ import numpy as np
 import torch
 
 import collsched
-from collsched.comm.errors import CollectiveInputError, PlanMismatchError, TrafficMismatchError, collapse_rank_messages
+from collsched.comm.errors import (CollectiveInputError, PlanMismatchError, TrafficMismatchError,
+                                   collapse_rank_messages, rank_ranges)
 
 # dtype <-> small integer for the descriptor (order fixed forever; append only).
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.uint8, torch.int8, torch.int16,
@@ -75,9 +79,11 @@ PROBLEMS = {
         name for name, _ in collsched.all_to_all_algorithms()) + ")",
 }
 
-HEADER_WORDS = 12
-W_CODE, W_DTYPE, W_ROW_ELEMS, W_ELEM_SIZE, W_CFG, W_TRAFFIC, W_PREV_DIGEST, W_HAS_TRAFFIC, W_MODE, W_EAGER = (
-    0, 3, 4, 5, 6, 7, 8, 9, 10, 11)
+HEADER_WORDS = 15
+# Words 3-11 (dtype through the sequence number) must be equal on every rank: one comparison.
+W_CODE, W_DTYPE, W_ROW_ELEMS, W_ELEM_SIZE, W_CFG, W_TRAFFIC, W_PREV_DIGEST, W_HAS_TRAFFIC, W_MODE = (
+    0, 3, 4, 5, 6, 7, 8, 9, 10)
+W_SEQ, W_SENT_FP, W_RECV_FP, W_EAGER = 11, 12, 13, 14
 
 
 class LocalProblem(Exception):
@@ -196,30 +202,86 @@ def check_traffic(rows: np.ndarray, args: CallArgs, rank: int) -> None:
         raise LocalProblem(15, int(bad[0]))
 
 
+def _signed(v: int) -> int:
+    return v - (1 << 64) if v >= (1 << 63) else v
+
+
 def header(args: CallArgs, world: int, cfg_hash: int, traffic_hash: int, prev_digest: int, has_traffic: bool,
-           mode: int) -> np.ndarray:
-    """This rank's header, ``[HEADER_WORDS + 2 P]`` with ``numpy.int64`` (word 11 is set per
-    destination by the exchange)."""
+           mode: int, seq: int = 0, fingerprints: tuple = (0, 0)) -> np.ndarray:
+    """This rank's header, ``[HEADER_WORDS + 2 P]`` with ``numpy.int64`` (word `W_EAGER` is set
+    per destination by the exchange)."""
     p = args.problem
     h = np.empty(HEADER_WORDS + 2 * world, dtype=np.int64)
     h[:HEADER_WORDS] = (p.code if p else 0, p.d1 if p else 0, p.d2 if p else 0, args.dtype_code, args.row_elems,
-                        args.elem_size, cfg_hash, traffic_hash, prev_digest, int(has_traffic), mode, 0)
+                        args.elem_size, cfg_hash, traffic_hash, prev_digest, int(has_traffic), mode, seq,
+                        _signed(fingerprints[0]), _signed(fingerprints[1]), 0)
     h[HEADER_WORDS:HEADER_WORDS + world] = args.in_splits
     h[HEADER_WORDS + world:] = args.out_splits
     return h
 
 
-def check_gathered(g: np.ndarray, world: int, rank: int, problem: LocalProblem | None) -> None:
+def check_sequence(g: np.ndarray, last_check: int = -1) -> None:
+    """The checks about the calls before this one, from the gathered headers: every rank at
+    the same call of the group, and the NATIVE calls since the last check consistent. Skipped
+    when the ranks' configurations differ (a rank whose configuration is bad or different
+    has no fingerprints of its peers' call site to add).
+
+    Args:
+        g: the gathered headers ``[P, HEADER_WORDS + 2 P]``.
+        last_check: the sequence number of the group's last checked call (-1: none).
+
+    Raises:
+        PlanMismatchError: the ranks' sequence numbers differ (naming the ranks behind or
+            ahead and the calls that may have paired with the wrong peers' calls).
+        CollectiveInputError: in a NATIVE call since the last check, some rank sent a
+            different number of rows than its peer expected.
+    """
+    if (g[:, W_CFG] != g[0, W_CFG]).any():
+        return  # the ranks called with different configurations: `check_gathered` says so
+    seqs = g[:, W_SEQ]
+    if (seqs != seqs[0]).any():
+        by_seq: dict = {}
+        for r, s in enumerate(seqs.tolist()):
+            by_seq.setdefault(s, []).append(r)
+        most = max(by_seq, key=lambda s: (len(by_seq[s]), -s))
+        parts = ", ".join(f"{rank_ranges(rs)} at call #{s}" for s, rs in sorted(by_seq.items()))
+        odd = "; ".join(f"{rank_ranges(rs)} {'is' if len(rs) == 1 else 'are'} {abs(s - most)} "
+                        f"call{'s' if abs(s - most) > 1 else ''} {'ahead' if s > most else 'behind'}"
+                        for s, rs in sorted(by_seq.items()) if s != most)
+        lo, hi = last_check + 1, int(seqs.max())
+        raise PlanMismatchError(
+            f"collsched.all_to_all_single: ranks are at different calls of this process group ({parts}: {odd}). "
+            f"The calls since its last check (#{lo}–#{hi}) may have met other calls of their peers and be wrong, "
+            "and so will later ones: tear the process group down. Every rank must make the same calls in the same "
+            "order; a call that raised on some ranks only, or torch's own call made in place of collsched's on "
+            "some ranks, shifts their count")
+    fps = g[:, W_SENT_FP:W_RECV_FP + 1]
+    if not fps.any():  # no NATIVE call since the last exchange
+        return
+    sent, recv = fps.view(np.uint64).sum(axis=0, dtype=np.uint64)
+    if sent != recv:
+        raise CollectiveInputError(
+            f"collsched.all_to_all_single: in at least one of calls #{last_check + 1}–#{int(seqs[0]) - 1} on this "
+            "process group that ran torch's own all-to-all without an exchange, a rank sent a different number of rows "
+            "than its peer expected (output_split_sizes contradicting input_split_sizes): their outputs may be "
+            "wrong. checks='always' checks every call")
+
+
+def check_gathered(g: np.ndarray, world: int, rank: int, problem: LocalProblem | None, last_check: int = -1) -> None:
     """Raise the same error on every rank from the gathered headers ``[P, HEADER_WORDS + 2 P]``:
     the same type and the same text (``str(e)``); a bad value only its own rank knows is in that
     rank's ``e.local_detail`` (and a note under the message).
 
     Raises:
         CollectiveInputError: a rank's arguments are bad, or ranks disagree on dtype, row
-            shape, or on what they send each other.
+            shape, or on what they send each other (in this call, or in a NATIVE call since
+            the last check: `check_sequence`).
         TrafficMismatchError: ``traffic=`` differs between ranks or is missing on some.
         PlanMismatchError: configurations, call sequences or the last plans differ.
     """
+    shared_differ = bool((g[:, W_DTYPE:W_SENT_FP] != g[0, W_DTYPE:W_SENT_FP]).any())
+    if shared_differ or g[:, W_SENT_FP:W_RECV_FP + 1].any():
+        check_sequence(g, last_check)
     errors = []
     codes = g[:, W_CODE]
     for r in ([i for i, c in enumerate(codes.tolist()) if c] if codes.any() else []):
@@ -240,9 +302,9 @@ def check_gathered(g: np.ndarray, world: int, rank: int, problem: LocalProblem |
 
     ins = g[:, HEADER_WORDS:HEADER_WORDS + world]
     outs = g[:, HEADER_WORDS + world:HEADER_WORDS + 2 * world]
-    # The common case in one comparison: every shared word (dtype through mode) equal and
-    # every pair agreed on by both ends.
-    if not (g[:, W_DTYPE:W_EAGER] != g[0, W_DTYPE:W_EAGER]).any() and not (outs.T != ins).any():
+    # The common case: every shared word (dtype through the sequence number) equal and every
+    # pair agreed on by both ends.
+    if not shared_differ and not (outs.T != ins).any():
         return
 
     if differs(W_DTYPE):

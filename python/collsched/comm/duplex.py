@@ -8,10 +8,11 @@ duplex: every message from a lower to a higher group rank travels on ``up``, eve
 from a higher to a lower rank on ``down``, so each direction has a connection of its own.
 Tags stay unique per group: a transfer id always travels in one direction, so on one group.
 
-The groups are created once per group and cached (`groups.gloo_groups`). ``new_group`` is collective
-over the members, so every rank of the group must reach `duplex_groups` in the same order
-relative to other group creations; the executor calls it on every Gloo point-to-point
-run, whether or not this rank sends anything, so that holds. NCCL is full duplex already
+The groups are created once per group and cached (`groups.gloo_groups`). Creation is
+collective over the members, so every member must come here: the executor calls it on every
+Gloo point-to-point run, whether or not this rank sends anything. The groups are named after
+the caller's group (not after the order of this process's creations), so members meet in the
+right groups whatever else they create meanwhile, from any thread. NCCL is full duplex already
 and never comes here.
 """
 from __future__ import annotations

@@ -94,7 +94,7 @@ def choose_transport(transport: str, group, device: torch.device) -> str:
     """"auto" is "p2p" on every backend: on NCCL a batch_isend_irecv per step; on Gloo
     dependency-driven and full duplex, which on the shaped testbed ran FAST and auto faster
     than the former default "hybrid" (dense steps as one all_to_all_single, which is half
-    duplex) and fanout on a par (docs/runtime.md). Every rank must choose the same."""
+    duplex) and fanout on a par (docs/runtime-internals.md). Every rank must choose the same."""
     if transport not in TRANSPORTS:
         raise ValueError(f"transport must be one of {TRANSPORTS}, got {transport!r}")
     return "p2p" if transport == "auto" else transport

@@ -1,6 +1,7 @@
 """Small facts about a process group that the runtime needs on every call."""
 from __future__ import annotations
 
+import hashlib
 import threading
 import time
 import weakref
@@ -68,24 +69,99 @@ def wait_all(works, timeout_s: float, blocking: bool, what: str) -> None:
 
 
 _GLOO = "gloo"
-_LOCK = threading.Lock()
 # group -> {purpose: (gloo groups...)}, the group held weakly (see `_GLOBAL_RANKS`): when the
 # caller's group is freed (``destroy_process_group``), collsched's groups over it are dropped
-# with it, so none of them outlives the user's groups either.
+# with it, so none of them outlives the user's groups either. A failed creation is kept too
+# (its error's type and text): the rendezvous keys it left in the store cannot be reused safely.
 _GLOO_GROUPS: "weakref.WeakKeyDictionary[object, dict]" = weakref.WeakKeyDictionary()
+# One lock per (group name, purpose), never one for all: a creation blocks until every member
+# joins, so a single lock would make a thread creating group A's groups wait for another
+# thread creating group B's, while a peer's threads hold them in the other order (deadlock).
+_LOCKS: dict = {}
+_LOCKS_GUARD = threading.Lock()  # held only to look a lock up, never during a creation
+# Without ``Store.clone`` (torch < 2.8) every store wait of this process shares one connection,
+# whose waits run one at a time: two creations at once would wait for each other.
+_ONE_AT_A_TIME = threading.Lock()
+_STORE_CLONES = hasattr(getattr(dist, "Store", None), "clone")
+
+
+class _Failed:
+    """A creation that failed: its error's type and text (not the error: its frames hold tensors)."""
+
+    def __init__(self, error: BaseException):
+        self.kind, self.text = type(error), str(error)
+
+
+def aux_group_name(group, purpose: str, index: int) -> str:
+    """The name (and so the rendezvous prefix in the default store) of collsched's `index`-th
+    `purpose` group over `group`: derived from what every member agrees on, the group's own
+    torch name (its members rendezvoused under it) and its ranks, never from the order in which
+    this process happened to create groups.
+
+    Raises:
+        RuntimeError: this torch keeps no name for `group` (a private structure changed).
+    """
+    from torch.distributed import distributed_c10d as c10d
+
+    g = dist.GroupMember.WORLD if group is None else group
+    names = getattr(getattr(c10d, "_world", None), "pg_names", None)
+    parent = names.get(g) if names is not None else None
+    if parent is None:
+        raise RuntimeError(f"collsched: torch {torch.__version__} keeps no name for this process group "
+                           "(torch.distributed.distributed_c10d._world.pg_names), which collsched derives its own "
+                           "Gloo groups' names from; please report this torch version")
+    ranks = "_".join(map(str, global_ranks(group)))
+    digest = hashlib.sha1(ranks.encode(), usedforsecurity=False).hexdigest()[:12]
+    return f"collsched:{purpose}:{index}:{parent}:{digest}"
+
+
+def _new_gloo_group(name: str, ranks: list[int], timeout_s: float):
+    """A Gloo group over global `ranks` (this rank among them) named `name`, registered with
+    torch like ``new_group``'s, so ``isend``/``irecv`` and ``get_group_rank`` accept it.
+
+    ``new_group`` cannot be used: it names its groups from a per-process counter (and moves
+    the counter that names the user's later groups). Its helper takes the name.
+    """
+    from torch.distributed import distributed_c10d as c10d
+
+    helper = getattr(c10d, "_new_process_group_helper", None)
+    world = getattr(c10d, "_world", None)
+    if helper is None or world is None:
+        raise RuntimeError(f"collsched: torch {torch.__version__} has no "
+                           "torch.distributed.distributed_c10d._new_process_group_helper, which collsched creates its "
+                           "Gloo groups with (checked on torch 2.15); please report this torch version")
+    if name in world.pg_names.values():
+        raise RuntimeError(f"collsched: a process group named {name!r} exists already: collsched's groups over an "
+                           "earlier group of the same name were not destroyed")
+    _, store = world.pg_map[c10d._get_default_group()]
+    clone = getattr(store, "clone", None)
+    # A connection of its own: the rendezvous waits on it without holding up another thread's.
+    store = clone() if clone is not None else store
+    try:
+        made, _ = helper(len(ranks), ranks.index(dist.get_rank()), ranks, _GLOO, store, name,
+                         timeout=timedelta(seconds=timeout_s))
+    except TypeError as e:
+        raise RuntimeError(f"collsched: torch {torch.__version__}'s _new_process_group_helper takes other arguments "
+                           f"than collsched expects ({e}); please report this torch version") from e
+    world.pg_group_ranks[made] = {g: i for i, g in enumerate(ranks)}
+    return made
 
 
 def gloo_groups(group, purpose: str, count: int, timeout_s: float) -> tuple:
     """`count` Gloo groups over `group`'s ranks for `purpose`, created on first use and cached
     for the life of `group` (held weakly: freeing `group` drops them).
 
-    Creation is collective over the members (not the whole job): every member must ask for
-    the same purposes in the same order relative to its other group creations.
+    Creation is collective over the members (not the whole job), and safe from any thread:
+    each new group is named after `group` and `purpose` (`aux_group_name`), so the members
+    meet in the right group whatever else each of them creates meanwhile, and creations of
+    different groups' auxiliaries never wait for each other (one lock per group and purpose;
+    torch >= 2.8: one store connection each). It leaves torch's group counter alone, so the
+    user's later ``new_group`` calls get the same names on every rank.
 
     Args:
         group: the process group (None: the default group).
         purpose: what the groups are for ("per-direction", "host-exchange"): one cache entry
-            each, and the name errors give them.
+            each, part of their names, and the name errors give them.
         count: how many groups to create.
         timeout_s: bound on the creation's rendezvous and on the new groups' own waits.
 
@@ -93,33 +169,63 @@ def gloo_groups(group, purpose: str, count: int, timeout_s: float) -> tuple:
         tuple of `count` ``ProcessGroup`` objects over the same ranks as `group`.
 
     Raises:
-        CommTimeoutError / PeerFailureError: a member never joined the creation.
+        CommTimeoutError / PeerFailureError: a member never joined the creation (also on
+            every later call over `group`: its store keys cannot be reused).
+        RuntimeError: this torch lacks what the creation needs (the message names it).
     """
     g = dist.GroupMember.WORLD if group is None else group
+    hit = _GLOO_GROUPS.get(g, {}).get(purpose)
+    if hit is not None and not isinstance(hit, _Failed):
+        return hit
+    names = [aux_group_name(group, purpose, i) for i in range(count)]
+    with _LOCKS_GUARD:
+        lock = _LOCKS.setdefault((names[0], purpose), threading.Lock())
     # Created under the lock: two threads of one rank (autograd's backward beside the caller)
     # must not both create them, or this rank would join one creation more than its peers.
-    with _LOCK:
+    with lock:
         hit = _GLOO_GROUPS.get(g, {}).get(purpose)
+        if isinstance(hit, _Failed):
+            raise hit.kind(f"{hit.text} (earlier; the group cannot be used: tear it down)")
         if hit is not None:
             return hit
         ranks = global_ranks(group)
         what = f"collsched: creating the {purpose} Gloo group{'s' if count > 1 else ''} over ranks {ranks}"
         try:
-            # Local synchronisation: only the members take part (the group may be a subgroup),
-            # and the groups get names from their ranks, so the default group's counter (which
-            # names the user's later groups) does not move.
-            made = tuple(dist.new_group(ranks, backend=_GLOO, timeout=timedelta(seconds=timeout_s),
-                                        use_local_synchronization=True) for _ in range(count))
+            made = _create_all(names, ranks, timeout_s, what)
         except RuntimeError as e:
-            raise classify_transport_error(e, what) from e
+            _GLOO_GROUPS.setdefault(g, {})[purpose] = _Failed(e)
+            raise
         _GLOO_GROUPS.setdefault(g, {})[purpose] = made
         return made
 
 
+def _create_all(names: list[str], ranks: list[int], timeout_s: float, what: str) -> tuple:
+    """Create the groups `names` in order (one at a time per process without ``Store.clone``).
+
+    Raises:
+        CommTimeoutError / PeerFailureError: a member never joined (or, without
+            ``Store.clone``, another thread's creation held this one up past `timeout_s`).
+    """
+    serial = None if _STORE_CLONES else _ONE_AT_A_TIME
+    if serial is not None and not serial.acquire(timeout=timeout_s):
+        raise CommTimeoutError(f"{what}: timed out after {timeout_s:g} s waiting for another thread's group creation "
+                               f"(torch {torch.__version__} has no Store.clone, so this process creates one group at a "
+                               "time: make a first call on each group from one thread, or use torch >= 2.8)")
+    try:
+        return tuple(_new_gloo_group(n, ranks, timeout_s) for n in names)
+    except RuntimeError as e:
+        if str(e).startswith("collsched:"):
+            raise
+        raise classify_transport_error(e, what) from e
+    finally:
+        if serial is not None:
+            serial.release()
+
+
 def cached_gloo_groups(purpose: str) -> int:
     """How many process groups have their `purpose` Gloo groups cached (tests check reuse)."""
-    with _LOCK:
-        return sum(1 for by_purpose in _GLOO_GROUPS.values() if purpose in by_purpose)
+    return sum(1 for by_purpose in list(_GLOO_GROUPS.values())
+               if by_purpose.get(purpose) is not None and not isinstance(by_purpose[purpose], _Failed))
 
 
 def host_group(group, timeout_s: float):
