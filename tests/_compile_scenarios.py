@@ -76,3 +76,101 @@ def _compare(module, x, traffic, backend: str) -> dict:
     module.zero_grad()
     return {"out": bool(torch.equal(ye, yc)), "grads": all(torch.equal(a, b) for a, b in zip(grads_e, grads_c)),
             "rows": int(ye.shape[0])}
+
+
+EXPERTS, TOPK = 8, 3
+
+
+def _moe_block(buffer):
+    """Router, dispatch, one matrix per local expert, combine: the shape of an MoE layer."""
+    from collsched.moe import combine, dispatch
+
+    local = len(buffer.local_experts)
+
+    class MoEBlock(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.router = torch.nn.Linear(HIDDEN, EXPERTS)
+            self.experts = torch.nn.Parameter(torch.randn(local, HIDDEN, HIDDEN) / HIDDEN ** 0.5)
+
+        def forward(self, x):
+            scores, idx = torch.topk(self.router(x).softmax(-1), TOPK)
+            d = dispatch(x, idx, scores, buffer)
+            counts = torch.as_tensor(d.tokens_per_expert, dtype=torch.int64)  # a list in eager, a tensor traced
+            owner = torch.repeat_interleave(torch.arange(local), counts, output_size=d.x.shape[0])
+            y = torch.tanh(torch.bmm(d.x[:, None, :], self.experts[owner])[:, 0]) * d.weights[:, None]
+            return combine(y, d.handle, weighted=False)
+
+    return MoEBlock()
+
+
+def moe_compiled(backend: str = "aot_eager", dedup: str = "node"):
+    """An MoE block (router, `collsched.moe.dispatch`, experts, `combine`) compiled with
+    fullgraph against eager: graph breaks, output and every gradient bitwise; the handle
+    registry empty after each backward."""
+    from collsched.moe import MoEBuffer
+
+    torch._dynamo.config.capture_scalar_outputs = True  # the rows arrive as an unbacked SymInt, as torch's splits
+    rank = dist.get_rank()
+    buffer = MoEBuffer(num_experts=EXPERTS, dedup=dedup)
+    torch.manual_seed(0)
+    block = _moe_block(buffer)
+    res = {}
+    for seed in (1, 2):
+        x = torch.randn(5 + 3 * rank + seed, HIDDEN, generator=torch.Generator().manual_seed(10 * seed + rank))
+        xe = x.clone().requires_grad_(True)
+        ye = block(xe)
+        ye.square().sum().backward()
+        grads_e = [p.grad.clone() for p in block.parameters()] + [xe.grad.clone()]
+        block.zero_grad()
+        compiled = torch.compile(block, backend=backend, fullgraph=True)
+        xc = x.clone().requires_grad_(True)
+        yc = compiled(xc)
+        live_after_forward = len(buffer._live_handles)
+        yc.square().sum().backward()
+        grads_c = [p.grad.clone() for p in block.parameters()] + [xc.grad.clone()]
+        block.zero_grad()
+        res[seed] = {"out": bool(torch.equal(ye, yc)), "grads": all(torch.equal(a, b) for a, b in zip(grads_e, grads_c)),
+                     "live_after_forward": live_after_forward, "live_after_backward": len(buffer._live_handles)}
+    with torch.no_grad():  # no autograd: the handle goes with the graph's key
+        torch.compile(block, backend=backend, fullgraph=True)(torch.randn(4, HIDDEN))
+    res["live_no_grad"] = len(buffer._live_handles)
+    res["breaks"] = _explain_breaks(block, torch.randn(6, HIDDEN))
+    return res
+
+
+def opchecks():
+    """torch.library.opcheck (schema, fake, autograd registration, AOT dispatch) of each operator."""
+    from torch.library import opcheck
+
+    from collsched.comm.ops import call_config, group_name
+    from collsched.moe import MoEBuffer
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    traffic = _traffic(world, 5)
+    x = torch.randn(int(traffic[rank].sum()), HIDDEN, requires_grad=True)
+    name = group_name(None)
+    out = {}
+    opcheck(torch.ops.collsched.all_to_all_single.default,
+            (x, traffic[:, rank].tolist(), traffic[rank].tolist(), name, traffic, call_config(algorithm="fast",
+                                                                                              checks=False), False))
+    out["all_to_all_single"] = True
+    buffer = MoEBuffer(num_experts=EXPERTS)
+    g = torch.Generator().manual_seed(rank)
+    tok = torch.randn(6, HIDDEN, generator=g, requires_grad=True)
+    idx = torch.stack([torch.randperm(EXPERTS, generator=g)[:TOPK] for _ in range(6)])
+    w = torch.rand(6, TOPK, generator=g, requires_grad=True)
+    # Its second output is a fresh key per call (the registry's), so two runs of one input differ
+    # by design: the AOT check, which compares two runs, is left to moe_compiled.
+    opcheck(torch.ops.collsched.moe_dispatch.default, (tok, idx, w, buffer.id),
+            test_utils=("test_schema", "test_autograd_registration", "test_faketensor"))
+    out["moe_dispatch"] = True
+    counts, key = torch.ops.collsched.moe_dispatch(tok.detach(), idx, w.detach(), buffer.id)
+    rows = int(counts.sum())
+    opcheck(torch.ops.collsched.moe_dispatch_rows.default, (tok, w, buffer.id, key, rows))
+    out["moe_dispatch_rows"] = True
+    x_out, _ = torch.ops.collsched.moe_dispatch_rows(tok.detach(), w.detach(), buffer.id, key, rows)
+    y = x_out.detach().clone().requires_grad_(True)
+    opcheck(torch.ops.collsched.moe_combine.default, (y, buffer.id, key, 6, True))
+    out["moe_combine"] = True
+    return out

@@ -26,3 +26,17 @@ def test_all_to_all_compiles_without_graph_breaks_and_matches_eager():
         assert r["breaks"] == 0, (rank, r)
         for seed in (1, 2):
             assert r[seed]["out"] and r[seed]["grads"], (rank, seed, r[seed])
+
+
+def test_moe_block_compiles_without_graph_breaks_and_matches_eager():
+    for rank, r in enumerate(_run("moe_compiled")):
+        assert r["breaks"] == 0, (rank, r)
+        for seed in (1, 2):
+            assert r[seed]["out"] and r[seed]["grads"], (rank, seed, r[seed])
+            assert r[seed]["live_after_forward"] == 1 and r[seed]["live_after_backward"] == 0, r[seed]
+        assert r["live_no_grad"] == 0, r
+
+
+def test_operators_pass_opcheck():
+    for r in _run("opchecks"):
+        assert r == {"all_to_all_single": True, "moe_dispatch": True, "moe_dispatch_rows": True, "moe_combine": True}, r
