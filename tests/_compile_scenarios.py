@@ -162,15 +162,15 @@ def opchecks():
     w = torch.rand(6, TOPK, generator=g, requires_grad=True)
     # Its second output is a fresh key per call (the registry's), so two runs of one input differ
     # by design: the AOT check, which compares two runs, is left to moe_compiled.
-    opcheck(torch.ops.collsched.moe_dispatch.default, (tok, idx, w, buffer.id),
+    opcheck(torch.ops.collsched.moe_dispatch.default, (tok, idx, w, buffer.op_key),
             test_utils=("test_schema", "test_autograd_registration", "test_faketensor"))
     out["moe_dispatch"] = True
-    counts, key = torch.ops.collsched.moe_dispatch(tok.detach(), idx, w.detach(), buffer.id)
+    counts, key = torch.ops.collsched.moe_dispatch(tok.detach(), idx, w.detach(), buffer.op_key)
     rows = int(counts.sum())
-    opcheck(torch.ops.collsched.moe_dispatch_rows.default, (tok, w, buffer.id, key, rows))
+    opcheck(torch.ops.collsched.moe_dispatch_rows.default, (tok, w, buffer.op_key, key, rows))
     out["moe_dispatch_rows"] = True
-    x_out, _ = torch.ops.collsched.moe_dispatch_rows(tok.detach(), w.detach(), buffer.id, key, rows)
+    x_out, _ = torch.ops.collsched.moe_dispatch_rows(tok.detach(), w.detach(), buffer.op_key, key, rows)
     y = x_out.detach().clone().requires_grad_(True)
-    opcheck(torch.ops.collsched.moe_combine.default, (y, buffer.id, key, 6, True))
+    opcheck(torch.ops.collsched.moe_combine.default, (y, buffer.op_key, key, 6, True))
     out["moe_combine"] = True
     return out

@@ -72,6 +72,19 @@ def test_training_matches_torchtitan_dispatcher():
 
 
 @needs_torchtitan
+def test_compiled_training_matches_torchtitan_compiled():
+    # torchtitan's compile.enable (every transformer block compiled with fullgraph=True, so a
+    # graph break fails the run) with the aot_eager backend, both dispatchers compiled alike.
+    res = _run("compare_training", ("all_to_all", "dedup"), ep=4, steps=2, compile_backend="aot_eager")
+    for r in res:
+        assert r["kinds"] == ["AllToAllTokenDispatcher:-"]
+        assert r["all_to_all"]["bitwise"], r["all_to_all"]
+        dd = r["dedup"]
+        assert dd["loss_diff"] <= LOSS_TOL and dd["grad_rel"] <= GRAD_REL_TOL, dd
+        assert r["losses"][0] > 0 and all(x == x for x in r["losses"])
+
+
+@needs_torchtitan
 def test_ep_sub_mesh_bfloat16():
     # EP 2 inside FSDP 4 (the EP group is a sub-mesh), bfloat16 training, two steps.
     res = _run("compare_training", ("all_to_all", "dedup"), ep=2, steps=2, dtype="bfloat16")

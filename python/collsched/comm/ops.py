@@ -7,6 +7,7 @@ the graph there. The operator hides it the way torch's functional collectives hi
     collsched::all_to_all_single(Tensor input, SymInt[]? output_split_sizes,
         SymInt[]? input_split_sizes, str group_name, Tensor? traffic, str config,
         bool prefetch_transpose) -> Tensor
+    collsched::exchange_i64(Tensor values, str group_name, float timeout, str what) -> Tensor
 
 - functional (returns a new output), with a fake implementation (the output is
   ``[sum(output_split_sizes), *input.shape[1:]]``: split sizes are ints or SymInts, unbacked
@@ -19,7 +20,9 @@ the graph there. The operator hides it the way torch's functional collectives hi
   transposed), itself this operator.
 
 The implementation calls `collsched.comm.api.all_to_all_single`, the eager call path, so a
-compiled call moves the same bytes with the same plan as an eager one.
+compiled call moves the same bytes with the same plan as an eager one. ``exchange_i64`` is
+the host exchange of small counts (the MoE dispatchers' count exchange), whose result the
+compiled code turns into split sizes with ``.tolist()``.
 """
 from __future__ import annotations
 
@@ -126,6 +129,29 @@ def _backward(ctx, grad_output):
 all_to_all_single_op.register_autograd(_backward, setup_context=_setup_context)
 
 
+@torch.library.custom_op("collsched::exchange_i64", mutates_args=())
+def exchange_i64_op(values: torch.Tensor, group_name: str, timeout: float, what: str) -> torch.Tensor:
+    """`groups.exchange_i64` as an operator: every rank's ``values`` gathered on the host.
+
+    Args:
+        values (Tensor [n] int64): this rank's values (any device; read on the host).
+        group_name (str): the process group's ``group_name``.
+        timeout (float): seconds the exchange may take.
+        what (str): how a timeout names the exchange.
+    Returns:
+        Tensor [P, n] int64 on the CPU: row r from group rank r.
+    """
+    from collsched.comm.groups import exchange_i64
+
+    got = exchange_i64(values.detach().cpu().numpy(), _group(group_name), timeout, what)
+    return torch.from_numpy(got.copy())
+
+
+@exchange_i64_op.register_fake
+def _(values, group_name, timeout, what):
+    return torch.empty((dist.get_world_size(_group(group_name)), values.shape[0]), dtype=torch.int64, device="cpu")
+
+
 def traffic_tensor(traffic) -> torch.Tensor | None:
     """``traffic=`` as the operator takes it: an int64 tensor on the host (None stays None)."""
     if traffic is None:
@@ -168,5 +194,5 @@ def traced_all_to_all(input: torch.Tensor, output_split_sizes, input_split_sizes
                                 bool(prefetch_transpose))
 
 
-__all__ = ["all_to_all_single_op", "call_config", "group_name", "traced_all_to_all", "tracing", "traffic_tensor",
+__all__ = ["all_to_all_single_op", "exchange_i64_op", "call_config", "group_name", "traced_all_to_all", "tracing", "traffic_tensor",
            "CONFIG_KEYS"]

@@ -406,7 +406,7 @@ class MoEBuffer:
                 a weighted combine without weights, or ranks pass handles of different calls.
         """
         if tracing(y):
-            return traced_combine(y, handle, weighted, self.id)
+            return traced_combine(y, handle, weighted, self.op_key)
         return self._combine_call(y, handle, weighted)
 
     def _combine_call(self, y: torch.Tensor, handle: DispatchHandle, weighted: bool) -> torch.Tensor:
