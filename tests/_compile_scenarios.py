@@ -174,3 +174,9 @@ def opchecks():
     opcheck(torch.ops.collsched.moe_combine.default, (y, buffer.op_key, key, 6, True))
     out["moe_combine"] = True
     return out
+
+
+def everything():
+    """`a2a_compiled`, `moe_compiled` and `opchecks` in one launch (ranks start and import the
+    compiler stack once)."""
+    return {"a2a": a2a_compiled(), "moe": moe_compiled(), "opcheck": opchecks()}

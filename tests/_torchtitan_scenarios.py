@@ -40,7 +40,8 @@ def _train(cfg, dispatcher: dict | None, *, ep, steps, spmd_backend, dtype, seed
 
 
 def compare_training(modes=("all_to_all", "dedup"), *, ep: int, steps: int, spmd_backend: str = "partial_dtensor",
-                     dtype: str = "float32", experts: int = 16, top_k: int = 4, compile_backend: str | None = None):
+                     dtype: str = "float32", experts: int = 16, top_k: int = 4, compile_backend: str | None = None,
+                     n_layers: int = 2):
     """Train torchtitan's dispatcher and collsched's (each of ``modes``) from the same weights and batches.
 
     Returns per rank and mode: the largest loss difference (any step), the largest absolute and
@@ -51,7 +52,7 @@ def compare_training(modes=("all_to_all", "dedup"), *, ep: int, steps: int, spmd
     tm.cpu_shims()
     import torch
 
-    cfg = tm.model_config(experts=experts, top_k=top_k)
+    cfg = tm.model_config(experts=experts, top_k=top_k, n_layers=n_layers)
     ref_losses, ref_grads, ref_kinds = _train(cfg, None, ep=ep, steps=steps, spmd_backend=spmd_backend, dtype=dtype,
                                               compile_backend=compile_backend)
     out = {"losses": [float(x) for x in ref_losses], "names": sorted(ref_grads), "kinds": ref_kinds}

@@ -21,15 +21,20 @@ def _run(fn: str, world: int = 4, timeout_s: float = 300.0, **kwargs) -> list:
     return res
 
 
-def test_all_to_all_compiles_without_graph_breaks_and_matches_eager():
-    for rank, r in enumerate(_run("a2a_compiled")):
+@pytest.fixture(scope="module")
+def results():
+    return _run("everything")
+
+
+def test_all_to_all_compiles_without_graph_breaks_and_matches_eager(results):
+    for rank, r in enumerate(x["a2a"] for x in results):
         assert r["breaks"] == 0, (rank, r)
         for seed in (1, 2):
             assert r[seed]["out"] and r[seed]["grads"], (rank, seed, r[seed])
 
 
-def test_moe_block_compiles_without_graph_breaks_and_matches_eager():
-    for rank, r in enumerate(_run("moe_compiled")):
+def test_moe_block_compiles_without_graph_breaks_and_matches_eager(results):
+    for rank, r in enumerate(x["moe"] for x in results):
         assert r["breaks"] == 0, (rank, r)
         for seed in (1, 2):
             assert r[seed]["out"] and r[seed]["grads"], (rank, seed, r[seed])
@@ -37,6 +42,19 @@ def test_moe_block_compiles_without_graph_breaks_and_matches_eager():
         assert r["live_no_grad"] == 0, r
 
 
-def test_operators_pass_opcheck():
-    for r in _run("opchecks"):
-        assert r == {"all_to_all_single": True, "moe_dispatch": True, "moe_dispatch_rows": True, "moe_combine": True}, r
+def test_operators_pass_opcheck(results):
+    for r in results:
+        assert r["opcheck"] == {"all_to_all_single": True, "moe_dispatch": True, "moe_dispatch_rows": True,
+                                "moe_combine": True}, r["opcheck"]
+
+
+def test_traced_call_arguments_must_be_literals():
+    import ast
+
+    from collsched.comm.ops import call_config
+
+    assert ast.literal_eval(call_config(algorithm="fast", cluster="h200:2,gpus=2", timeout=5.0))["cluster"] == "h200:2,gpus=2"
+    with pytest.raises(TypeError, match="cluster= must be a spec string"):
+        call_config(cluster=object())
+    with pytest.raises(TypeError, match="must be literals"):
+        call_config(options={"candidates": object()})

@@ -99,13 +99,11 @@ def all_to_all_single_op(input: torch.Tensor, output_split_sizes: list[int] | No
     """
     from collsched.comm.api import all_to_all_single
 
-    kw = dict(_config(config))
-    kw.pop("checks", None)
     out = input.new_empty((_out_rows(input, output_split_sizes),) + tuple(input.shape[1:]))
     tr = None if traffic is None else traffic.detach().cpu().numpy()
     all_to_all_single(out, input.contiguous(), None if output_split_sizes is None else list(output_split_sizes),
                       None if input_split_sizes is None else list(input_split_sizes), group=_group(group_name),
-                      traffic=tr, checks=_config(config)["checks"], prefetch_transpose=prefetch_transpose, **kw)
+                      traffic=tr, prefetch_transpose=prefetch_transpose, **_config(config))
     return out
 
 
