@@ -130,7 +130,8 @@ def moe_compiled(backend: str = "aot_eager", dedup: str = "node"):
         yc.square().sum().backward()
         grads_c = [p.grad.clone() for p in block.parameters()] + [xc.grad.clone()]
         block.zero_grad()
-        res[seed] = {"out": bool(torch.equal(ye, yc)), "grads": all(torch.equal(a, b) for a, b in zip(grads_e, grads_c)),
+        res[seed] = {"out": bool(torch.equal(ye, yc)),
+                     "grads": all(torch.equal(a, b) for a, b in zip(grads_e, grads_c)),
                      "live_after_forward": live_after_forward, "live_after_backward": len(buffer._live_handles)}
     with torch.no_grad():  # no autograd: the handle goes with the graph's key
         torch.compile(block, backend=backend, fullgraph=True)(torch.randn(4, HIDDEN))

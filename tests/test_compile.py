@@ -53,7 +53,8 @@ def test_traced_call_arguments_must_be_literals():
 
     from collsched.comm.ops import call_config
 
-    assert ast.literal_eval(call_config(algorithm="fast", cluster="h200:2,gpus=2", timeout=5.0))["cluster"] == "h200:2,gpus=2"
+    text = call_config(algorithm="fast", cluster="h200:2,gpus=2", timeout=5.0)
+    assert ast.literal_eval(text)["cluster"] == "h200:2,gpus=2"
     with pytest.raises(TypeError, match="cluster= must be a spec string"):
         call_config(cluster=object())
     with pytest.raises(TypeError, match="must be literals"):

@@ -268,9 +268,9 @@ def all_to_all_single(output: torch.Tensor, input: torch.Tensor, output_split_si
     if tracing(input, output):
         # torch.compile / make_fx: one graph node, the operator (comm/ops.py), which calls
         # this function eagerly when the graph runs. Not differentiable, as in eager.
-        output.copy_(traced_all_to_all(input.detach(), output_split_sizes, input_split_sizes, group, algorithm=algorithm,
-                                       cluster=cluster, traffic=traffic, options=options, timeout=timeout,
-                                       cache=cache, transport=transport, checks=checks,
+        output.copy_(traced_all_to_all(input.detach(), output_split_sizes, input_split_sizes, group,
+                                       algorithm=algorithm, cluster=cluster, traffic=traffic, options=options,
+                                       timeout=timeout, cache=cache, transport=transport, checks=checks,
                                        prefetch_transpose=prefetch_transpose, eager_bytes=eager_bytes))
         return CompletedWork() if async_op else None
     require_initialized()

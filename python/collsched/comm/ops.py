@@ -192,5 +192,6 @@ def traced_all_to_all(input: torch.Tensor, output_split_sizes, input_split_sizes
                                 bool(prefetch_transpose))
 
 
-__all__ = ["all_to_all_single_op", "exchange_i64_op", "call_config", "group_name", "traced_all_to_all", "tracing", "traffic_tensor",
+__all__ = ["all_to_all_single_op", "exchange_i64_op", "call_config", "group_name", "traced_all_to_all", "tracing",
+           "traffic_tensor",
            "CONFIG_KEYS"]

@@ -251,7 +251,8 @@ def traced_dispatch(buffer, x: torch.Tensor, topk_idx: torch.Tensor, topk_weight
     return Dispatched(x_out, weights if topk_weights is not None else None, counts, handle)
 
 
-def traced_combine(y: torch.Tensor, handle: TracedHandle, weighted: bool, buffer_key: str | None = None) -> torch.Tensor:
+def traced_combine(y: torch.Tensor, handle: TracedHandle, weighted: bool,
+                   buffer_key: str | None = None) -> torch.Tensor:
     """A traced combine of a `traced_dispatch`'s handle (``buffer_key``: the buffer it must come from)."""
     if not isinstance(handle, TracedHandle) or (buffer_key is not None and handle.buffer_key != buffer_key):
         raise TypeError("under torch.compile, combine takes the handle of this buffer's dispatch in the same graph")
