@@ -156,6 +156,8 @@ def opchecks():
             (x, traffic[:, rank].tolist(), traffic[rank].tolist(), name, traffic, call_config(algorithm="fast",
                                                                                               checks=False), False))
     out["all_to_all_single"] = True
+    opcheck(torch.ops.collsched.exchange_i64.default, (torch.arange(3) + rank, name, 30.0, "opcheck exchange"))
+    out["exchange_i64"] = True
     buffer = MoEBuffer(num_experts=EXPERTS)
     g = torch.Generator().manual_seed(rank)
     tok = torch.randn(6, HIDDEN, generator=g, requires_grad=True)

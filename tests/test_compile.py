@@ -44,8 +44,8 @@ def test_moe_block_compiles_without_graph_breaks_and_matches_eager(results):
 
 def test_operators_pass_opcheck(results):
     for r in results:
-        assert r["opcheck"] == {"all_to_all_single": True, "moe_dispatch": True, "moe_dispatch_rows": True,
-                                "moe_combine": True}, r["opcheck"]
+        assert r["opcheck"] == {"all_to_all_single": True, "exchange_i64": True, "moe_dispatch": True,
+                                "moe_dispatch_rows": True, "moe_combine": True}, r["opcheck"]
 
 
 def test_traced_call_arguments_must_be_literals():
