@@ -8,7 +8,10 @@
 #   3. the per-call host benchmark (benchmarks/rank_program.py) on that machine's CPU;
 #   4. whether a call waits for the GPU (benchmarks/host_runahead.py, 8 NCCL ranks);
 #   5. `collsched bench` on NCCL, 8 ranks (nccl-tests table; functional, same caveat);
-#   6. whether the namespace testbed can run there (root, ip, tc) and, if so, one testbed run.
+#   6. whether the namespace testbed can run there (root, ip, tc) and, if so, one testbed run;
+#   7. NCCL without host round-trips (issue 47): the device header exchange and the CUDA-graph
+#      captured call site (tests/test_nccl_paths.py), then host and GPU time per call against
+#      torch's all_to_all_single, 1 KiB to 64 MiB, 8 ranks (benchmarks/nccl_host_gpu.py).
 # Expects the collsched wheel (built here with `maturin build`) in .whl/; writes logs to $OUT.
 # Every step is bounded by `timeout`; a failing step does not stop the others.
 set -u
@@ -46,4 +49,11 @@ if command -v ip >/dev/null && command -v tc >/dev/null && ip netns add collsche
 else
   echo "no testbed here: ip=$(command -v ip) tc=$(command -v tc), netns $(ip netns add x 2>&1; ip netns del x 2>/dev/null)"
 fi
+step "NCCL without host round-trips: device exchange, captured call site (8 ranks)"
+timeout "${NCCL_PATHS_S:-240}" python3 -m pytest -q -p no:cacheprovider -o addopts="" -rfEs tests/test_nccl_paths.py \
+  --junitxml "$OUT/nccl_paths.xml" 2>&1 | tail -20
+
+step "host and GPU time per call vs torch (8 NCCL ranks, 1 KiB - 64 MiB)"
+timeout "${NCCL_HOST_GPU_S:-420}" python3 benchmarks/nccl_host_gpu.py --ranks 8 --reps "${NCCL_HOST_GPU_REPS:-15}" \
+  --json "$OUT/nccl_host_gpu.json" 2>&1 | tee "$OUT/nccl_host_gpu.txt" | tail -70
 step "done"

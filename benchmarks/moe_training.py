@@ -18,6 +18,11 @@ rank average) and the loss of every step; ``--plot`` draws the loss curves. ``--
 prints one object ``{"setup": {...}, "results": [{"dispatcher", "routing", "step_s",
 "a2a_share", "losses", ...}]}``.
 
+``--compile`` trains every dispatcher a second time with torchtitan's ``compile.enable`` (each
+transformer block compiled with ``fullgraph=True``, backend ``--compile-backend``, torchtitan's
+default ``inductor``); "vs titan" compares with torchtitan's dispatcher run the same way. The
+dispatch + combine share is measured in eager runs only (its timers are host code).
+
 ``--testbed`` (root) runs the ranks on the namespace testbed (collsched.testbed: 2 servers x 4
 ranks, one NIC per rank shaped to ``--nic``), otherwise plain Gloo on loopback (no slow link:
 times there show host overheads). The CPU settings torchtitan needs are in
@@ -101,8 +106,10 @@ def _instrument(disp, rec: dict):
 
 
 def worker(cfg_kw: dict, steps: int, warmup: int, batch_size: int, dispatchers: list, routings: list, bias: list,
-           algorithm: str, seed: int, dtype: str):
-    """One rank: train every (routing, dispatcher) for warmup + steps steps; per-step times, shares, losses."""
+           algorithm: str, seed: int, dtype: str, compile_backends: tuple = (None,)):
+    """One rank: train every (routing, dispatcher, compile backend) for warmup + steps steps;
+    per-step times, shares, losses. A compile backend turns on torchtitan's ``compile.enable``
+    (each transformer block compiled, ``fullgraph=True``); None runs eagerly."""
     import _torchtitan_model as tm
 
     tm.cpu_shims()
@@ -120,18 +127,21 @@ def worker(cfg_kw: dict, steps: int, warmup: int, batch_size: int, dispatchers: 
     out = {}
     # The first model of a process pays one-time costs (Gloo connections, allocator growth,
     # lazy imports): a throwaway run of the first pair keeps them out of every timed result.
-    runs = [(routings[0], dispatchers[0], True)] + [(r, d, False) for r in routings for d in dispatchers]
-    for routing, name, throwaway in runs:
+    runs = [(routings[0], dispatchers[0], compile_backends[0], True)] + [
+        (r, d, c, False) for c in compile_backends for r in routings for d in dispatchers]
+    for routing, name, backend, throwaway in runs:
         cfg = tm.replace(base)
         if name == "collsched_all_to_all":
             use_collsched_dispatcher(cfg, exchange="all_to_all", algorithm=algorithm)
         elif name == "collsched_dedup":
             use_collsched_dispatcher(cfg, exchange="dedup")
         model, _ = tm.build(cfg, ep=dist.get_world_size(), dtype=dtype, seed=seed,
-                            router_bias=np.asarray(bias, np.float32) if routing == "skewed" else None)
+                            router_bias=np.asarray(bias, np.float32) if routing == "skewed" else None,
+                            compile_backend=backend)
         rec = {"s": 0.0, "n": 0, "open": {}}
         for m in model.modules():
-            if hasattr(m, "routed_experts"):
+            # The timers are host code inside the block: compiled blocks run without them.
+            if hasattr(m, "routed_experts") and backend is None:
                 _instrument(m.routed_experts.token_dispatcher, rec)
         opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
         times, shares, losses = [], [], []
@@ -149,12 +159,13 @@ def worker(cfg_kw: dict, steps: int, warmup: int, batch_size: int, dispatchers: 
             losses.append(float(loss))
             if step >= warmup:
                 times.append(dt)
-                shares.append(rec["s"] / dt)
+                shares.append(rec["s"] / dt if backend is None else float("nan"))
         del model, opt
         if throwaway:
             continue
-        out[f"{name}/{routing}"] = {"times": times, "shares": shares, "losses": losses}
-        report_progress(f"rank {rank}: {name} {routing} median step {statistics.median(times):.3f}s")
+        out[_key(name, routing, backend)] = {"times": times, "shares": shares, "losses": losses}
+        report_progress(f"rank {rank}: {name} {routing} {backend or 'eager'} median step "
+                        f"{statistics.median(times):.3f}s")
     return out
 
 
@@ -179,23 +190,29 @@ def _launch(a, args):
     return res, f"Gloo on loopback, one host: {a.servers} emulated nodes x {a.gpus} ranks (no slow link)"
 
 
-def summarize(res: list, dispatchers, routings, tokens_per_step: int) -> list:
+def _key(name: str, routing: str, backend) -> str:
+    return f"{name}/{routing}/{backend or 'eager'}"
+
+
+def summarize(res: list, dispatchers, routings, tokens_per_step: int, compile_backends=(None,)) -> list:
     rows = []
-    for routing in routings:
-        for name in dispatchers:
-            per = [r[f"{name}/{routing}"] for r in res]
-            steps = len(per[0]["times"])
-            # A step ends when its slowest rank ends.
-            slowest = [max(p["times"][i] for p in per) for i in range(steps)]
-            share = [statistics.mean(p["shares"][i] for p in per) for i in range(steps)]
-            step_s = statistics.median(slowest)
-            rows.append({"dispatcher": name, "routing": routing, "step_s": step_s, "step_max_s": max(slowest),
-                         "tokens_per_s": tokens_per_step / step_s, "a2a_share": statistics.median(share),
-                         # the loss every rank saw, averaged over ranks (each rank has its own batch)
-                         "losses": [statistics.mean(p["losses"][i] for p in per) for i in range(len(per[0]["losses"]))]})
+    for backend, routing, name in ((b, r, n) for b in compile_backends for r in routings for n in dispatchers):
+        per = [r[_key(name, routing, backend)] for r in res]
+        steps = len(per[0]["times"])
+        # A step ends when its slowest rank ends.
+        slowest = [max(p["times"][i] for p in per) for i in range(steps)]
+        share = [statistics.mean(p["shares"][i] for p in per) for i in range(steps)]
+        step_s = statistics.median(slowest)
+        rows.append({"dispatcher": name, "routing": routing, "compiled": backend or "eager",
+                     "step_s": step_s, "step_max_s": max(slowest),
+                     "tokens_per_s": tokens_per_step / step_s,
+                     "a2a_share": statistics.median(share) if backend is None else None,
+                     # the loss every rank saw, averaged over ranks (each rank has its own batch)
+                     "losses": [statistics.mean(p["losses"][i] for p in per) for i in range(len(per[0]["losses"]))]})
     for row in rows:
-        ref = next(r for r in rows if r["routing"] == row["routing"] and r["dispatcher"] == "torchtitan") \
-            if "torchtitan" in dispatchers else None
+        # torchtitan's own dispatcher run the same way (eager, or compiled with the same backend)
+        ref = next(r for r in rows if r["routing"] == row["routing"] and r["dispatcher"] == "torchtitan"
+                   and r["compiled"] == row["compiled"]) if "torchtitan" in dispatchers else None
         row["speedup_vs_torchtitan"] = ref["step_s"] / row["step_s"] if ref else None
     return rows
 
@@ -211,7 +228,8 @@ def plot(rows: list, path: str) -> None:
     for ax, routing in zip(axes[0], routings):
         for r in rows:
             if r["routing"] == routing:
-                ax.plot(range(len(r["losses"])), r["losses"], marker="o", ms=3, label=r["dispatcher"])
+                label = r["dispatcher"] + ("" if r["compiled"] == "eager" else f" ({r['compiled']})")
+                ax.plot(range(len(r["losses"])), r["losses"], marker="o", ms=3, label=label)
         ax.set_title(f"{routing} routing")
         ax.set_xlabel("step")
         ax.xaxis.get_major_locator().set_params(integer=True)
@@ -241,6 +259,10 @@ def main(argv=None):
     ap.add_argument("--dispatchers", default=",".join(DISPATCHERS))
     ap.add_argument("--algorithm", default="auto", help="collsched_all_to_all: collsched all-to-all algorithm")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--compile", action="store_true",
+                    help="also train with torchtitan's compile.enable (each block compiled, fullgraph) beside eager")
+    ap.add_argument("--compile-backend", default="inductor", help="--compile: torch.compile backend (torchtitan's "
+                    "default: inductor; aot_eager skips code generation)")
     ap.add_argument("--testbed", action="store_true", help="run on the namespace testbed (root; docs/testbed.md)")
     ap.add_argument("--nic", default="100Mbps", help="--testbed: every emulated NIC's rate per direction")
     ap.add_argument("--servers", type=int, default=2)
@@ -262,16 +284,19 @@ def main(argv=None):
     cfg_kw = dict(dim=a.dim, n_layers=a.layers, experts=a.experts, top_k=a.topk, moe_hidden=a.moe_hidden,
                   vocab=a.vocab, heads=a.heads, head_dim=a.dim // a.heads, seq_len=a.seq)
     bias = zipf_bias(a.experts, a.zipf, a.skew, a.seed).tolist()
-    args = (cfg_kw, a.steps, a.warmup, a.batch, dispatchers, routings, bias, a.algorithm, a.seed, a.dtype)
+    compile_backends = (None, a.compile_backend) if a.compile else (None,)
+    args = (cfg_kw, a.steps, a.warmup, a.batch, dispatchers, routings, bias, a.algorithm, a.seed, a.dtype,
+            compile_backends)
     t0 = time.time()
     res, fabric = _launch(a, args)
-    rows = summarize(res, dispatchers, routings, world * a.batch * a.seq)
+    rows = summarize(res, dispatchers, routings, world * a.batch * a.seq, compile_backends)
     setup = {"model": {"family": "qwen3-moe (torchtitan 0.3.0)", **cfg_kw, "dtype": a.dtype},
              "ranks": world, "parallelism": f"FSDP {world} + EP {world}", "fabric": fabric,
              "skew": {"uniform": "router as initialised",
                       "skewed": f"router bias {a.skew} x Zipf({a.zipf}) weight / max, fixed (balancer off)"},
              "steps": a.steps, "warmup": a.warmup, "tokens_per_step": world * a.batch * a.seq,
              "collsched_all_to_all_algorithm": a.algorithm, "wall_s": time.time() - t0,
+             "compiled": f"torchtitan compile.enable, backend {a.compile_backend}" if a.compile else "no",
              "load_average": os.getloadavg()[0], "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime())}
     if a.plot:
         plot(rows, a.plot)
@@ -279,12 +304,13 @@ def main(argv=None):
         print(json.dumps({"setup": setup, "results": rows}))
         return
     print(f"{fabric}; {setup['parallelism']}; load average {setup['load_average']:.1f}")
-    print(f"{'dispatcher':<22}{'routing':<9}{'step s':>9}{'max s':>9}{'tok/s':>10}{'a2a share':>11}{'vs titan':>10}"
-          f"  losses")
+    print(f"{'dispatcher':<22}{'routing':<9}{'mode':<11}{'step s':>9}{'max s':>9}{'tok/s':>10}{'a2a share':>11}"
+          f"{'vs titan':>10}  losses")
     for r in rows:
         sp = f"{r['speedup_vs_torchtitan']:.2f}x" if r["speedup_vs_torchtitan"] else "-"
-        print(f"{r['dispatcher']:<22}{r['routing']:<9}{r['step_s']:>9.3f}{r['step_max_s']:>9.3f}"
-              f"{r['tokens_per_s']:>10.0f}{r['a2a_share']:>11.2f}{sp:>10}  "
+        share = "-" if r["a2a_share"] is None else f"{r['a2a_share']:.2f}"
+        print(f"{r['dispatcher']:<22}{r['routing']:<9}{r['compiled']:<11}{r['step_s']:>9.3f}{r['step_max_s']:>9.3f}"
+              f"{r['tokens_per_s']:>10.0f}{share:>11}{sp:>10}  "
               + " ".join(f"{x:.4f}" for x in r["losses"]))
 
 

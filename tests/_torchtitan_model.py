@@ -49,11 +49,13 @@ def model_config(*, dim=64, n_layers=2, experts=16, top_k=4, moe_hidden=64, voca
 
 
 def build(cfg, *, ep: int, spmd_backend: str = "partial_dtensor", dtype: str = "float32", seed: int = 0,
-          router_bias: np.ndarray | None = None, fsdp: bool = True):
+          router_bias: np.ndarray | None = None, fsdp: bool = True, compile_backend: str | None = None):
     """Build, parallelize (FSDP over all ranks, EP ``ep``) and initialise the model; returns (model, parallel_dims).
 
     ``router_bias`` [E] (optional) is added to every layer's expert bias: skewed routing that
-    the (aux-loss-free) load balancer only corrects between optimizer steps.
+    the (aux-loss-free) load balancer only corrects between optimizer steps. ``compile_backend``
+    (optional) turns on torchtitan's ``compile.enable`` with that backend: each transformer
+    block compiled with ``fullgraph=True`` (``torchtitan.distributed.compile.apply_compile``).
     """
     import torch
     import torch.distributed as dist
@@ -79,7 +81,8 @@ def build(cfg, *, ep: int, spmd_backend: str = "partial_dtensor", dtype: str = "
     with torch.device("meta"):
         model = cfg.build()
     model = parallelize_qwen3(model, parallel_dims=dims, training=training, parallelism=parallelism,
-                              compile_config=CompileConfig(), ac_config=None,
+                              compile_config=(CompileConfig(enable=True, backend=compile_backend) if compile_backend
+                                              else CompileConfig()), ac_config=None,
                               dump_folder="/tmp", skip_dp=not fsdp)
     for m in model.modules():
         if isinstance(m, FSDPModule):

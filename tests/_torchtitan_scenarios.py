@@ -4,7 +4,7 @@ from __future__ import annotations
 import _torchtitan_model as tm
 
 
-def _train(cfg, dispatcher: dict | None, *, ep, steps, spmd_backend, dtype, seed=0, lr=1e-2):
+def _train(cfg, dispatcher: dict | None, *, ep, steps, spmd_backend, dtype, seed=0, lr=1e-2, compile_backend=None):
     """Train `steps` AdamW steps; returns (losses, grads of the first step by name)."""
     import torch
     import torch.distributed as dist
@@ -14,7 +14,7 @@ def _train(cfg, dispatcher: dict | None, *, ep, steps, spmd_backend, dtype, seed
         from collsched.moe.torchtitan import use_collsched_dispatcher
 
         use_collsched_dispatcher(cfg, **dispatcher)
-    model, _ = tm.build(cfg, ep=ep, spmd_backend=spmd_backend, dtype=dtype, seed=seed)
+    model, _ = tm.build(cfg, ep=ep, spmd_backend=spmd_backend, dtype=dtype, seed=seed, compile_backend=compile_backend)
     opt = torch.optim.AdamW(model.parameters(), lr=lr)
     rank = dist.get_rank()
     kinds = sorted({type(m.routed_experts.token_dispatcher).__name__ + ":" + getattr(
@@ -40,23 +40,26 @@ def _train(cfg, dispatcher: dict | None, *, ep, steps, spmd_backend, dtype, seed
 
 
 def compare_training(modes=("all_to_all", "dedup"), *, ep: int, steps: int, spmd_backend: str = "partial_dtensor",
-                     dtype: str = "float32", experts: int = 16, top_k: int = 4):
+                     dtype: str = "float32", experts: int = 16, top_k: int = 4, compile_backend: str | None = None,
+                     n_layers: int = 2):
     """Train torchtitan's dispatcher and collsched's (each of ``modes``) from the same weights and batches.
 
     Returns per rank and mode: the largest loss difference (any step), the largest absolute and
     relative gradient difference (first step, any parameter), whether all are exactly zero,
-    the dispatcher classes the models held, and the parameter names compared.
+    the dispatcher classes the models held, and the parameter names compared. With
+    ``compile_backend`` every model is compiled the same way (torchtitan's ``compile.enable``).
     """
     tm.cpu_shims()
     import torch
 
-    cfg = tm.model_config(experts=experts, top_k=top_k)
-    ref_losses, ref_grads, ref_kinds = _train(cfg, None, ep=ep, steps=steps, spmd_backend=spmd_backend, dtype=dtype)
+    cfg = tm.model_config(experts=experts, top_k=top_k, n_layers=n_layers)
+    ref_losses, ref_grads, ref_kinds = _train(cfg, None, ep=ep, steps=steps, spmd_backend=spmd_backend, dtype=dtype,
+                                              compile_backend=compile_backend)
     out = {"losses": [float(x) for x in ref_losses], "names": sorted(ref_grads), "kinds": ref_kinds}
     for mode in modes:
         opts = {"exchange": mode}
         got_losses, got_grads, got_kinds = _train(cfg, opts, ep=ep, steps=steps, spmd_backend=spmd_backend,
-                                                  dtype=dtype)
+                                                  dtype=dtype, compile_backend=compile_backend)
         loss_diff = max(float((a.double() - b.double()).abs()) for a, b in zip(ref_losses, got_losses))
         grad_diff, grad_rel, bitwise = 0.0, 0.0, loss_diff == 0.0 and set(ref_grads) == set(got_grads)
         for name in ref_grads:

@@ -42,10 +42,10 @@ _SKIP = _torchtitan_ok()
 needs_torchtitan = pytest.mark.skipif(bool(_SKIP), reason=_SKIP)
 
 
-def _run(fn, *args, **kwargs):
+def _run(fn, *args, timeout_s: float = 400, **kwargs):
     from collsched.comm.launch import run_local
 
-    res = run_local(f"_torchtitan_scenarios:{fn}", 4, args, kwargs, gpus_per_server=2, timeout_s=400,
+    res = run_local(f"_torchtitan_scenarios:{fn}", 4, args, kwargs, gpus_per_server=2, timeout_s=timeout_s,
                     extra_pythonpath=[TESTS_DIR], raise_on_failure=False)
     bad = [str(r) + "\n" + getattr(r, "traceback", "")[-2000:] for r in res if not isinstance(r, dict)]
     assert not bad, "\n".join(bad)
@@ -69,6 +69,21 @@ def test_training_matches_torchtitan_dispatcher():
         assert dd["loss_diff"] <= LOSS_TOL, dd
         assert dd["grad_rel"] <= GRAD_REL_TOL, dd
         assert r["losses"][0] > 0 and all(x == x for x in r["losses"])  # a finite, non-trivial loss
+
+
+@needs_torchtitan
+def test_compiled_training_matches_torchtitan_compiled():
+    # torchtitan's compile.enable (every transformer block compiled with fullgraph=True, so a
+    # graph break fails the run) with the aot_eager backend, both dispatchers compiled alike;
+    # one layer (each layer is a compile of its own), two steps (the second runs the compiled code).
+    res = _run("compare_training", ("all_to_all", "dedup"), ep=4, steps=2, compile_backend="aot_eager", n_layers=1,
+               timeout_s=900)
+    for r in res:
+        assert r["kinds"] == ["AllToAllTokenDispatcher:-"]
+        assert r["all_to_all"]["bitwise"], r["all_to_all"]
+        dd = r["dedup"]
+        assert dd["loss_diff"] <= LOSS_TOL and dd["grad_rel"] <= GRAD_REL_TOL, dd
+        assert r["losses"][0] > 0 and all(x == x for x in r["losses"])
 
 
 @needs_torchtitan

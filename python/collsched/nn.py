@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from collsched.comm.api import all_to_all_single as _a2a
+from collsched.comm.ops import traced_all_to_all, tracing
 
 
 def _transpose(traffic):
@@ -53,13 +54,19 @@ def all_to_all_single(input: torch.Tensor, output_split_sizes=None, input_split_
     """Functional, differentiable all-to-all(v) along dim 0; returns the output tensor.
 
     ``kw`` goes to ``collsched.all_to_all_single`` (algorithm, cluster, traffic in rows, options, timeout).
-    Split sizes are lists of ints (None = equal splits), as in Megatron's ``all_to_all(group, input, out, in)``.
+    Split sizes are lists of ints (None = equal splits), as in Megatron's ``all_to_all(group, input, out, in)``;
+    under ``torch.compile`` ints or SymInts, and ``kw`` literals (``cluster=`` a spec string).
     """
+    prefetch = torch.is_grad_enabled() and input.requires_grad
+    if tracing(input):
+        # One graph node (the operator of comm/ops.py, its autograd registered there).
+        return traced_all_to_all(input, output_split_sizes, input_split_sizes, group,
+                                 **{"prefetch_transpose": prefetch, **kw})
     if output_split_sizes is not None:
         output_split_sizes = [int(x) for x in output_split_sizes]
     if input_split_sizes is not None:
         input_split_sizes = [int(x) for x in input_split_sizes]
-    if torch.is_grad_enabled() and input.requires_grad:
+    if prefetch:
         # A backward will move the transposed matrix: plan it while the forward moves data.
         kw = {"prefetch_transpose": True, **kw}
     return _AllToAll.apply(input, output_split_sizes, input_split_sizes, group, kw)

@@ -49,6 +49,7 @@ from collsched.comm.exchange import all_pairs_fit, eager_capable, exchange, exch
 from collsched.comm.executor import byte_view, choose_transport, needs_collective_steps, run_program
 from collsched.comm.groups import blocking_waits, require_initialized, wait_all
 from collsched.comm.inflight import one_call_per_group
+from collsched.comm.ops import traced_all_to_all, tracing
 from collsched.comm.pool import DEFAULT_POOL
 from collsched.comm.stats import CallStats, last_call_stats, record
 from collsched.planning import check_algorithm
@@ -292,6 +293,14 @@ def all_to_all_single(output: torch.Tensor, input: torch.Tensor, output_split_si
         CommTimeoutError / PeerFailureError: a peer is stuck, dead, or raised alone (a call
             torch runs without an exchange, or ``checks=False``).
     """
+    if tracing(input, output):
+        # torch.compile / make_fx: one graph node, the operator (comm/ops.py), which calls
+        # this function eagerly when the graph runs. Not differentiable, as in eager.
+        output.copy_(traced_all_to_all(input.detach(), output_split_sizes, input_split_sizes, group,
+                                       algorithm=algorithm, cluster=cluster, traffic=traffic, options=options,
+                                       timeout=timeout, cache=cache, transport=transport, checks=checks,
+                                       prefetch_transpose=prefetch_transpose, eager_bytes=eager_bytes))
+        return CompletedWork() if async_op else None
     require_initialized()
     t_start = time.perf_counter()
     timeout_s = resolve_timeout(timeout)

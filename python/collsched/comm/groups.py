@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import threading
 import time
 import weakref
@@ -254,6 +255,9 @@ def exchange_i64(values, group, timeout_s: float, what: str) -> np.ndarray:
     Raises:
         CommTimeoutError / PeerFailureError: a peer did not take part within `timeout_s`.
     """
+    if exchange_on_device(group):
+        return exchange_i64_on_group(values, group, torch.device("cuda", torch.cuda.current_device()), timeout_s,
+                                     what)
     g = host_group(group, timeout_s)
     mine = torch.as_tensor(np.asarray(values, dtype=np.int64))
     world = dist.get_world_size(g)
@@ -264,3 +268,62 @@ def exchange_i64(values, group, timeout_s: float, what: str) -> np.ndarray:
         raise classify_transport_error(e, what) from e
     wait_all([work], timeout_s, True, what)
     return out.reshape(world, -1).numpy()
+
+
+EXCHANGE_ENV = "COLLSCHED_NCCL_EXCHANGE"
+EXCHANGES = ("host", "device")
+
+
+def exchange_on_device(group) -> bool:
+    """Whether the small exchanges of an NCCL group travel on the group itself, as device
+    tensors (``COLLSCHED_NCCL_EXCHANGE=device``), instead of the Gloo host group (``host``, the
+    default). Every rank must set the same (the two travel on different groups).
+
+    Device: no Gloo side channel (no second set of connections, nothing outside NCCL), but
+    the host reads the result, so the call waits for the GPU queue ahead of the exchange.
+    Host: the call waits only for its peers, and its data movement is enqueued behind the
+    queue (see `host_group`).
+
+    Raises:
+        ValueError: the variable holds something else.
+    """
+    mode = os.environ.get(EXCHANGE_ENV, "host").strip().lower() or "host"
+    if mode not in EXCHANGES:
+        raise ValueError(f"{EXCHANGE_ENV} must be one of {EXCHANGES}, got {mode!r}")
+    return mode == "device" and "nccl" in str(dist.get_backend(group)).lower() and torch.cuda.is_available()
+
+
+def exchange_i64_on_group(values, group, device: torch.device, timeout_s: float, what: str) -> np.ndarray:
+    """`exchange_i64` on `group` itself with tensors on `device` (NCCL: a CUDA device; any
+    backend works, so Gloo with the CPU tests it): one ``all_to_all_single`` of the values
+    repeated per peer, then one copy to the host, waited for with the timeout (a CUDA event
+    polled, so a stuck peer raises instead of blocking in the copy).
+
+    Returns:
+        ``[world, len(values)]`` int64 numpy array, row r from group rank r.
+
+    Raises:
+        CommTimeoutError / PeerFailureError: a peer did not take part within `timeout_s`.
+    """
+    mine = torch.as_tensor(np.asarray(values, dtype=np.int64))
+    world = dist.get_world_size(group)
+    send = mine.repeat(world).to(device, non_blocking=True)
+    out = torch.empty(world * mine.numel(), dtype=torch.int64, device=device)
+    try:
+        work = dist.all_to_all_single(out, send, group=group, async_op=True)
+    except RuntimeError as e:
+        raise classify_transport_error(e, what) from e
+    if device.type != "cuda":
+        wait_all([work], timeout_s, True, what)
+        return out.reshape(world, -1).numpy()
+    work.wait()  # orders the current stream after the exchange
+    host = torch.empty(out.shape, dtype=torch.int64, pin_memory=True)
+    host.copy_(out, non_blocking=True)
+    done = torch.cuda.Event()
+    done.record()
+    deadline = time.monotonic() + timeout_s
+    while not done.query():
+        if time.monotonic() > deadline:
+            raise CommTimeoutError(f"{what}: timed out after {timeout_s:g} s (exchange on the NCCL group)")
+        time.sleep(20e-6)
+    return host.reshape(world, -1).numpy()

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import torch
 
+from collsched.comm.ops import tracing
 from collsched.moe.buffer import Dispatched, DispatchHandle, MoEBuffer
+from collsched.moe.ops import TracedHandle, traced_combine, traced_dispatch
 
 
 class _Dispatch(torch.autograd.Function):
@@ -60,8 +62,11 @@ def dispatch(x: torch.Tensor, topk_idx: torch.Tensor, topk_weights: torch.Tensor
         topk_weights (Tensor [T, K] float32 or None): router weights.
         buffer (MoEBuffer): the buffer to move them with.
     Returns:
-        Dispatched: ``.x`` and ``.weights`` carry gradients back.
+        Dispatched: ``.x`` and ``.weights`` carry gradients back. Under ``torch.compile`` the
+        operator ``collsched::moe_dispatch`` with its registered autograd (moe/ops.py).
     """
+    if tracing(x, topk_idx):
+        return traced_dispatch(buffer, x, topk_idx, topk_weights)
     box: list = []
     dx, dw = _Dispatch.apply(x, topk_weights, topk_idx, buffer, box)
     d = box[0]
@@ -73,11 +78,13 @@ def combine(y: torch.Tensor, handle: DispatchHandle, weighted: bool = True) -> t
 
     Args:
         y (Tensor [N, H]): expert outputs in the dispatched layout.
-        handle (DispatchHandle): from `dispatch`.
+        handle (DispatchHandle | TracedHandle): from `dispatch` (a TracedHandle under torch.compile).
         weighted (bool): multiply by the router weights (constants here; see the module doc).
     Returns:
         Tensor [T, H].
     """
+    if isinstance(handle, TracedHandle) and tracing(y):
+        return traced_combine(y, handle, weighted)
     if not isinstance(handle, DispatchHandle):
         raise TypeError(f"handle must be a DispatchHandle from dispatch(), got {type(handle).__name__}")
     return _Combine.apply(y, handle, weighted)

@@ -29,6 +29,8 @@ import torch.distributed as dist
 from collsched.comm.descriptor import DTYPE_CODE, UNKNOWN_DTYPE, dtype_name
 from collsched.comm.errors import CollectiveInputError, resolve_timeout
 from collsched.comm.groups import blocking_waits, exchange_i64, require_initialized, wait_all
+from collsched.comm.ops import tracing
+from collsched.moe.ops import register as register_for_ops, traced_combine, traced_dispatch
 from collsched.moe.routing import (DEDUP_MODES, SCHEDULES, CallPlan, Layout, hop_pairs, plan_exchange, plan_local,
                                    unit_ids)
 
@@ -209,6 +211,7 @@ class MoEBuffer:
         self.combine_precision = combine_precision
         self.id = next(_IDS)
         self._calls = 0
+        register_for_ops(self)  # reachable from the torch.library operators (moe/ops.py) by id
         self.last_stats: dict = {}
         # Every rank must agree on the configuration: one exchange now, none per call.
         own = self.layout.owner
@@ -267,6 +270,10 @@ class MoEBuffer:
     def dispatch(self, x: torch.Tensor, topk_idx: torch.Tensor, topk_weights: torch.Tensor | None = None) -> Dispatched:
         """Send each token's row to the GPUs of its experts, expert-major on arrival.
 
+        Under ``torch.compile`` the call is the operator ``collsched::moe_dispatch``
+        (moe/ops.py): ``tokens_per_expert`` is then an int64 tensor and the handle a
+        ``TracedHandle`` for combine in the same graph.
+
         Collective: every rank of the group calls it (a rank without tokens passes T = 0).
 
         Args:
@@ -280,6 +287,12 @@ class MoEBuffer:
                 shapes, dtypes, devices) or ranks disagree on H, dtype, K or on passing weights.
             CommTimeoutError, PeerFailureError: a peer is stuck or gone.
         """
+        if tracing(x, topk_idx):
+            return traced_dispatch(self, x, topk_idx, topk_weights)
+        return self._dispatch(x, topk_idx, topk_weights)
+
+    def _dispatch(self, x: torch.Tensor, topk_idx: torch.Tensor, topk_weights: torch.Tensor | None) -> Dispatched:
+        """`dispatch`, eagerly (what the operator runs)."""
         code, a, b = self._validate(x, topk_idx, topk_weights)
         ok = code == 0
         lay = self.layout
@@ -392,6 +405,12 @@ class MoEBuffer:
             CollectiveInputError: on every rank when any rank passes a bad ``y``, a foreign handle,
                 a weighted combine without weights, or ranks pass handles of different calls.
         """
+        if tracing(y):
+            return traced_combine(y, handle, weighted, self.op_key)
+        return self._combine_call(y, handle, weighted)
+
+    def _combine_call(self, y: torch.Tensor, handle: DispatchHandle, weighted: bool) -> torch.Tensor:
+        """`combine`, eagerly (what the operator runs)."""
         code, a, b = 0, 0, 0
         if not isinstance(handle, DispatchHandle) or handle.buffer_id != self.id:
             code = 8

@@ -51,7 +51,6 @@ def _require_torchtitan() -> None:
 
 _require_torchtitan()
 
-import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from torchtitan.models.common.token_dispatcher import BaseEPTokenDispatcher, LocalTokenDispatcher  # noqa: E402
 from torchtitan.ops.scatter_add import deterministic_scatter_add  # noqa: E402
@@ -72,13 +71,13 @@ class AllToAllMetadata:
         token_N (Tensor [N] int64): source token of each sent row (rows sorted by expert id).
         scores_N (Tensor [N]): routing score of each sent row (carries the router's gradient).
         perm_R (Tensor [R] int64): received row of each expert-major output row.
-        traffic (ndarray [P, P] int64): rows rank i sent to rank j, the same on every EP rank.
+        traffic (Tensor [P, P] int64, on the host): rows rank i sent to rank j, the same on every EP rank.
     """
 
     token_N: torch.Tensor
     scores_N: torch.Tensor
     perm_R: torch.Tensor
-    traffic: np.ndarray
+    traffic: torch.Tensor
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -158,6 +157,10 @@ class CollschedTokenDispatcher(BaseEPTokenDispatcher):
         """Check the EP size; in ``dedup`` mode create the MoEBuffer (collective on the EP group)."""
         if self.ep_mesh is None:
             return
+        # Read once here, outside any compiled region: the graph sees plain attributes.
+        self._ep_group = self.ep_mesh.get_group()
+        self._ep_size, self._ep_rank = self.ep_mesh.size(), self.ep_mesh.get_local_rank()
+        self._timeout_s = resolve_timeout(self.config.timeout)
         ep = self.ep_mesh.size()
         if self.num_experts % ep:
             raise ValueError(f"num_experts = {self.num_experts} is not a multiple of the EP size {ep}")
@@ -165,7 +168,7 @@ class CollschedTokenDispatcher(BaseEPTokenDispatcher):
             from collsched.moe.buffer import MoEBuffer
 
             c = self.config
-            self.buffer = MoEBuffer(self.ep_mesh.get_group(), self.num_experts, cluster=c.cluster, dedup=c.dedup,
+            self.buffer = MoEBuffer(self._ep_group, self.num_experts, cluster=c.cluster, dedup=c.dedup,
                                     balance=c.balance, schedule=c.schedule, timeout=c.timeout)
 
     # ------------------------------------------------------------------ dispatch
@@ -195,8 +198,7 @@ class CollschedTokenDispatcher(BaseEPTokenDispatcher):
         return self._dispatch_a2a(x_TD, topk_scores_TK, topk_expert_ids_TK, num_local_tokens_per_expert_E)
 
     def _dispatch_a2a(self, x_TD, scores_TK, ids_TK, counts_E):
-        group = self.ep_mesh.get_group()
-        p, me = self.ep_mesh.size(), self.ep_mesh.get_local_rank()
+        p, me = self._ep_size, self._ep_rank
         e_loc = self.num_experts // p
         k = ids_TK.shape[1]
         # Rows sorted by expert id (stable: by token inside an expert), so each destination
@@ -207,31 +209,36 @@ class CollschedTokenDispatcher(BaseEPTokenDispatcher):
         rows_ND = x_TD[token_N]
         # Every rank's per-expert counts: the whole traffic matrix on every rank (one small
         # host exchange), so the data exchange needs no descriptor round of its own.
-        counts = exchange_i64(counts_E.detach().cpu().numpy().astype(np.int64), group,
-                              resolve_timeout(self.config.timeout), "torchtitan dispatch count exchange")
-        traffic = counts.reshape(p, p, e_loc).sum(axis=2)  # [src, dst] rows
+        counts = self._gather_counts(counts_E)  # [P, E] int64, on the host
+        traffic = counts.reshape(p, p, e_loc).sum(dim=2)  # [src, dst] rows
         mine = counts[:, me * e_loc:(me + 1) * e_loc]  # [src, local expert] rows arriving here
         recv_RD = self._exchange(rows_ND, traffic, transpose=False)
-        # Arrived: by source rank, then local expert. Expert-major: by local expert, then source.
-        start = (np.cumsum(mine.reshape(-1)) - mine.reshape(-1)).reshape(p, e_loc)
-        seg_start, seg_len = start.T.reshape(-1), mine.T.reshape(-1)
-        total = int(seg_len.sum())
-        perm = np.repeat(seg_start - (np.cumsum(seg_len) - seg_len), seg_len) + np.arange(total)
-        perm_R = torch.from_numpy(perm.astype(np.int64)).to(x_TD.device)
+        perm_R = _expert_major(mine, recv_RD.shape[0]).to(x_TD.device)
         routed_RD = recv_RD[perm_R]
-        per_expert = torch.from_numpy(mine.sum(axis=0).astype(np.int64)).to(x_TD.device)
+        per_expert = mine.sum(dim=0).to(x_TD.device)
         return routed_RD, per_expert, AllToAllMetadata(token_N=token_N, scores_N=scores_N, perm_R=perm_R,
                                                         traffic=traffic)
 
-    def _exchange(self, rows: torch.Tensor, traffic: np.ndarray, transpose: bool) -> torch.Tensor:
-        """Differentiable collsched all-to-all of ``rows`` along ``traffic`` (or its transpose)."""
+    def _gather_counts(self, counts_E: torch.Tensor) -> torch.Tensor:
+        """Every EP rank's ``counts_E`` as ``[P, E]`` int64 on the host (an operator under the compiler)."""
+        from collsched.comm.ops import exchange_i64_op, tracing
+
+        values = counts_E.detach().to(torch.int64)
+        what = "torchtitan dispatch count exchange"
+        if tracing(counts_E):
+            return exchange_i64_op(values, self._ep_group.group_name, self._timeout_s, what)
+        return torch.from_numpy(exchange_i64(values.cpu().numpy(), self._ep_group, self._timeout_s, what))
+
+    def _exchange(self, rows: torch.Tensor, traffic: torch.Tensor, transpose: bool) -> torch.Tensor:
+        """Differentiable collsched all-to-all of ``rows`` along ``traffic`` [P, P] (or its transpose)."""
         from collsched.nn import all_to_all_single
 
-        m = np.ascontiguousarray(traffic.T if transpose else traffic)
-        me = self.ep_mesh.get_local_rank()
+        m = traffic.t().contiguous() if transpose else traffic
+        me = self._ep_rank
         # checks=False: every rank derived `m` from the same gathered counts, so the
-        # descriptor exchange would only repeat what is already known.
-        return all_to_all_single(rows.contiguous(), m[:, me].tolist(), m[me].tolist(), group=self.ep_mesh.get_group(),
+        # descriptor exchange would only repeat what is already known. The split sizes are
+        # read on the host (unbacked SymInts under the compiler, as torchtitan's own).
+        return all_to_all_single(rows.contiguous(), m[:, me].tolist(), m[me].tolist(), group=self._ep_group,
                                  algorithm=self.config.algorithm, cluster=self.config.cluster, traffic=m,
                                  checks=False, timeout=self.config.timeout)
 
@@ -240,7 +247,8 @@ class CollschedTokenDispatcher(BaseEPTokenDispatcher):
 
         # MoEBuffer takes int64 ids and float32 weights; .float() keeps the router's gradient.
         d = dispatch(x_TD, ids_TK.to(torch.int64), scores_TK.float(), self.buffer)
-        per_expert = torch.tensor(d.tokens_per_expert, dtype=torch.int64, device=x_TD.device)
+        # A list in eager, an int64 tensor when traced (the counts are data there).
+        per_expert = torch.as_tensor(d.tokens_per_expert, dtype=torch.int64).to(x_TD.device)
         return d.x, per_expert, DedupMetadata(handle=d.handle, weights_R=d.weights)
 
     # ------------------------------------------------------------------ combine
@@ -270,6 +278,24 @@ class CollschedTokenDispatcher(BaseEPTokenDispatcher):
         scaled = (rows_ND.float() * metadata.scores_N[:, None]).to(rows_ND.dtype)
         index = metadata.token_N[:, None].expand(-1, x_TD.shape[-1])
         return deterministic_scatter_add(torch.zeros_like(x_TD), index, scaled)
+
+
+def _expert_major(mine: torch.Tensor, total) -> torch.Tensor:
+    """Where each expert-major row comes from in the arrived order.
+
+    Rows arrive by source rank, then local expert (``mine`` [P, e]: rows from each source rank
+    for each local expert); the experts want them by local expert, then source rank.
+
+    Returns:
+        Tensor [total] int64: arrived row of each expert-major row.
+    """
+    p, e = mine.shape
+    flat = mine.reshape(-1)
+    arrived_start = (flat.cumsum(0) - flat).reshape(p, e).t().reshape(-1)  # segment (expert, source) starts
+    seg_len = mine.t().reshape(-1)
+    seg = torch.repeat_interleave(torch.arange(p * e), seg_len, output_size=total)
+    out_start = seg_len.cumsum(0) - seg_len
+    return arrived_start[seg] + torch.arange(total) - out_start[seg]
 
 
 def use_collsched_dispatcher(model_config, **options) -> int:
