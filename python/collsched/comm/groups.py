@@ -10,6 +10,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from collsched.comm.culprits import publish_local_ports
 from collsched.comm.errors import CommTimeoutError, classify_transport_error
 
 # Caches keyed by the caller's process group hold it weakly: a strong reference here would keep
@@ -113,6 +114,7 @@ def gloo_groups(group, purpose: str, count: int, timeout_s: float) -> tuple:
         except RuntimeError as e:
             raise classify_transport_error(e, what) from e
         _GLOO_GROUPS.setdefault(g, {})[purpose] = made
+        publish_local_ports()  # the new groups' connections, so a fault on them names its rank
         return made
 
 

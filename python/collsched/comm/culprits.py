@@ -1,0 +1,268 @@
+"""Which rank caused a fault: every timeout or broken connection names it, on every survivor.
+
+Two sources, combined after a wait failed:
+
+- **The transport's address.** Gloo reports a dead peer as "Connection closed by peer
+  [IP]:port" (or "Read error [IP]:port: Connection reset by peer"), an address no one can act
+  on. Every rank publishes its own TCP ports in the store (`publish_local_ports`, when
+  collsched first uses a group and after it creates its own groups), so a survivor maps the
+  address to the rank that owned it. Gloo prints the port in network byte order on
+  little-endian hosts, so both byte orders are tried; an address two ranks own names nobody.
+- **A roll call.** Every rank whose wait failed (its n-th failure on this group: present
+  ranks fail in the same call) signs in on the store with what its transport told it. A rank
+  that never signs in did not reach the call, or is dead or stopped inside it: those are
+  named, unless a signed-in rank's address names a dead one, which is named at once. A rank
+  that signed in is alive, so an address naming it (a survivor that raised and exited) is
+  not believed.
+
+The roll call waits until every member signed in, or an address named a rank that did not
+sign in, or ``started + timeout + GRACE_S`` (present ranks time out within the same call
+timeout). Nothing is added to calls that do not fail; the ports are published once per
+group.
+"""
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import os
+import re
+import socket
+import sys
+import threading
+import time
+import weakref
+
+from collsched.comm.errors import CollschedCommError, CommTimeoutError, PeerFailureError, rank_ranges
+
+GRACE_S = 0.5  # how long past the call's timeout a survivor waits for the others to sign in
+MIN_WAIT_S = 0.3  # a rank that fails past that deadline still waits this long for the others
+EVIDENCE_QUIET_S = 0.2  # once an address named a dead rank: wait this long for more sign-ins
+POLL_S = 0.02
+
+PORTS_KEY = "collsched/ports"
+_ADDRESS = re.compile(r"\[([0-9A-Fa-f.:]+)\]:(\d+)")
+
+_LOCK = threading.Lock()
+_FAULTS: dict[str, int] = {}  # failures seen per group (the roll call's round)
+_PUBLISHED_FOR: "weakref.WeakSet" = weakref.WeakSet()
+_published_ports: set = set()
+
+
+def local_tcp_ports() -> set[tuple[str, int]]:
+    """``(ip, port)`` of every TCP socket this process holds (listening or connected), from
+    ``/proc`` (Linux; elsewhere an empty set, and faults are named by the roll call alone)."""
+    inodes = set()
+    try:
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                link = os.readlink(f"/proc/self/fd/{fd}")
+            except OSError:
+                continue
+            if link.startswith("socket:["):
+                inodes.add(link[8:-1])
+    except OSError:
+        return set()
+    out = set()
+    for table, family in (("/proc/self/net/tcp", socket.AF_INET), ("/proc/self/net/tcp6", socket.AF_INET6)):
+        try:
+            with open(table) as f:
+                lines = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if len(fields) > 9 and fields[9] in inodes:
+                hexip, hexport = fields[1].split(":")
+                out.add((_proc_ip(hexip, family), int(hexport, 16)))
+    return out
+
+
+def _proc_ip(hexip: str, family: int) -> str:
+    """``/proc/net/tcp*`` prints each 32-bit word of the address in host byte order."""
+    raw = bytes.fromhex(hexip)
+    if sys.byteorder == "little":
+        raw = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
+    return _normal_ip(socket.inet_ntop(family, raw))
+
+
+def _normal_ip(ip: str) -> str:
+    try:
+        addr = ipaddress.ip_address(ip)
+    except ValueError:
+        return ip
+    if addr.version == 6 and addr.ipv4_mapped is not None:
+        addr = addr.ipv4_mapped
+    return str(addr)
+
+
+def _store_and_rank():
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d as c10d
+
+    return c10d._get_default_store(), dist.get_rank()
+
+
+def publish_local_ports() -> None:
+    """Append this process's new TCP ports to the store, under its global rank (after a group
+    is created, so its connections are among them). Best effort: a failure only means later
+    faults are named by the roll call alone."""
+    try:
+        store, me = _store_and_rank()
+        with _LOCK:
+            new = local_tcp_ports() - _published_ports
+            if not new:
+                return
+            _published_ports.update(new)
+        store.append(PORTS_KEY, f"{me}=" + ",".join(f"{ip}|{port}" for ip, port in sorted(new)) + ";")
+    except Exception:  # no default group or store: nothing to publish to
+        return
+
+
+def note_group(group) -> None:
+    """Publish this process's ports the first time collsched uses `group` (its Gloo
+    connections exist by then); a set look-up on every later call."""
+    import torch.distributed as dist
+
+    g = dist.GroupMember.WORLD if group is None else group
+    try:
+        if g in _PUBLISHED_FOR:
+            return
+        _PUBLISHED_FOR.add(g)
+    except TypeError:  # not weak-referenceable: publish every time (cheap when nothing is new)
+        pass
+    publish_local_ports()
+
+
+def peer_address(text: str) -> tuple[str, int] | None:
+    """The ``[IP]:port`` a transport error names, if any."""
+    m = _ADDRESS.search(text or "")
+    if not m:
+        return None
+    return _normal_ip(m.group(1)), int(m.group(2))
+
+
+def _swap16(port: int) -> int:
+    return ((port & 0xFF) << 8) | (port >> 8)
+
+
+def owner_of(address: tuple[str, int], table: str) -> int | None:
+    """The global rank whose published ports (`table`, the store's ``PORTS_KEY``) hold
+    `address`, in either byte order of the port; None when no rank or several do."""
+    ip, port = address
+    ports = {port, _swap16(port)}
+    owners = set()
+    for entry in table.split(";"):
+        rank, _, items = entry.partition("=")
+        if not items:
+            continue
+        for item in items.split(","):
+            pip, _, pport = item.rpartition("|")
+            if pport.isdigit() and int(pport) in ports and (pip == ip or pip in ("0.0.0.0", "::")):
+                owners.add(int(rank))
+    return owners.pop() if len(owners) == 1 else None
+
+
+def _suspect(exc: BaseException, store, members: list[int]) -> int | None:
+    """The group rank that the transport's address in `exc` belongs to, if one does."""
+    address = peer_address(getattr(exc, "transport_text", "") or str(exc))
+    if address is None or not store.check([PORTS_KEY]):
+        return None
+    owner = owner_of(address, store.get(PORTS_KEY).decode(errors="replace"))
+    return members.index(owner) if owner in members else None
+
+
+def _group_id(members: list[int]) -> str:
+    return "-".join(map(str, members)) if len(members) <= 16 else f"{members[0]}-{members[-1]}x{len(members)}"
+
+
+def _roll_call(store, key: str, world: int, deadline: float) -> dict[int, int | None]:
+    """Sign-ins under `key` (``"rank:suspect,"`` appended by each failed rank) until every
+    member came, an address named a rank that did not come (and none came for
+    ``EVIDENCE_QUIET_S``), or `deadline`. Returns {group rank: the rank its address named}."""
+    present: dict[int, int | None] = {}
+    changed = time.monotonic()
+    seen = ""
+    while True:
+        text = store.get(key).decode()
+        if text != seen:
+            seen, changed = text, time.monotonic()
+            for item in filter(None, text.split(",")):
+                r, _, s = item.partition(":")
+                present[int(r)] = int(s) if s else None
+        now = time.monotonic()
+        named = {s for s in present.values() if s is not None} - set(present)
+        if len(present) >= world or (named and now - changed >= EVIDENCE_QUIET_S) or now >= deadline:
+            return present
+        time.sleep(POLL_S)
+
+
+def name_culprits(exc: CollschedCommError, group, started: float, timeout_s: float) -> CollschedCommError:
+    """After a wait of a call on `group` failed: the same error with the rank(s) behind it
+    named (``exc`` unchanged when they cannot be told).
+
+    Args:
+        exc: the ``CommTimeoutError`` or ``PeerFailureError`` the wait raised.
+        group: the caller's process group (None: the default group).
+        started: ``time.monotonic()`` when the failed stage began on this rank.
+        timeout_s: the stage's timeout in seconds.
+
+    Returns:
+        ``PeerFailureError`` when an address named a rank that never signed in ("rank 2
+        failed: its connection closed"), ``CommTimeoutError`` when ranks never came to the
+        call ("rank 2 never reached this call or stopped inside it"); ``ranks`` holds the
+        named group ranks.
+    """
+    if getattr(exc, "ranks", None) is not None:
+        return exc
+    try:
+        import torch.distributed as dist
+
+        from collsched.comm.groups import global_ranks
+
+        store = _store_and_rank()[0]
+        members = global_ranks(group)
+        me = dist.get_rank(group)
+        gid = _group_id(members)
+        with _LOCK:
+            n = _FAULTS[gid] = _FAULTS.get(gid, 0) + 1
+        key = f"collsched/fault/{gid}/{n}"
+        suspect = _suspect(exc, store, members)
+        store.append(key, f"{me}:{'' if suspect is None or suspect == me else suspect},")
+        deadline = max(started + timeout_s + GRACE_S, time.monotonic() + MIN_WAIT_S)
+        present = _roll_call(store, key, len(members), deadline)
+    except Exception:  # no store, or it went away: keep the transport's own error
+        return exc
+    world = len(members)
+    dead = sorted({s for s in present.values() if s is not None} - set(present))
+    if dead:
+        seen_by = sorted(r for r, s in present.items() if s in dead)
+        its = "its connection" if len(dead) == 1 else "their connections"
+        out = PeerFailureError(f"{exc}; {rank_ranges(dead)} failed: {its} closed (seen by "
+                               f"{rank_ranges(seen_by)}), the process probably died")
+        out.ranks = dead
+    else:
+        missing = [r for r in range(world) if r not in present]
+        if not missing:
+            return exc
+        out = CommTimeoutError(f"{exc}; {rank_ranges(missing)} never reached this call or stopped inside it "
+                               f"({rank_ranges(sorted(present))} did): a rank that is dead, stopped, stuck or "
+                               "making other collective calls")
+        out.ranks = missing
+    out.transport_text = getattr(exc, "transport_text", "")
+    return out
+
+
+@contextlib.contextmanager
+def culprits_named(group, timeout_s: float, started: float | None = None):
+    """Run a stage whose waits are bounded by `timeout_s` (from `started`, a
+    ``time.monotonic()``; default: now); a ``CommTimeoutError`` or ``PeerFailureError``
+    leaving it names the rank(s) behind it (`name_culprits`)."""
+    started = time.monotonic() if started is None else started
+    try:
+        yield
+    except (CommTimeoutError, PeerFailureError) as e:
+        raise name_culprits(e, group, started, timeout_s) from None
+
+
+__all__ = ["name_culprits", "culprits_named", "note_group", "publish_local_ports", "peer_address", "owner_of",
+           "local_tcp_ports"]

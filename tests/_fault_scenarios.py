@@ -1,0 +1,73 @@
+"""What each rank of tests/test_fault_names.py (and benchmarks/fault_names.py) runs: calls of one
+mode (eager, native, planned), then one rank is killed (SIGKILL) or stopped (SIGSTOP) and the
+others make the next call. Returns what each survivor raised; the caller asserts."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+
+import torch
+import torch.distributed as dist
+
+import collsched
+from collsched import comm
+from collsched.comm import api
+
+ROWS = 4  # rows per pair: 16 bytes of float32, small enough to ride in an eager exchange
+
+
+def _mode_kwargs(mode: str, n: int, timeout_s: float) -> dict:
+    kw = dict(cluster=f"h200:1,gpus={n}", timeout=timeout_s)
+    if mode == "eager":
+        return dict(kw, algorithm="fanout")
+    if mode == "native":  # auto may only choose torch's call: the site turns native, no exchange after
+        return dict(kw, algorithm="auto", options={"candidates": ["native"]}, eager_bytes=0)
+    if mode == "planned":
+        return dict(kw, algorithm="fanout", eager_bytes=0)
+    raise ValueError(f"mode must be eager, native or planned, got {mode!r}")
+
+
+def _fault(kind: str, outlive_s: float) -> None:
+    """This process dies (kill) or stops (stop; a watchdog kills it `outlive_s` later, so the
+    launcher does not wait for its deadline)."""
+    if kind == "stop":
+        subprocess.Popen(["sh", "-c", f"sleep {outlive_s:g}; kill -9 {os.getpid()}"], start_new_session=True,
+                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        os.kill(os.getpid(), signal.SIGSTOP)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def fault_in_mode(mode: str, kind: str, victim: int, timeout_s: float) -> dict:
+    """Two calls of `mode`, then the fault on `victim`: eager and native before its third call
+    (the survivors' exchange or torch's call sees it), planned after the third call's exchange
+    (the survivors' execution sees it). Survivors report what the third call raised."""
+    rank, n = dist.get_rank(), dist.get_world_size()
+    kw = _mode_kwargs(mode, n, timeout_s)
+    x = torch.arange(n * ROWS, dtype=torch.float32) + 1000 * rank
+    out = torch.empty_like(x)
+    modes = []
+    for _ in range(2):
+        collsched.all_to_all_single(out, x, **kw)
+        modes.append(comm.last_call_stats().mode)
+    dist.barrier()
+    if rank == victim:
+        if mode == "planned":  # after the exchange, before this rank's transfers
+            real = api.run_program
+
+            def dies_first(*a, **k):
+                _fault(kind, timeout_s + 3.0)
+                return real(*a, **k)
+
+            api.run_program = dies_first
+        else:
+            _fault(kind, timeout_s + 3.0)
+    t0 = time.perf_counter()
+    try:
+        collsched.all_to_all_single(out, x, **kw)
+        got = {"raised": None, "message": "", "ranks": None}
+    except comm.CollschedCommError as e:
+        got = {"raised": type(e).__name__, "message": str(e), "ranks": e.ranks}
+    got.update(elapsed=time.perf_counter() - t0, modes=modes)
+    return got
