@@ -18,14 +18,14 @@ from collsched.comm import api
 ROWS = 4  # rows per pair: 16 bytes of float32, small enough to ride in an eager exchange
 
 
-def _mode_kwargs(mode: str, n: int, timeout_s: float) -> dict:
-    kw = dict(cluster=f"h200:1,gpus={n}", timeout=timeout_s)
+def _mode_kwargs(mode: str, n: int, timeout_s: float, algorithm: str) -> dict:
+    kw = dict(cluster=f"h200:{n // 4},gpus=4" if n % 4 == 0 else f"h200:1,gpus={n}", timeout=timeout_s)
     if mode == "eager":
-        return dict(kw, algorithm="fanout")
+        return dict(kw, algorithm=algorithm)
     if mode == "native":  # auto may only choose torch's call: the site turns native, no exchange after
         return dict(kw, algorithm="auto", options={"candidates": ["native"]}, eager_bytes=0)
     if mode == "planned":
-        return dict(kw, algorithm="fanout", eager_bytes=0)
+        return dict(kw, algorithm=algorithm, eager_bytes=0)
     raise ValueError(f"mode must be eager, native or planned, got {mode!r}")
 
 
@@ -39,13 +39,16 @@ def _fault(kind: str, outlive_s: float) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-def fault_in_mode(mode: str, kind: str, victim: int, timeout_s: float) -> dict:
-    """Two calls of `mode`, then the fault on `victim`: eager and native before its third call
-    (the survivors' exchange or torch's call sees it), planned after the third call's exchange
-    (the survivors' execution sees it). Survivors report what the third call raised."""
+def fault_in_mode(mode: str, kind: str, victim: int, timeout_s: float, at: str = "", algorithm: str = "fanout",
+                  rows: int = ROWS) -> dict:
+    """Two calls of `mode`, then the fault on `victim` at its third call: ``at="call"`` before
+    it (the survivors' exchange, or torch's call in native mode, sees it), ``at="execute"``
+    after its exchange (the survivors' planned execution sees it; the default for planned).
+    Survivors report what the third call raised. `rows` (float32, one column) per pair."""
     rank, n = dist.get_rank(), dist.get_world_size()
-    kw = _mode_kwargs(mode, n, timeout_s)
-    x = torch.arange(n * ROWS, dtype=torch.float32) + 1000 * rank
+    at = at or ("execute" if mode == "planned" else "call")
+    kw = _mode_kwargs(mode, n, timeout_s, algorithm)
+    x = torch.arange(n * rows, dtype=torch.float32) + 1000 * rank
     out = torch.empty_like(x)
     modes = []
     for _ in range(2):
@@ -53,16 +56,16 @@ def fault_in_mode(mode: str, kind: str, victim: int, timeout_s: float) -> dict:
         modes.append(comm.last_call_stats().mode)
     dist.barrier()
     if rank == victim:
-        if mode == "planned":  # after the exchange, before this rank's transfers
+        if at == "execute":  # after the exchange, before this rank's transfers
             real = api.run_program
 
             def dies_first(*a, **k):
-                _fault(kind, timeout_s + 3.0)
+                _fault(kind, timeout_s + 1.5)
                 return real(*a, **k)
 
             api.run_program = dies_first
         else:
-            _fault(kind, timeout_s + 3.0)
+            _fault(kind, timeout_s + 1.5)
     t0 = time.perf_counter()
     try:
         collsched.all_to_all_single(out, x, **kw)

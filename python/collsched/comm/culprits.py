@@ -196,6 +196,21 @@ def _roll_call(store, key: str, world: int, deadline: float) -> dict[int, int | 
         time.sleep(POLL_S)
 
 
+def verdict(present: dict, world: int) -> tuple[str, list[int]]:
+    """Who the roll call names: ``("dead", ranks)`` that an address named and that never
+    signed in; else ``("missing", ranks)`` that never signed in; else ``("", [])``.
+
+    Args:
+        present: {group rank that signed in: the group rank its transport's address named, or None}.
+        world: the group's size.
+    """
+    dead = sorted({s for s in present.values() if s is not None} - set(present))
+    if dead:
+        return "dead", dead
+    missing = [r for r in range(world) if r not in present]
+    return ("missing", missing) if missing else ("", [])
+
+
 def name_culprits(exc: CollschedCommError, group, started: float, timeout_s: float) -> CollschedCommError:
     """After a wait of a call on `group` failed: the same error with the rank(s) behind it
     named (``exc`` unchanged when they cannot be told).
@@ -209,7 +224,7 @@ def name_culprits(exc: CollschedCommError, group, started: float, timeout_s: flo
     Returns:
         ``PeerFailureError`` when an address named a rank that never signed in ("rank 2
         failed: its connection closed"), ``CommTimeoutError`` when ranks never came to the
-        call ("rank 2 never reached this call or stopped inside it"); ``ranks`` holds the
+        call ("rank 2 never reached this call or stopped doing its part"); ``ranks`` holds the
         named group ranks.
     """
     if getattr(exc, "ranks", None) is not None:
@@ -232,22 +247,24 @@ def name_culprits(exc: CollschedCommError, group, started: float, timeout_s: flo
         present = _roll_call(store, key, len(members), deadline)
     except Exception:  # no store, or it went away: keep the transport's own error
         return exc
-    world = len(members)
-    dead = sorted({s for s in present.values() if s is not None} - set(present))
-    if dead:
-        seen_by = sorted(r for r, s in present.items() if s in dead)
-        its = "its connection" if len(dead) == 1 else "their connections"
-        out = PeerFailureError(f"{exc}; {rank_ranges(dead)} failed: {its} closed (seen by "
+    kind, ranks = verdict(present, len(members))
+    if kind == "dead":
+        seen_by = sorted(r for r, s in present.items() if s in ranks)
+        its = "its connection" if len(ranks) == 1 else "their connections"
+        out = PeerFailureError(f"{exc}; {rank_ranges(ranks)} failed: {its} closed (seen by "
                                f"{rank_ranges(seen_by)}), the process probably died")
-        out.ranks = dead
+    elif kind == "missing":
+        # Gloo closes a pair whose wait timed out: the peer that sees it closed reads of a
+        # healthy rank that gave up first, not of the culprit.
+        gave_up = present.get(me)
+        why = (f" (rank {gave_up} closed the connection when its own wait timed out or failed)"
+               if gave_up is not None else "")
+        out = CommTimeoutError(f"{exc}{why}; {rank_ranges(ranks)} never reached this call or stopped doing its part "
+                               f"({rank_ranges(sorted(present))} waited): dead, stopped, stuck, or making other "
+                               "collective calls")
     else:
-        missing = [r for r in range(world) if r not in present]
-        if not missing:
-            return exc
-        out = CommTimeoutError(f"{exc}; {rank_ranges(missing)} never reached this call or stopped inside it "
-                               f"({rank_ranges(sorted(present))} did): a rank that is dead, stopped, stuck or "
-                               "making other collective calls")
-        out.ranks = missing
+        return exc
+    out.ranks = ranks
     out.transport_text = getattr(exc, "transport_text", "")
     return out
 
@@ -264,5 +281,5 @@ def culprits_named(group, timeout_s: float, started: float | None = None):
         raise name_culprits(e, group, started, timeout_s) from None
 
 
-__all__ = ["name_culprits", "culprits_named", "note_group", "publish_local_ports", "peer_address", "owner_of",
+__all__ = ["name_culprits", "verdict", "culprits_named", "note_group", "publish_local_ports", "peer_address", "owner_of",
            "local_tcp_ports"]

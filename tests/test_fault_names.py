@@ -1,0 +1,103 @@
+"""Every fault names its rank: one of 8 Gloo ranks is killed (SIGKILL) or stopped (SIGSTOP) in
+each mode (eager, native, planned), and every survivor raises within the timeout (+ slack),
+naming that rank. The full campaign (many runs, every victim) is benchmarks/fault_names.py."""
+from __future__ import annotations
+
+import os
+import socket
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+pytest.importorskip("torch")
+
+from collsched.comm.culprits import local_tcp_ports, owner_of, peer_address, verdict  # noqa: E402
+from collsched.comm.errors import CommTimeoutError, PeerFailureError, classify_transport_error  # noqa: E402
+from collsched.comm.launch import RankFailure, run_local  # noqa: E402
+
+TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
+WORLD = 8
+TIMEOUT_S = 2.0
+TARGET_S = TIMEOUT_S + 1.0  # the target: every survivor raises within the timeout + 1 s
+LOAD_SLACK_S = 2.0  # 8 ranks on a shared 2-core machine: scheduling delay on top of the target
+
+GLOO_CLOSED = ("[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:561] Connection closed by peer "
+               "[127.0.0.1]:46516. This is typically caused by a remote worker crashing. Check the logs of the remote "
+               "worker before reporting an error. GLHF!")
+GLOO_RESET = ("[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:545] Read error [127.0.0.1]:59058: "
+              "Connection reset by peer. This is typically caused by a remote worker hanging or bugs in the "
+              "application.")
+
+
+def test_transport_errors_keep_the_gist_and_the_address():
+    e = classify_transport_error(RuntimeError(GLOO_CLOSED), "x on rank 0")
+    assert isinstance(e, PeerFailureError)
+    assert str(e) == "x on rank 0: transport failure, a peer probably died (Connection closed by peer [127.0.0.1]:46516)"
+    assert e.transport_text == GLOO_CLOSED and e.ranks is None
+    assert "Read error [127.0.0.1]:59058: Connection reset by peer)" in str(classify_transport_error(
+        RuntimeError(GLOO_RESET), "x"))
+    assert isinstance(classify_transport_error(RuntimeError("Operation timed out!"), "x"), CommTimeoutError)
+    assert peer_address(GLOO_CLOSED) == ("127.0.0.1", 46516)
+    assert peer_address(GLOO_RESET) == ("127.0.0.1", 59058)
+    assert peer_address("[::ffff:10.0.0.2]:80 closed") == ("10.0.0.2", 80)
+    assert peer_address("Operation timed out!") is None
+
+
+def test_an_address_maps_to_the_rank_owning_its_port_in_either_byte_order():
+    table = "0=127.0.0.1|35917,127.0.0.1|43441;2=127.0.0.1|46261,127.0.0.1|34962;3=0.0.0.0|5000;"
+    assert owner_of(("127.0.0.1", 46261), table) == 2
+    assert owner_of(("127.0.0.1", 0xB5B4), table) == 2  # 46261 as Gloo prints it (network byte order)
+    assert owner_of(("127.0.0.1", 43441), table) == 0
+    assert owner_of(("10.1.1.1", 5000), table) == 3  # bound to every address
+    assert owner_of(("10.1.1.1", 46261), table) is None  # another host's port
+    assert owner_of(("127.0.0.1", 1234), table) is None
+    assert owner_of(("127.0.0.1", 35917), table + "5=127.0.0.1|35917;") is None  # two owners: nobody named
+    # A rank that published again (after creating groups) still owns its earlier ports.
+    assert owner_of(("127.0.0.1", 35917), table + "0=127.0.0.1|40000;") == 0
+
+
+def test_local_tcp_ports_sees_this_processes_sockets():
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen()
+        assert ("127.0.0.1", srv.getsockname()[1]) in local_tcp_ports()
+
+
+@given(st.integers(1, 12).flatmap(lambda w: st.tuples(st.just(w), st.dictionaries(
+    st.integers(0, w - 1), st.one_of(st.none(), st.integers(0, w - 1)), max_size=w))))
+@settings(max_examples=100, deadline=None)
+def test_the_verdict_never_names_a_rank_that_signed_in(case):
+    world, present = case
+    kind, ranks = verdict(present, world)
+    assert not set(ranks) & set(present)
+    named = {s for s in present.values() if s is not None} - set(present)
+    if named:
+        assert (kind, ranks) == ("dead", sorted(named))
+    elif len(present) < world:
+        assert (kind, ranks) == ("missing", sorted(set(range(world)) - set(present)))
+    else:
+        assert (kind, ranks) == ("", [])
+
+
+# mode, fault, victim: each mode once per fault, victims spread over the group (rank 0 included).
+CASES = [("eager", "kill", 0), ("eager", "stop", 5), ("native", "kill", 7), ("native", "stop", 3),
+         ("planned", "kill", 1), ("planned", "stop", 6)]
+
+
+@pytest.mark.parametrize("mode,fault,victim", CASES)
+def test_every_survivor_names_the_killed_or_stopped_rank(mode, fault, victim):
+    res = run_local("_fault_scenarios:fault_in_mode", WORLD, (mode, fault, victim, TIMEOUT_S), timeout_s=60,
+                    extra_pythonpath=[TESTS_DIR], raise_on_failure=False)
+    assert isinstance(res[victim], RankFailure) and res[victim].kind == "died", str(res[victim])
+    for r, got in enumerate(res):
+        if r == victim:
+            continue
+        assert isinstance(got, dict), str(got)
+        assert got["modes"] == [mode, mode], got  # the calls before the fault ran in the mode under test
+        expected = ("CommTimeoutError",) if fault == "stop" else ("PeerFailureError", "CommTimeoutError")
+        assert got["raised"] in expected, (r, got)
+        assert got["ranks"] == [victim], (r, got["message"])
+        blame = got["message"].split("; ")[-1]
+        assert blame.startswith(f"rank {victim} "), (r, got["message"])
+        assert got["elapsed"] <= TARGET_S + LOAD_SLACK_S, (r, got["elapsed"])
