@@ -159,8 +159,8 @@ def main() -> int:
         print(json.dumps({"setup": meta, "results": rows}, indent=1))
     else:
         print(f"# fault campaign: {args.ranks} Gloo ranks over loopback, timeout {args.timeout:g} s, {args.runs} runs "
-              f"per case and fault; {meta['date']}; {meta['cores']} cores, load {load_before} → {meta['load_after']}; "
-              f"{meta['seconds']} s\n")
+              f"per case and fault; {meta['date']}; {meta['cores']} cores, "
+              f"load {load_before} → {meta['load_after']}; {meta['seconds']} s\n")
         print_table(rows, args.timeout)
     return 0 if all(t["wrong"] == 0 for t in rows) else 1
 

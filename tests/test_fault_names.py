@@ -33,7 +33,8 @@ GLOO_RESET = ("[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc
 def test_transport_errors_keep_the_gist_and_the_address():
     e = classify_transport_error(RuntimeError(GLOO_CLOSED), "x on rank 0")
     assert isinstance(e, PeerFailureError)
-    assert str(e) == "x on rank 0: transport failure, a peer probably died (Connection closed by peer [127.0.0.1]:46516)"
+    assert str(e) == ("x on rank 0: transport failure, a peer probably died "
+                      "(Connection closed by peer [127.0.0.1]:46516)")
     assert e.transport_text == GLOO_CLOSED and e.ranks is None
     assert "Read error [127.0.0.1]:59058: Connection reset by peer)" in str(classify_transport_error(
         RuntimeError(GLOO_RESET), "x"))
@@ -101,3 +102,92 @@ def test_every_survivor_names_the_killed_or_stopped_rank(mode, fault, victim):
         blame = got["message"].split("; ")[-1]
         assert blame.startswith(f"rank {victim} "), (r, got["message"])
         assert got["elapsed"] <= TARGET_S + LOAD_SLACK_S, (r, got["elapsed"])
+
+
+class _DictStore:
+    """The store calls the roll call makes, in memory (one rank's view)."""
+
+    def __init__(self, data=None, block: bool = False):
+        self.data, self.block = dict(data or {}), block
+
+    def _wait(self):
+        if self.block:  # a store whose host is stopped: the reply never comes
+            import time
+
+            time.sleep(3600)
+
+    def check(self, keys):
+        self._wait()
+        return all(k in self.data for k in keys)
+
+    def get(self, key):
+        self._wait()
+        return self.data[key].encode()
+
+    def append(self, key, value):
+        self._wait()
+        self.data[key] = self.data.get(key, "") + value
+
+
+def _with_store(monkeypatch, store, members, me):
+    from collsched.comm import culprits
+
+    monkeypatch.setattr(culprits, "_membership", lambda group: (store, members, me))
+    monkeypatch.setattr(culprits, "_FAULTS", {})
+
+
+def test_the_roll_call_names_the_ranks_that_never_signed_in(monkeypatch):
+    import time
+
+    from collsched.comm.culprits import name_culprits
+
+    store = _DictStore({"collsched/fault/0-1-2-3/1": "2:,"})  # rank 2 came; 1 and 3 never do
+    _with_store(monkeypatch, store, [0, 1, 2, 3], 0)
+    t0 = time.monotonic()
+    out = name_culprits(CommTimeoutError("x on rank 0: timed out"), None, t0, 0.2)
+    assert isinstance(out, CommTimeoutError) and out.ranks == [1, 3]
+    assert str(out).startswith("x on rank 0: timed out; ranks 1, 3 never reached this call"), str(out)
+    assert "(ranks 0, 2 waited)" in str(out)
+    assert 0.2 <= time.monotonic() - t0 < 0.2 + 0.5 + 0.3 + 1.0  # timeout + grace (+ slack on a loaded host)
+
+
+def test_an_address_names_the_dead_rank_at_once(monkeypatch):
+    import time
+
+    from collsched.comm.culprits import PORTS_KEY, name_culprits
+
+    # Global ranks 10–13 (a subgroup); 12 owned the port Gloo names (in network byte order).
+    store = _DictStore({PORTS_KEY: "10=127.0.0.1|5001;11=127.0.0.1|5002;12=127.0.0.1|46261;13=127.0.0.1|5004;",
+                        "collsched/fault/10-11-12-13/1": "1:2,3:,"})
+    _with_store(monkeypatch, store, [10, 11, 12, 13], 0)
+    exc = classify_transport_error(RuntimeError(GLOO_CLOSED), "x on rank 0")
+    t0 = time.monotonic()
+    out = name_culprits(exc, None, t0, 30.0)
+    assert isinstance(out, PeerFailureError) and out.ranks == [2], str(out)
+    assert str(out).endswith("; rank 2 failed: its connection closed (seen by ranks 0, 1), the process probably died")
+    assert time.monotonic() - t0 < 5.0  # not the 30 s timeout: the address settled it
+    assert store.data["collsched/fault/10-11-12-13/1"] == "1:2,3:,0:2,"  # this rank signed in with its evidence
+
+
+def test_an_address_of_a_rank_that_signed_in_is_not_believed(monkeypatch):
+    from collsched.comm.culprits import PORTS_KEY, name_culprits
+
+    # Rank 2 timed out first and Gloo closed its pair: rank 0 sees rank 2's address, but rank 2 is
+    # alive (it signed in); rank 3 never came.
+    store = _DictStore({PORTS_KEY: "2=127.0.0.1|46261;", "collsched/fault/0-1-2-3/1": "1:,2:,"})
+    _with_store(monkeypatch, store, [0, 1, 2, 3], 0)
+    out = name_culprits(classify_transport_error(RuntimeError(GLOO_CLOSED), "x"), None, 0.0, 0.1)
+    assert isinstance(out, CommTimeoutError) and out.ranks == [3], str(out)
+    assert "rank 2 closed the connection when its own wait timed out or failed" in str(out)
+
+
+def test_a_store_that_never_answers_costs_at_most_the_deadline(monkeypatch):
+    import time
+
+    from collsched.comm.culprits import GRACE_S, STORE_SLACK_S, name_culprits
+
+    _with_store(monkeypatch, _DictStore(block=True), [0, 1, 2, 3], 0)
+    exc = CommTimeoutError("x: timed out")
+    t0 = time.monotonic()
+    assert name_culprits(exc, None, t0, 0.2) is exc  # nobody named, no hang
+    assert time.monotonic() - t0 < 0.2 + GRACE_S + STORE_SLACK_S + 1.0

@@ -22,7 +22,6 @@ group.
 """
 from __future__ import annotations
 
-import contextlib
 import ipaddress
 import os
 import re
@@ -38,6 +37,7 @@ GRACE_S = 0.5  # how long past the call's timeout a survivor waits for the other
 MIN_WAIT_S = 0.3  # a rank that fails past that deadline still waits this long for the others
 EVIDENCE_QUIET_S = 0.2  # once an address named a dead rank: wait this long for more sign-ins
 POLL_S = 0.02
+STORE_SLACK_S = 0.3  # past the deadline, how long the store may take to answer the last question
 
 PORTS_KEY = "collsched/ports"
 _ADDRESS = re.compile(r"\[([0-9A-Fa-f.:]+)\]:(\d+)")
@@ -171,6 +171,15 @@ def _suspect(exc: BaseException, store, members: list[int]) -> int | None:
     return members.index(owner) if owner in members else None
 
 
+def _membership(group) -> tuple:
+    """(the default store, the global rank of each member of `group`, this rank in `group`)."""
+    import torch.distributed as dist
+
+    from collsched.comm.groups import global_ranks
+
+    return _store_and_rank()[0], global_ranks(group), dist.get_rank(group)
+
+
 def _group_id(members: list[int]) -> str:
     return "-".join(map(str, members)) if len(members) <= 16 else f"{members[0]}-{members[-1]}x{len(members)}"
 
@@ -230,22 +239,32 @@ def name_culprits(exc: CollschedCommError, group, started: float, timeout_s: flo
     if getattr(exc, "ranks", None) is not None:
         return exc
     try:
-        import torch.distributed as dist
+        store, members, me = _membership(group)
+    except Exception:  # no default group or store: keep the transport's own error
+        return exc
+    gid = _group_id(members)
+    with _LOCK:
+        n = _FAULTS[gid] = _FAULTS.get(gid, 0) + 1
+    deadline = max(started + timeout_s + GRACE_S, time.monotonic() + MIN_WAIT_S)
+    found: dict = {}
 
-        from collsched.comm.groups import global_ranks
+    def sign_in_and_wait() -> None:
+        try:
+            key = f"collsched/fault/{gid}/{n}"
+            suspect = _suspect(exc, store, members)
+            store.append(key, f"{me}:{'' if suspect is None or suspect == me else suspect},")
+            found["present"] = _roll_call(store, key, len(members), deadline)
+        except Exception:  # the store went away: keep the transport's own error
+            pass
 
-        store = _store_and_rank()[0]
-        members = global_ranks(group)
-        me = dist.get_rank(group)
-        gid = _group_id(members)
-        with _LOCK:
-            n = _FAULTS[gid] = _FAULTS.get(gid, 0) + 1
-        key = f"collsched/fault/{gid}/{n}"
-        suspect = _suspect(exc, store, members)
-        store.append(key, f"{me}:{'' if suspect is None or suspect == me else suspect},")
-        deadline = max(started + timeout_s + GRACE_S, time.monotonic() + MIN_WAIT_S)
-        present = _roll_call(store, key, len(members), deadline)
-    except Exception:  # no store, or it went away: keep the transport's own error
+    # The store's own timeouts do not hold when its host is stopped (SIGSTOP: the connection
+    # stays open, the reply never comes), so the roll call runs on a thread of its own and is
+    # abandoned past the deadline; it then stays blocked in the store, which is no longer used.
+    helper = threading.Thread(target=sign_in_and_wait, name="collsched-roll-call", daemon=True)
+    helper.start()
+    helper.join(max(0.0, deadline - time.monotonic()) + STORE_SLACK_S)
+    present = found.get("present")
+    if present is None:
         return exc
     kind, ranks = verdict(present, len(members))
     if kind == "dead":
@@ -269,17 +288,27 @@ def name_culprits(exc: CollschedCommError, group, started: float, timeout_s: flo
     return out
 
 
-@contextlib.contextmanager
-def culprits_named(group, timeout_s: float, started: float | None = None):
-    """Run a stage whose waits are bounded by `timeout_s` (from `started`, a
-    ``time.monotonic()``; default: now); a ``CommTimeoutError`` or ``PeerFailureError``
-    leaving it names the rank(s) behind it (`name_culprits`)."""
-    started = time.monotonic() if started is None else started
-    try:
-        yield
-    except (CommTimeoutError, PeerFailureError) as e:
-        raise name_culprits(e, group, started, timeout_s) from None
+class culprits_named:
+    """``with culprits_named(group, timeout_s):`` runs a stage whose waits are bounded by
+    `timeout_s` (counted from `started`, a ``time.monotonic()``; default: entering the block);
+    a ``CommTimeoutError`` or ``PeerFailureError`` leaving it names the rank(s) behind it
+    (`name_culprits`). A class, not a generator: it wraps every call's wait."""
+
+    __slots__ = ("group", "timeout_s", "started")
+
+    def __init__(self, group, timeout_s: float, started: float | None = None):
+        self.group, self.timeout_s, self.started = group, timeout_s, started
+
+    def __enter__(self):
+        if self.started is None:
+            self.started = time.monotonic()
+        return self
+
+    def __exit__(self, kind, exc, tb):
+        if isinstance(exc, (CommTimeoutError, PeerFailureError)):
+            raise name_culprits(exc, self.group, self.started, self.timeout_s) from None
+        return False
 
 
-__all__ = ["name_culprits", "verdict", "culprits_named", "note_group", "publish_local_ports", "peer_address", "owner_of",
-           "local_tcp_ports"]
+__all__ = ["name_culprits", "verdict", "culprits_named", "note_group", "publish_local_ports", "peer_address",
+           "owner_of", "local_tcp_ports"]
