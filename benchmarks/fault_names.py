@@ -11,10 +11,13 @@ at random dies or stops at its third call, and every survivor reports what that 
     planned@execute  a planned call; the fault after the exchange (its transfers see it),
                      with fanout, and with fast on 2 × 4 ranks (relayed transfers: most
                      survivors wait on a healthy rank, not on the victim)
+    <mode>@random    every rank calls in a loop; the fault comes at a random moment
+                     0.05 – 0.3 s into it (inside a call or between two; native mode
+                     checks every 16th call), so survivors may fail in different calls
 
 Per case and fault it prints: runs, survivors, how many named exactly the victim (`named`),
 how many named a healthy rank (`wrong`), named nobody, the slowest survivor's time from
-the start of the call (max and 95th percentile) and the share within timeout + 1 s.
+the start of its failing call (max and 95th percentile) and the share within timeout + 1 s.
 
     python benchmarks/fault_names.py [--runs 10] [--timeout 2] [--ranks 8] [--cases eager,native,...]
     python benchmarks/fault_names.py --json > faults.json
@@ -37,6 +40,9 @@ CASES = {
     "planned@call": ("planned", "call", "fanout", 4096),
     "planned@execute": ("planned", "execute", "fanout", 4096),
     "planned@execute/fast": ("planned", "execute", "fast", 16384),
+    "eager@random": ("eager", "random", "fanout", 4),
+    "native@random": ("native", "random", "auto", 4096),
+    "planned@random": ("planned", "random", "fanout", 4096),
 }
 FAULTS = ("kill", "stop")
 TARGET_SLACK_S = 1.0  # the target: every survivor raises within the timeout + 1 s

@@ -4,8 +4,10 @@ others make the next call. Returns what each survivor raised; the caller asserts
 from __future__ import annotations
 
 import os
+import random
 import signal
 import subprocess
+import threading
 import time
 
 import torch
@@ -36,6 +38,8 @@ def _fault(kind: str, outlive_s: float) -> None:
         subprocess.Popen(["sh", "-c", f"sleep {outlive_s:g}; kill -9 {os.getpid()}"], start_new_session=True,
                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         os.kill(os.getpid(), signal.SIGSTOP)
+        while True:  # sent from a thread, the stop may land a moment after kill() returns
+            time.sleep(1.0)
     os.kill(os.getpid(), signal.SIGKILL)
 
 
@@ -43,8 +47,10 @@ def fault_in_mode(mode: str, kind: str, victim: int, timeout_s: float, at: str =
                   rows: int = ROWS) -> dict:
     """Two calls of `mode`, then the fault on `victim` at its third call: ``at="call"`` before
     it (the survivors' exchange, or torch's call in native mode, sees it), ``at="execute"``
-    after its exchange (the survivors' planned execution sees it; the default for planned).
-    Survivors report what the third call raised. `rows` (float32, one column) per pair."""
+    after its exchange (the survivors' planned execution sees it; the default for planned);
+    ``at="random"``: every rank calls in a loop and the victim's fault comes at a random
+    moment 0.05 – 0.3 s into it. Survivors report what their failing call raised and how long
+    it took. `rows` (float32, one column) per pair."""
     rank, n = dist.get_rank(), dist.get_world_size()
     at = at or ("execute" if mode == "planned" else "call")
     kw = _mode_kwargs(mode, n, timeout_s, algorithm)
@@ -55,6 +61,8 @@ def fault_in_mode(mode: str, kind: str, victim: int, timeout_s: float, at: str =
         collsched.all_to_all_single(out, x, **kw)
         modes.append(comm.last_call_stats().mode)
     dist.barrier()
+    if at == "random":
+        return _loop_until_fault(kw, x, out, modes, kind, victim, timeout_s)
     if rank == victim:
         if at == "execute":  # after the exchange, before this rank's transfers
             real = api.run_program
@@ -73,4 +81,24 @@ def fault_in_mode(mode: str, kind: str, victim: int, timeout_s: float, at: str =
     except comm.CollschedCommError as e:
         got = {"raised": type(e).__name__, "message": str(e), "ranks": e.ranks}
     got.update(elapsed=time.perf_counter() - t0, modes=modes)
+    return got
+
+
+def _loop_until_fault(kw: dict, x, out, modes: list, kind: str, victim: int, timeout_s: float) -> dict:
+    """Calls in a loop; the victim's fault comes from a timer at a random moment."""
+    if dist.get_rank() == victim:
+        threading.Timer(random.uniform(0.05, 0.3), _fault, (kind, timeout_s + 1.5)).start()
+    got = {"raised": None, "message": "", "ranks": None, "elapsed": 0.0}
+    end = time.monotonic() + timeout_s + 3.0
+    calls = 0
+    while time.monotonic() < end:
+        t0 = time.perf_counter()
+        try:
+            collsched.all_to_all_single(out, x, **kw)
+        except comm.CollschedCommError as e:
+            got = {"raised": type(e).__name__, "message": str(e), "ranks": e.ranks,
+                   "elapsed": time.perf_counter() - t0}
+            break
+        calls += 1
+    got.update(modes=modes, calls=calls)
     return got
