@@ -65,20 +65,53 @@ def test_local_tcp_ports_sees_this_processes_sockets():
         assert ("127.0.0.1", srv.getsockname()[1]) in local_tcp_ports()
 
 
-@given(st.integers(1, 12).flatmap(lambda w: st.tuples(st.just(w), st.dictionaries(
-    st.integers(0, w - 1), st.one_of(st.none(), st.integers(0, w - 1)), max_size=w))))
+@given(st.integers(1, 12).flatmap(lambda w: st.tuples(
+    st.just(w),
+    st.dictionaries(st.integers(0, w - 1), st.one_of(st.none(), st.integers(0, w - 1)), max_size=w),
+    st.dictionaries(st.integers(0, w - 1), st.sampled_from(["gone", "stopped", "alive"]), max_size=w))))
 @settings(max_examples=100, deadline=None)
 def test_the_verdict_never_names_a_rank_that_signed_in(case):
-    world, present = case
-    kind, ranks = verdict(present, world)
+    world, present, states = case
+    kind, ranks = verdict(present, world, states)
     assert not set(ranks) & set(present)
     named = {s for s in present.values() if s is not None} - set(present)
+    missing = sorted(set(range(world)) - set(present))
+    down = [r for r in missing if states.get(r) in ("gone", "stopped")]
     if named:
         assert (kind, ranks) == ("dead", sorted(named))
-    elif len(present) < world:
-        assert (kind, ranks) == ("missing", sorted(set(range(world)) - set(present)))
+    elif down:  # a rank this host sees stopped or gone is named; a live one that is late is not
+        assert (kind, ranks) == ("missing", down)
+    elif missing:
+        assert (kind, ranks) == ("missing", missing)
     else:
         assert (kind, ranks) == ("", [])
+
+
+def test_process_state_tells_alive_stopped_and_gone():
+    import signal
+    import subprocess
+    import time
+
+    from collsched.comm.culprits import local_states, process_start, process_state
+
+    me = os.getpid()
+    assert process_state(me, process_start(me)) == "alive"
+    assert process_state(me, process_start(me) + 1) == "gone"  # another process that got this pid
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        start = process_start(child.pid)
+        child.send_signal(signal.SIGSTOP)
+        for _ in range(100):
+            if process_state(child.pid, start) == "stopped":
+                break
+            time.sleep(0.01)
+        host = socket.gethostname()
+        table = f"10={host}/{me}/{process_start(me)};11={host}/{child.pid}/{start};12=elsewhere/{me}/1;"
+        assert local_states(table, [10, 11, 12]) == {0: "alive", 1: "stopped"}  # rank 12: another host
+    finally:
+        child.kill()
+        child.wait()
+    assert process_state(child.pid, start) == "gone"
 
 
 # mode, fault, victim: each mode once per fault, victims spread over the group (rank 0 included).

@@ -40,12 +40,14 @@ POLL_S = 0.02
 STORE_SLACK_S = 0.3  # past the deadline, how long the store may take to answer the last question
 
 PORTS_KEY = "collsched/ports"
+PROCS_KEY = "collsched/procs"  # "rank=host/pid/start;": a peer on this host can be looked at directly
 _ADDRESS = re.compile(r"\[([0-9A-Fa-f.:]+)\]:(\d+)")
 
 _LOCK = threading.Lock()
 _FAULTS: dict[str, int] = {}  # failures seen per group (the roll call's round)
 _PUBLISHED_FOR: "weakref.WeakSet" = weakref.WeakSet()
 _published_ports: set = set()
+_published_proc: list = []  # [True] once this process's identity is in the store
 
 
 def local_tcp_ports() -> set[tuple[str, int]]:
@@ -113,9 +115,54 @@ def publish_local_ports() -> None:
             if not new:
                 return
             _published_ports.update(new)
+            first = not _published_proc
+            _published_proc.append(True)
+        if first:
+            store.append(PROCS_KEY, f"{me}={socket.gethostname()}/{os.getpid()}/{process_start(os.getpid())};")
         store.append(PORTS_KEY, f"{me}=" + ",".join(f"{ip}|{port}" for ip, port in sorted(new)) + ";")
     except Exception:  # no default group or store: nothing to publish to
         return
+
+
+def process_start(pid: int) -> int | None:
+    """The start time of process `pid` in clock ticks since boot (``/proc``), which tells a
+    process from a later one that got its pid; None where it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def process_state(pid: int, start: int | None) -> str:
+    """"gone" (no such process, a zombie, or another process that got its pid), "stopped"
+    (SIGSTOP or a debugger), "alive", or "" where it cannot be told (no ``/proc``)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except FileNotFoundError:
+        return "gone" if os.path.isdir("/proc/self") else ""
+    except OSError:
+        return ""
+    if fields[0] in ("Z", "X") or (start is not None and int(fields[19]) != start):
+        return "gone"
+    return "stopped" if fields[0] in ("T", "t") else "alive"
+
+
+def local_states(table: str, members: list[int]) -> dict[int, str]:
+    """{group rank: `process_state`} of the members on this host, from `table` (the store's
+    ``PROCS_KEY``)."""
+    host, out = socket.gethostname(), {}
+    for entry in filter(None, table.split(";")):
+        rank, _, ident = entry.partition("=")
+        parts = ident.split("/")
+        if len(parts) != 3 or parts[0] != host or not rank.isdigit() or int(rank) not in members:
+            continue
+        start = int(parts[2]) if parts[2].isdigit() else None
+        state = process_state(int(parts[1]), start) if parts[1].isdigit() else ""
+        if state:
+            out[members.index(int(rank))] = state
+    return out
 
 
 def note_group(group) -> None:
@@ -205,18 +252,24 @@ def _roll_call(store, key: str, world: int, deadline: float) -> dict[int, int | 
         time.sleep(POLL_S)
 
 
-def verdict(present: dict, world: int) -> tuple[str, list[int]]:
+def verdict(present: dict, world: int, states: dict | None = None) -> tuple[str, list[int]]:
     """Who the roll call names: ``("dead", ranks)`` that an address named and that never
-    signed in; else ``("missing", ranks)`` that never signed in; else ``("", [])``.
+    signed in; else ``("missing", ranks)`` that never signed in, only those whose process is
+    gone or stopped when this host can see some (a survivor that signed in late, one call
+    behind, is alive); else ``("", [])``.
 
     Args:
         present: {group rank that signed in: the group rank its transport's address named, or None}.
         world: the group's size.
+        states: {group rank: "gone" / "stopped" / "alive"} of the members on this host.
     """
     dead = sorted({s for s in present.values() if s is not None} - set(present))
     if dead:
         return "dead", dead
     missing = [r for r in range(world) if r not in present]
+    down = [r for r in missing if (states or {}).get(r) in ("gone", "stopped")]
+    if down:
+        return "missing", down
     return ("missing", missing) if missing else ("", [])
 
 
@@ -253,7 +306,10 @@ def name_culprits(exc: CollschedCommError, group, started: float, timeout_s: flo
             key = f"collsched/fault/{gid}/{n}"
             suspect = _suspect(exc, store, members)
             store.append(key, f"{me}:{'' if suspect is None or suspect == me else suspect},")
-            found["present"] = _roll_call(store, key, len(members), deadline)
+            present = _roll_call(store, key, len(members), deadline)
+            if len(present) < len(members) and store.check([PROCS_KEY]):
+                found["states"] = local_states(store.get(PROCS_KEY).decode(errors="replace"), members)
+            found["present"] = present
         except Exception:  # the store went away: keep the transport's own error
             pass
 
@@ -266,7 +322,8 @@ def name_culprits(exc: CollschedCommError, group, started: float, timeout_s: flo
     present = found.get("present")
     if present is None:
         return exc
-    kind, ranks = verdict(present, len(members))
+    states = found.get("states", {})
+    kind, ranks = verdict(present, len(members), states)
     if kind == "dead":
         seen_by = sorted(r for r, s in present.items() if s in ranks)
         its = "its connection" if len(ranks) == 1 else "their connections"
@@ -278,9 +335,11 @@ def name_culprits(exc: CollschedCommError, group, started: float, timeout_s: flo
         gave_up = present.get(me)
         why = (f" (rank {gave_up} closed the connection when its own wait timed out or failed)"
                if gave_up is not None else "")
-        out = CommTimeoutError(f"{exc}{why}; {rank_ranges(ranks)} never reached this call or stopped doing its part "
-                               f"({rank_ranges(sorted(present))} waited): dead, stopped, stuck, or making other "
-                               "collective calls")
+        seen = sorted({states[r] for r in ranks if r in states})
+        host = f" (on this host: {' / '.join(seen)})" if seen else ""
+        out = CommTimeoutError(f"{exc}{why}; {rank_ranges(ranks)} never reached this call or stopped doing its part"
+                               f"{host} ({rank_ranges(sorted(present))} waited): dead, stopped, stuck, or making "
+                               "other collective calls")
     else:
         return exc
     out.ranks = ranks
@@ -311,4 +370,4 @@ class culprits_named:
 
 
 __all__ = ["name_culprits", "verdict", "culprits_named", "note_group", "publish_local_ports", "peer_address",
-           "owner_of", "local_tcp_ports"]
+           "owner_of", "local_tcp_ports", "process_state", "local_states"]
