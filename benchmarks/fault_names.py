@@ -15,7 +15,9 @@ at random dies or stops at its third call, and every survivor reports what that 
                      0.05 – 0.3 s into it (inside a call or between two; native mode
                      checks every 16th call), so survivors may fail in different calls
 
-Per case and fault it prints: runs, survivors, how many named exactly the victim (`named`),
+Per case and fault it prints: runs, runs that failed before the fault (the calls before it
+time out on an overloaded host; their survivors are not counted), survivors, how many named
+exactly the victim (`named`),
 how many named a healthy rank (`wrong`), named nobody, the slowest survivor's time from
 the start of its failing call (max and 95th percentile) and the share within timeout + 1 s.
 
@@ -60,7 +62,14 @@ def one_run(case: str, fault: str, victim: int, ranks: int, timeout_s: float) ->
 def score(results: list, victim: int, mode: str) -> dict:
     """Per survivor: named the victim exactly, named someone else, named nobody; its time."""
     out = {"survivors": 0, "named": 0, "wrong": 0, "nobody": 0, "no_error": 0, "elapsed": [], "wrong_mode": 0,
-           "examples": []}
+           "examples": [], "setup_failed": 0}
+    if any(not isinstance(got, dict) and got.kind == "raised" for r, got in enumerate(results) if r != victim):
+        # A rank raised before the fault (the calls before it timed out on an overloaded host):
+        # this run says nothing about naming the victim; it is counted apart.
+        out["setup_failed"] = 1
+        out["examples"].append(next(f"rank {r}: {got}" for r, got in enumerate(results)
+                                    if r != victim and not isinstance(got, dict)))
+        return out
     for r, got in enumerate(results):
         if r == victim:
             continue
@@ -97,12 +106,13 @@ def campaign(cases: list, runs: int, ranks: int, timeout_s: float, seed: int) ->
     for case in cases:
         for fault in FAULTS:
             total = {"case": case, "fault": fault, "runs": runs, "survivors": 0, "named": 0, "wrong": 0,
-                     "nobody": 0, "no_error": 0, "wrong_mode": 0, "elapsed": [], "examples": [], "victims": []}
+                     "nobody": 0, "no_error": 0, "wrong_mode": 0, "elapsed": [], "examples": [], "victims": [],
+                     "setup_failed": 0}
             for _ in range(runs):
                 victim = rng.randrange(ranks)
                 s = score(one_run(case, fault, victim, ranks, timeout_s), victim, CASES[case][0])
                 total["victims"].append(victim)
-                for k in ("survivors", "named", "wrong", "nobody", "no_error", "wrong_mode"):
+                for k in ("survivors", "named", "wrong", "nobody", "no_error", "wrong_mode", "setup_failed"):
                     total[k] += s[k]
                 total["elapsed"] += s["elapsed"]
                 total["examples"] += s["examples"][:2]
@@ -123,12 +133,13 @@ def _load() -> str:
 
 
 def print_table(rows: list, timeout_s: float) -> None:
-    print(f"| case | fault | runs | survivors | named the victim | named a healthy rank | named nobody | "
-          f"max s | p95 s | within {timeout_s + TARGET_SLACK_S:g} s |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print(f"| case | fault | runs | failed before the fault | survivors | named the victim | named a healthy rank | "
+          f"named nobody | max s | p95 s | within {timeout_s + TARGET_SLACK_S:g} s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for t in rows:
         pct = 100.0 * t["named"] / max(1, t["survivors"])
-        print(f"| {t['case']} | {t['fault']} | {t['runs']} | {t['survivors']} | {t['named']} ({pct:.1f} %) | "
+        print(f"| {t['case']} | {t['fault']} | {t['runs']} | {t['setup_failed']} | {t['survivors']} | "
+              f"{t['named']} ({pct:.1f} %) | "
               f"{t['wrong']} | {t['nobody'] + t['no_error']} | {t['max_s']:.2f} | {t['p95_s']:.2f} | "
               f"{100.0 * t['within']:.1f} % |")
     surv = sum(t["survivors"] for t in rows)
@@ -136,7 +147,8 @@ def print_table(rows: list, timeout_s: float) -> None:
     within = sum(t["within"] * t["survivors"] for t in rows)
     print(f"\nall: {named}/{surv} survivors named the victim ({100.0 * named / max(1, surv):.1f} %); "
           f"{100.0 * within / max(1, surv):.1f} % raised within {timeout_s + TARGET_SLACK_S:g} s; "
-          f"{sum(t['wrong_mode'] for t in rows)} runs' calls before the fault were not in the mode under test")
+          f"{sum(t['wrong_mode'] for t in rows)} runs' calls before the fault were not in the mode under test; "
+          f"{sum(t['setup_failed'] for t in rows)} runs failed before the fault (not counted)")
     for t in rows:
         for ex in t["examples"][:3]:
             print(f"- {t['case']} {t['fault']}: {ex}")

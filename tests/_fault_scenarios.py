@@ -16,6 +16,7 @@ import torch.distributed as dist
 import collsched
 from collsched import comm
 from collsched.comm import api
+from collsched.comm.culprits import process_start
 
 ROWS = 4  # rows per pair: 16 bytes of float32, small enough to ride in an eager exchange
 
@@ -35,7 +36,12 @@ def _fault(kind: str, outlive_s: float) -> None:
     """This process dies (kill) or stops (stop; a watchdog kills it `outlive_s` later, so the
     launcher does not wait for its deadline)."""
     if kind == "stop":
-        subprocess.Popen(["sh", "-c", f"sleep {outlive_s:g}; kill -9 {os.getpid()}"], start_new_session=True,
+        pid = os.getpid()
+        # Kills only this process: if it is gone by then (the launcher's deadline), its pid may
+        # belong to another process, told apart by its start time (field 22 of /proc/PID/stat).
+        watchdog = (f"sleep {outlive_s:g}; s=$(cat /proc/{pid}/stat 2>/dev/null) || exit 0; s=${{s##*) }}; "
+                    f"set -- $s; [ \"${{20}}\" = \"{process_start(pid)}\" ] && kill -9 {pid}")
+        subprocess.Popen(["sh", "-c", watchdog], start_new_session=True,
                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         os.kill(os.getpid(), signal.SIGSTOP)
         while True:  # sent from a thread, the stop may land a moment after kill() returns
@@ -57,8 +63,8 @@ def fault_in_mode(mode: str, kind: str, victim: int, timeout_s: float, at: str =
     x = torch.arange(n * rows, dtype=torch.float32) + 1000 * rank
     out = torch.empty_like(x)
     modes = []
-    for _ in range(2):
-        collsched.all_to_all_single(out, x, **kw)
+    for _ in range(2):  # a long timeout: on a loaded host the first calls (groups, plans) may be slow
+        collsched.all_to_all_single(out, x, **dict(kw, timeout=max(30.0, timeout_s)))
         modes.append(comm.last_call_stats().mode)
     dist.barrier()
     if at == "random":

@@ -231,10 +231,11 @@ def _group_id(members: list[int]) -> str:
     return "-".join(map(str, members)) if len(members) <= 16 else f"{members[0]}-{members[-1]}x{len(members)}"
 
 
-def _roll_call(store, key: str, world: int, deadline: float) -> dict[int, int | None]:
+def _roll_call(store, key: str, world: int, deadline: float, into: dict) -> None:
     """Sign-ins under `key` (``"rank:suspect,"`` appended by each failed rank) until every
     member came, an address named a rank that did not come (and none came for
-    ``EVIDENCE_QUIET_S``), or `deadline`. Returns {group rank: the rank its address named}."""
+    ``EVIDENCE_QUIET_S``), or `deadline`. Keeps {group rank: the rank its address named} in
+    ``into["present"]`` as they come, and sets ``into["done"]`` at the end."""
     present: dict[int, int | None] = {}
     changed = time.monotonic()
     seen = ""
@@ -245,10 +246,12 @@ def _roll_call(store, key: str, world: int, deadline: float) -> dict[int, int | 
             for item in filter(None, text.split(",")):
                 r, _, s = item.partition(":")
                 present[int(r)] = int(s) if s else None
+            into["present"] = dict(present)
         now = time.monotonic()
         named = {s for s in present.values() if s is not None} - set(present)
         if len(present) >= world or (named and now - changed >= EVIDENCE_QUIET_S) or now >= deadline:
-            return present
+            into["done"] = True
+            return
         time.sleep(POLL_S)
 
 
@@ -306,10 +309,9 @@ def name_culprits(exc: CollschedCommError, group, started: float, timeout_s: flo
             key = f"collsched/fault/{gid}/{n}"
             suspect = _suspect(exc, store, members)
             store.append(key, f"{me}:{'' if suspect is None or suspect == me else suspect},")
-            present = _roll_call(store, key, len(members), deadline)
-            if len(present) < len(members) and store.check([PROCS_KEY]):
-                found["states"] = local_states(store.get(PROCS_KEY).decode(errors="replace"), members)
-            found["present"] = present
+            if store.check([PROCS_KEY]):
+                found["procs"] = store.get(PROCS_KEY).decode(errors="replace")
+            _roll_call(store, key, len(members), deadline, found)
         except Exception:  # the store went away: keep the transport's own error
             pass
 
@@ -322,8 +324,12 @@ def name_culprits(exc: CollschedCommError, group, started: float, timeout_s: flo
     present = found.get("present")
     if present is None:
         return exc
-    states = found.get("states", {})
+    states = local_states(found.get("procs", ""), members) if len(present) < len(members) else {}
     kind, ranks = verdict(present, len(members), states)
+    if kind == "missing" and not found.get("done") and any(states.get(r) not in ("gone", "stopped") for r in ranks):
+        # The roll call did not end in time (an overloaded host, a slow store): ranks not yet
+        # signed in may only be late, so only those seen stopped or gone here are named.
+        return exc
     if kind == "dead":
         seen_by = sorted(r for r, s in present.items() if s in ranks)
         its = "its connection" if len(ranks) == 1 else "their connections"
