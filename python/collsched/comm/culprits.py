@@ -14,11 +14,15 @@ Two sources, combined after a wait failed:
   named, unless a signed-in rank's address names a dead one, which is named at once. A rank
   that signed in is alive, so an address naming it (a survivor that raised and exited) is
   not believed.
+- **This host's view of its peers' processes.** Each rank also publishes its host, pid and
+  process start time; of the ranks that never signed in, those this host sees stopped or gone
+  are named alone (a survivor one call behind signs in late, and is alive).
 
 The roll call waits until every member signed in, or an address named a rank that did not
 sign in, or ``started + timeout + GRACE_S`` (present ranks time out within the same call
-timeout). Nothing is added to calls that do not fail; the ports are published once per
-group.
+timeout). It runs on a thread of its own, abandoned past that deadline (+ ``STORE_SLACK_S``),
+because the store's own timeouts do not hold when its host is stopped. Nothing is added to
+calls that do not fail; the ports are published once per group.
 """
 from __future__ import annotations
 
