@@ -52,6 +52,9 @@ _FAULTS: dict[str, int] = {}  # failures seen per group (the roll call's round)
 _PUBLISHED_FOR: "weakref.WeakSet" = weakref.WeakSet()
 _published_ports: set = set()
 _published_proc: list = []  # [True] once this process's identity is in the store
+# The group `note_group` saw last: None (the default group) or a weak reference (a strong one
+# would keep a destroyed group's Gloo threads alive; see groups.py); a sentinel at first.
+_last_noted: list = [object()]
 
 
 def local_tcp_ports() -> set[tuple[str, int]]:
@@ -172,13 +175,18 @@ def local_states(table: str, members: list[int]) -> dict[int, str]:
 def note_group(group) -> None:
     """Publish this process's ports the first time collsched uses `group` (its Gloo
     connections exist by then); a set look-up on every later call."""
+    last = _last_noted[0]  # a training loop calls on one group: no look-up at all
+    if (last is None) if group is None else (type(last) is weakref.ref and last() is group):
+        return
     import torch.distributed as dist
 
     g = dist.GroupMember.WORLD if group is None else group
     try:
         if g in _PUBLISHED_FOR:
+            _last_noted[0] = None if group is None else weakref.ref(group)
             return
         _PUBLISHED_FOR.add(g)
+        _last_noted[0] = None if group is None else weakref.ref(group)
     except TypeError:  # not weak-referenceable: publish every time (cheap when nothing is new)
         pass
     publish_local_ports()
