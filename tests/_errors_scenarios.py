@@ -31,7 +31,7 @@ def bad_everywhere_then_missing(timeout_s: float, missing: int) -> dict:
                                     algorithm="fanout", timeout=timeout_s)
         out["missing"] = "no error"
     except comm.CommTimeoutError as e:
-        out["missing"] = str(e)
+        out["missing"], out["ranks"] = str(e), e.ranks
     out["elapsed"] = time.perf_counter() - t0
     time.sleep(1.0)  # let the other waiting ranks finish their own look-up
     return out

@@ -43,8 +43,8 @@ from collsched.comm import callsite
 from collsched.comm.cache import DEFAULT_CACHE, PlanCache
 from collsched.comm.descriptor import (CallArgs, LocalProblem, check_gathered, check_traffic, gathered_rows, header,
                                        traffic_rows, validate_local, W_EAGER, W_SEQ)
-from collsched.comm.errors import CollectiveInputError, CommTimeoutError, PlanMismatchError, name_missing_ranks, \
-    resolve_timeout
+from collsched.comm.culprits import culprits_named, note_group
+from collsched.comm.errors import CollectiveInputError, PlanMismatchError, resolve_timeout
 from collsched.comm.exchange import all_pairs_fit, eager_capable, exchange, exchange_room, unpack
 from collsched.comm.executor import byte_view, choose_transport, needs_collective_steps, run_program
 from collsched.comm.groups import blocking_waits, require_initialized, wait_all
@@ -303,6 +303,7 @@ def all_to_all_single(output: torch.Tensor, input: torch.Tensor, output_split_si
         return CompletedWork() if async_op else None
     require_initialized()
     t_start = time.perf_counter()
+    note_group(group)
     timeout_s = resolve_timeout(timeout)
     cache = cache if cache is not None else DEFAULT_CACHE
     options = dict(options or {})
@@ -346,11 +347,9 @@ def all_to_all_single(output: torch.Tensor, input: torch.Tensor, output_split_si
     in_b = byte_view(input, "input") if args.problem is None and capacity else None
     t0 = time.perf_counter()
     what = f"collsched.all_to_all_single descriptor exchange on rank {rank}"
-    try:
+    with culprits_named(group, timeout_s):
         ex = exchange(hdr, args, in_b, group, rank, timeout_s, what, DEFAULT_POOL, cfg.room, capacity,
                       site.mode == callsite.EAGER)
-    except CommTimeoutError as e:
-        raise name_missing_ranks(e, group, timeout_s) from None
     stats.exchange_s = time.perf_counter() - t0
     stats.exchanged, stats.ops = True, 1
     last_check = calls.last_check
@@ -434,8 +433,9 @@ def _execute(entry, input, output, group, timeout_s: float, cfg: _Config, stats:
     prog = entry.program(rank, needs_collective_steps(cfg.transport))
     stats.compile_s = entry.compile_s if len(entry.programs) > compiled else 0.0
     t0 = time.perf_counter()
-    ex = run_program(prog, byte_view(input, "input"), byte_view(output, "output"), group, input.dtype, timeout_s,
-                     DEFAULT_POOL, cfg.transport)
+    with culprits_named(group, timeout_s):
+        ex = run_program(prog, byte_view(input, "input"), byte_view(output, "output"), group, input.dtype, timeout_s,
+                         DEFAULT_POOL, cfg.transport)
     stats.execute_s = time.perf_counter() - t0
     stats.ops += ex.ops
     stats.steps, stats.bytes_sent, stats.bytes_received = ex.steps, ex.bytes_sent, ex.bytes_received
@@ -457,6 +457,7 @@ def _native(output, input, args: CallArgs, group, async_op: bool, timeout_s: flo
     if not stats.choice and stats.algorithm == "auto":
         stats.choice = "native"
     t0 = time.perf_counter()
+    started = time.monotonic()
     work = dist.all_to_all_single(output, input, args.out_splits, args.in_splits, group=group, async_op=True)
     stats.post_s = time.perf_counter() - t0
     stats.ops += 1
@@ -469,7 +470,8 @@ def _native(output, input, args: CallArgs, group, async_op: bool, timeout_s: flo
         record(stats)
         return work
     t0 = time.perf_counter()
-    wait_all([work], timeout_s, cfg.blocking, f"collsched.all_to_all_single (torch's all-to-all) on rank {rank}")
+    with culprits_named(group, timeout_s, started):
+        wait_all([work], timeout_s, cfg.blocking, f"collsched.all_to_all_single (torch's all-to-all) on rank {rank}")
     stats.wait_s = time.perf_counter() - t0
     stats.execute_s = stats.post_s + stats.wait_s
     return _done(stats, t_start, False)

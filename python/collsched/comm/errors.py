@@ -6,13 +6,23 @@ same message, so a job fails loudly instead of hanging.
 from __future__ import annotations
 
 import os
+import re
 
 DEFAULT_TIMEOUT_S = 60.0
 TIMEOUT_ENV = "COLLSCHED_TIMEOUT_S"
 
 
 class CollschedCommError(RuntimeError):
-    """Base class of every runtime failure."""
+    """Base class of every runtime failure.
+
+    Attributes:
+        ranks: the group ranks a timeout or a broken connection was traced to
+            (``comm.culprits``), or None when none was.
+        transport_text: the backend's own error text, when the backend raised one.
+    """
+
+    ranks: list | None = None
+    transport_text: str = ""
 
 
 class CommTimeoutError(CollschedCommError, TimeoutError):
@@ -51,13 +61,30 @@ def resolve_timeout(timeout: float | None) -> float:
     return timeout
 
 
+# Gloo's text: "[/path/gloo/transport/tcp/pair.cc:561] Connection closed by peer [IP]:port. This is
+# typically caused by ... GLHF!": the source location and the advice are dropped from our message.
+_GLOO_LOCATION = re.compile(r"^\[[^\]]*\.(?:cc|cpp|h):\d+\]\s*")
+_GLOO_ADVICE = re.compile(r"\.?\s*This is typically caused by.*$")
+
+
+def transport_gist(text: str) -> str:
+    """The first line of a backend's error without Gloo's source location and advice."""
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    return _GLOO_ADVICE.sub("", _GLOO_LOCATION.sub("", line)).strip()
+
+
 def classify_transport_error(exc: BaseException, what: str) -> CollschedCommError:
-    """Turn a backend exception (Gloo/NCCL RuntimeError) into one of ours, keeping the cause text."""
+    """Turn a backend exception (Gloo/NCCL RuntimeError) into one of ours, keeping the cause text
+    (``transport_text``: where ``comm.culprits`` finds the peer's address)."""
     text = str(exc)
     low = text.lower()
+    gist = transport_gist(text)
     if "timed out" in low or "timeout" in low:
-        return CommTimeoutError(f"{what}: timed out ({text.strip().splitlines()[0] if text.strip() else 'no detail'})")
-    return PeerFailureError(f"{what}: transport failure, a peer probably died ({text.strip().splitlines()[0] if text.strip() else type(exc).__name__})")
+        out: CollschedCommError = CommTimeoutError(f"{what}: timed out ({gist or 'no detail'})")
+    else:
+        out = PeerFailureError(f"{what}: transport failure, a peer probably died ({gist or type(exc).__name__})")
+    out.transport_text = text
+    return out
 
 
 def rank_ranges(ranks) -> str:
@@ -81,61 +108,3 @@ def collapse_rank_messages(items) -> str:
     for rank, msg in items:
         groups.setdefault(str(msg), []).append(int(rank))
     return "; ".join(f"{rank_ranges(rs)}: {msg}" for msg, rs in groups.items())
-
-
-# Timeouts seen per group: present ranks time out on the same wait, so the n-th timeout of a
-# group is the same event on each of them (its store keys meet there).
-_TIMEOUTS: dict[str, int] = {}
-MISSING_WAIT_S = 5.0
-MISSING_QUIET_S = 0.3
-
-
-def name_missing_ranks(exc: CommTimeoutError, group, timeout_s: float) -> CommTimeoutError:
-    """After a collective wait timed out: find which ranks of ``group`` never reached it and
-    return ``exc`` with them named (``exc`` unchanged when they cannot be told).
-
-    Each rank that timed out leaves a key in the process group's store and waits up to
-    for the others' keys until none has come for ``MISSING_QUIET_S`` (present ranks time out
-    together), at most ``min(MISSING_WAIT_S, timeout_s)``; a rank with no key never reached
-    the call, or is stuck before it. Nothing is added to calls that do not time out.
-    """
-    try:
-        import torch.distributed as dist
-        from torch.distributed import distributed_c10d as c10d
-
-        store = c10d._get_default_store()
-        world = dist.get_world_size(group)
-        rank = dist.get_rank(group)
-        members = [dist.get_global_rank(group, r) for r in range(world)] if group is not None \
-            and group is not dist.GroupMember.WORLD else list(range(world))
-    except Exception:  # no default group or store: keep the plain timeout
-        return exc
-    gid = "-".join(map(str, members)) if len(members) <= 16 else f"{members[0]}-{members[-1]}x{len(members)}"
-    n = _TIMEOUTS.get(gid, 0) + 1
-    _TIMEOUTS[gid] = n
-    key = f"collsched/timeout/{gid}/{n}/"
-    import time
-
-    try:
-        store.set(key + str(rank), "1")
-        start = time.monotonic()
-        deadline = start + min(MISSING_WAIT_S, float(timeout_s))
-        keys = [key + str(r) for r in range(world)]
-        present: set[int] = set()
-        changed = start
-        while time.monotonic() < deadline:
-            now_present = {r for r in range(world) if store.check([keys[r]])}
-            if now_present != present:
-                present, changed = now_present, time.monotonic()
-            # Everyone is here, or nobody new came for a while (present ranks time out together).
-            if len(present) == world or time.monotonic() - changed > MISSING_QUIET_S:
-                break
-            time.sleep(0.02)
-    except Exception:
-        return exc
-    missing = [r for r in range(world) if r not in present]
-    if not missing:
-        return exc
-    out = CommTimeoutError(f"{exc}; {rank_ranges(missing)} never reached this call "
-                           f"({rank_ranges(sorted(present))} did): check that every rank makes the same collective calls")
-    return out

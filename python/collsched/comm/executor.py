@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from collsched.comm.culprits import culprits_named, note_group
 from collsched.comm.duplex import router
 from collsched.comm.errors import classify_transport_error, resolve_timeout
 from collsched.comm.groups import blocking_waits, require_initialized, wait_all
@@ -113,7 +114,8 @@ def execute(plan, input: torch.Tensor, output: torch.Tensor, group=None, *, dtyp
         output: contiguous tensor on input's device; at least the plan's output size in bytes.
         group: the process group (default: the default group).
         dtype: the element type ReduceSum adds in (default: input's dtype).
-        timeout: seconds any one wait may take (default ``COLLSCHED_TIMEOUT_S`` or 60).
+        timeout: seconds the run's waits may take together (default ``COLLSCHED_TIMEOUT_S``
+            or 60).
         program: this rank's compiled program (default: compiled and cached here).
         pool: where scratch and staging come from (default ``DEFAULT_POOL``).
         transport: "p2p" (point-to-point messages; dependency-driven on Gloo, a
@@ -130,8 +132,10 @@ def execute(plan, input: torch.Tensor, output: torch.Tensor, group=None, *, dtyp
 
     Raises:
         ValueError: sizes, devices or ranks disagree with the plan.
-        CommTimeoutError: a wait ran past `timeout` (names the transfer or step and its peers).
-        PeerFailureError: the transport reported a broken connection.
+        CommTimeoutError: the run's waits ran past `timeout` (names the transfer or step, and
+            the ranks that never reached it: ``comm.culprits``).
+        PeerFailureError: the transport reported a broken connection (names the rank whose
+            connection closed).
     """
     require_initialized()
     timeout_s = resolve_timeout(timeout)
@@ -150,8 +154,10 @@ def execute(plan, input: torch.Tensor, output: torch.Tensor, group=None, *, dtyp
     if in_b.device != out_b.device:
         raise ValueError(f"input is on {in_b.device} but output on {out_b.device}")
     red_dtype = dtype if dtype is not None else input.dtype
-    return run_program(prog, in_b, out_b, group, red_dtype, timeout_s, pool or DEFAULT_POOL, transport,
-                       overlap=overlap, duplex=duplex)
+    note_group(group)
+    with culprits_named(group, timeout_s):
+        return run_program(prog, in_b, out_b, group, red_dtype, timeout_s, pool or DEFAULT_POOL, transport,
+                           overlap=overlap, duplex=duplex)
 
 
 def needs_collective_steps(transport: str) -> bool:
@@ -174,6 +180,9 @@ def run_program(prog: RankProgram, in_b: torch.Tensor, out_b: torch.Tensor, grou
         raise ValueError(f"the {transport} transport needs a program compiled with collective_steps=True "
                          f"(this one has only the steps rank {prog.rank} acts in)")
     t0 = time.perf_counter()
+    # One deadline for the whole run (not per step): a survivor raises within the timeout even
+    # when some of its waits completed before a peer stopped.
+    deadline = time.monotonic() + timeout_s
     device = in_b.device
     blocking = blocking_waits(group, device)
     route = router(group, timeout_s, duplex=duplex and blocking and transport != "alltoallv")
@@ -199,13 +208,13 @@ def run_program(prog: RankProgram, in_b: torch.Tensor, out_b: torch.Tensor, grou
                     skip = -1
                     if sp.a2a is not None:
                         ops += 1
-                        _a2a_step(prog, sp, bufs, staging, group, dtype, timeout_s, blocking)
+                        _a2a_step(prog, sp, bufs, staging, group, dtype, _left(deadline, timeout_s), blocking)
                         skip = sp.a2a.self_local
                     _locals(sp, bufs, dtype, skip)
                     continue
                 if sp.p2p_order:
                     ops += len(sp.p2p_order)
-                    _p2p_step(prog, sp, bufs, staging, route, timeout_s, blocking)
+                    _p2p_step(prog, sp, bufs, staging, route, _left(deadline, timeout_s), blocking)
                 for m in sp.recvs:
                     if m.stage_off < 0:
                         continue
@@ -222,6 +231,11 @@ def run_program(prog: RankProgram, in_b: torch.Tensor, out_b: torch.Tensor, grou
             pool.release(scratch)
     return ExecStats(steps=prog.active_steps, bytes_sent=prog.bytes_sent, bytes_received=prog.bytes_received,
                      seconds=time.perf_counter() - t0, ops=ops)
+
+
+def _left(deadline: float, timeout_s: float) -> float:
+    """Seconds left until `deadline` (at least a millisecond, so the wait reports the timeout)."""
+    return min(timeout_s, max(deadline - time.monotonic(), 1e-3))
 
 
 def _locals(sp, bufs, dtype, skip: int = -1) -> None:

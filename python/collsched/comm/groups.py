@@ -12,6 +12,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from collsched.comm.culprits import publish_local_ports
 from collsched.comm.errors import CommTimeoutError, classify_transport_error
 
 # Caches keyed by the caller's process group hold it weakly: a strong reference here would keep
@@ -197,6 +198,7 @@ def gloo_groups(group, purpose: str, count: int, timeout_s: float) -> tuple:
             _GLOO_GROUPS.setdefault(g, {})[purpose] = _Failed(e)
             raise
         _GLOO_GROUPS.setdefault(g, {})[purpose] = made
+        publish_local_ports()  # the new groups' connections, so a fault on them names its rank
         return made
 
 

@@ -20,6 +20,7 @@ one is done here, and its peer posts its side once its own lower transfers are d
 from __future__ import annotations
 
 import heapq
+import time
 from datetime import timedelta
 
 import torch
@@ -41,7 +42,7 @@ def run_overlapped(ov: OverlapProgram, bufs: tuple, staging: torch.Tensor | None
         staging: uint8 tensor of at least ``ov.staging_bytes`` (None when that is 0).
         route: a `Router` (``collsched.comm.duplex``): the group each direction travels on.
         dtype: the element type ReduceSum adds in.
-        timeout_s: bound on each wait, in seconds: no work completing within it raises.
+        timeout_s: bound on the run's waits together, in seconds (one deadline, not per wait).
         apply: ``apply(op, dsts, srcs, dtype)``, the executor's copy / add.
 
     Raises:
@@ -53,7 +54,7 @@ def run_overlapped(ov: OverlapProgram, bufs: tuple, staging: torch.Tensor | None
     n = len(acts)
     if not n:
         return
-    td = timedelta(seconds=timeout_s)
+    deadline = time.monotonic() + timeout_s
     left = [len(a.deps) for a in acts]  # deps not yet complete
     works: list = [None] * n
     dependents = ov.dependents
@@ -123,7 +124,7 @@ def run_overlapped(ov: OverlapProgram, bufs: tuple, staging: torch.Tensor | None
             break
         _, i = heapq.heappop(waiting)
         try:
-            ok = works[i].wait(timeout=td)
+            ok = works[i].wait(timeout=timedelta(seconds=max(deadline - time.monotonic(), 1e-3)))
         except RuntimeError as e:
             raise classify_transport_error(e, _what(acts, i, route.rank)) from e
         if ok is False:

@@ -28,6 +28,7 @@ import torch.distributed as dist
 
 from collsched.comm.descriptor import DTYPE_CODE, UNKNOWN_DTYPE, dtype_name
 from collsched.comm.errors import CollectiveInputError, resolve_timeout
+from collsched.comm.culprits import culprits_named, note_group
 from collsched.comm.groups import blocking_waits, exchange_i64, require_initialized, wait_all
 from collsched.comm.ops import tracing
 from collsched.moe.ops import register as register_for_ops, traced_combine, traced_dispatch
@@ -233,7 +234,9 @@ class MoEBuffer:
                     if col != 5 else f"ranks disagree on the expert placement (rank 0 vs rank {bad})")
 
     def _check_config(self, desc: torch.Tensor) -> np.ndarray:
-        got = exchange_i64(desc.numpy(), self.group, self.timeout_s, "MoEBuffer configuration exchange")
+        note_group(self.group)  # this rank's ports, so that a later fault names its rank
+        with culprits_named(self.group, self.timeout_s):
+            got = exchange_i64(desc.numpy(), self.group, self.timeout_s, "MoEBuffer configuration exchange")
         bad = np.nonzero(got[:, 0])[0]
         if bad.size:
             r = int(bad[0])
@@ -255,11 +258,13 @@ class MoEBuffer:
             cs_a2a(out, inp, out_splits, in_splits, group=self.group, algorithm="fast", cluster=self.cluster,
                    traffic=matrix, checks=False, timeout=self.timeout_s)
             return
-        work = dist.all_to_all_single(out, inp, out_splits, in_splits, group=self.group, async_op=True)
-        wait_all([work], self.timeout_s, blocking_waits(self.group, inp.device), what)
+        with culprits_named(self.group, self.timeout_s):
+            work = dist.all_to_all_single(out, inp, out_splits, in_splits, group=self.group, async_op=True)
+            wait_all([work], self.timeout_s, blocking_waits(self.group, inp.device), what)
 
     def _check_all(self, desc: torch.Tensor, what: str) -> np.ndarray:
-        got = exchange_i64(desc.numpy(), self.group, self.timeout_s, what)
+        with culprits_named(self.group, self.timeout_s):
+            got = exchange_i64(desc.numpy(), self.group, self.timeout_s, what)
         bad = np.nonzero(got[:, 0])[0]
         if bad.size:
             r = int(bad[0])
