@@ -1,6 +1,6 @@
 """Regenerate the CSV files of published hardware measurements in this folder.
 
-    python benchmarks/data/hardware/extract.py --fast GITDIR --deepep GITDIR --vpbench GITDIR
+    python benchmarks/data/hardware/extract.py --fast GITDIR --deepep GITDIR --vpbench GITDIR --oci GITDIR
 
 Each ``GITDIR`` is a git directory (or checkout) of the named public repository at the commit
 that README.md cites; numbers are read with ``git show COMMIT:PATH`` so the commit is pinned.
@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import csv
 import math
+import re
 import statistics
 import subprocess
 from pathlib import Path
@@ -286,6 +287,107 @@ def nccl_tests_rows(gitdir: str) -> list[dict]:
     return out
 
 
+# ---------------------------------------------------------------------------------------------
+# nccl-tests / rccl-tests logs quoted in Oracle's OCI GPU quick-start guides
+
+OCI_REPO, OCI_COMMIT = "oracle-quickstart/oci-gpu-quickstarts", "6a0abdc78b574b28eb10926387615c8414ed8c1d"
+# Scale-up rates are datasheet values the guides do not repeat: NVLink5 1.8 TB/s per GPU
+# bidirectional (B200/B300/GB200/GB300: the b200 preset's 900 GB/s switch port); MI355X 7 xGMI
+# links of 153.6 GB/s bidirectional (76.8 GB/s per direction) on a full mesh.
+MI355X = "mi300x:{n},scaleup=76.8GB/s,nic=400Gbps"
+# (file, heading pattern, cluster spec or None to skip, excluded reason or None). NVL72 racks: the
+# hosts of one rack share one NVLink domain, so a rack is one collsched "server" of 4 × hosts GPUs.
+OCI_SETUPS = (
+    ("nvidia/B300/README-B300.md", r"Single Node", "b200:1", None),
+    ("nvidia/B300/README-B300.md", r"2 Nodes", "b200:2,nic=800Gbps", None),
+    ("nvidia/GB300/README-GB300.md", r"Single Node", "b200:1,gpus=4", None),
+    ("nvidia/GB300/README-GB300.md", r"2 (Nodes|Hosts) (on a )?Single Rack", "b200:1,gpus=8", None),
+    ("nvidia/GB300/README-GB300.md", r"1 Rack - 16 nodes|16 Hosts 1 Rack", "b200:1,gpus=64", None),
+    ("nvidia/GB300/README-GB300.md", r"2 Racks", "b200:2,gpus=64,nics=64,nic=800Gbps", None),
+    ("nvidia/GB200/README-GB200.md", r"Single Node", "b200:1,gpus=4", None),
+    ("nvidia/GB200/README-GB200.md", r"2 (Nodes|Hosts) (on a )?Single Rack", "b200:1,gpus=8", None),
+    ("nvidia/GB200/README-GB200.md", r"16 Hosts 1 Rack", "b200:1,gpus=64", None),
+    # GB200 racks join over 4 x 400 Gb/s InfiniBand or 8 x 400 Gb/s RoCE per host depending on the
+    # shape variant, and the guide does not say which one ran: not fully stated, not judged.
+    ("nvidia/GB200/README-GB200.md", r"2 Racks", "b200:2,gpus=64,nics=64,nic=400Gbps",
+     "network not stated: the GB200 shape family has 4 x 400 Gb/s IB or 8 x 400 Gb/s RoCE per host"),
+    ("nvidia/GB200/README-GB200.md", r"3 Racks", "b200:3,gpus=64,nics=64,nic=400Gbps",
+     "network not stated: the GB200 shape family has 4 x 400 Gb/s IB or 8 x 400 Gb/s RoCE per host"),
+    ("amd/MI355X/README-MI355X.md", r"All Reduce|All 2 All", MI355X.format(n=1), None),
+    ("amd/MI355X/README-MI355X-Pollara.md", r"Single Node", MI355X.format(n=1), None),
+    ("amd/MI355X/README-MI355X-Pollara.md", r"2 Nodes", MI355X.format(n=2), None),
+    ("amd/MI355X/README-MI355X-Pollara.md", r"4 Nodes", MI355X.format(n=4), None),
+)
+OCI_PLATFORM = {"B300": "B300", "GB300": "GB300", "GB200": "GB200", "MI355X": "MI355X"}
+NCCL_TESTS_LINE = re.compile(r"^\s*(\d+)\s+(\d+)\s+\w+\s+\w+\s+-?\d+\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)")
+
+
+def _oci_op(heading: str, block: str) -> str | None:
+    m = re.search(r"Collective test starting: (\w+)", block)
+    name = m.group(1) if m else heading
+    if "alltoall" in name or re.search(r"All[- ]?(to|2)[- ]?All", name, re.I):
+        return "all_to_all"
+    if "all_reduce" in name or re.search(r"All Reduce", name, re.I):
+        return "allreduce"
+    return None
+
+
+def oci_rows(gitdir: str) -> list[dict]:
+    """One row per data line of every nccl-tests/rccl-tests log in the guides (their logs keep only
+    the largest sizes), with the cluster of OCI_SETUPS for the log's heading."""
+    out = []
+    for path in sorted({f for f, *_ in OCI_SETUPS}):
+        text = git_show(gitdir, OCI_COMMIT, path)
+        platform = next(v for k, v in OCI_PLATFORM.items() if f"/{k}/" in path)
+        heading, fence, block = "", False, []
+        for line in text.splitlines() + ["```"]:
+            if line.strip().startswith("```"):
+                if fence:
+                    out += _oci_block(path, platform, heading, "\n".join(block))
+                fence, block = not fence, []
+                continue
+            if fence:
+                block.append(line)
+            elif re.match(r"#{2,6} ", line):
+                heading = line.lstrip("#").strip()
+    return out
+
+
+def _oci_block(path: str, platform: str, heading: str, block: str) -> list[dict]:
+    op = _oci_op(heading, block)
+    if op is None:
+        return []
+    setup = [s for s in OCI_SETUPS if s[0] == path and re.search(s[1], heading)]
+    if not setup:
+        return []
+    _, _, cluster, excluded = setup[0]
+    single_process = re.search(r"nGpus (\d+)", block)
+    rows = []
+    for line in block.splitlines():
+        m = NCCL_TESTS_LINE.match(line)
+        if not m:
+            continue
+        size, t_us = int(m.group(1)), float(m.group(3))
+        ranks = cluster_ranks(cluster)
+        rows.append(row(source=f"{OCI_REPO}@{OCI_COMMIT[:12]} {path}, '{heading}'", platform=platform, cluster=cluster,
+                        operation=op, algorithm="fanout" if op == "all_to_all" else "ring_tree", workload="balanced",
+                        size_bytes=size, size_convention="per_rank_buffer" if op == "all_to_all" else "nccl_tests_size",
+                        measured_s=fmt(t_us * 1e-6), measured_value=fmt(t_us), measured_unit="us (out-of-place)",
+                        samples=int(re.search(r"iters: (\d+) agg", block).group(1)) if "iters:" in block else 1,
+                        set="validation", excluded=excluded,
+                        params=f"ranks={ranks};dtype=float32" + (";diagonal=1" if op == "all_to_all" else ""),
+                        note=("nccl-tests/rccl-tests log quoted in the guide; scale-up rate from the GPU datasheet"
+                              + ("; one process drives all GPUs (-g N)" if single_process and single_process.group(1) != "1" else ""))))
+    return rows
+
+
+def cluster_ranks(spec: str) -> int:
+    """GPUs of a spec, read from its own text (servers × gpus=, 8 by default)."""
+    servers = int(spec.split(":")[1].split(",")[0])
+    m = re.search(r"gpus=(\d+)", spec)
+    return servers * (int(m.group(1)) if m else 8)
+
+
 def write(name: str, rows: list[dict]) -> None:
     with open(HERE / name, "w", newline="", encoding="utf-8") as f:
         w = csv.DictWriter(f, fieldnames=COLUMNS, lineterminator="\n")
@@ -299,6 +401,7 @@ def main() -> None:
     ap.add_argument("--fast", required=True, help="git dir of MangoBoost/FAST")
     ap.add_argument("--deepep", help="git dir of deepseek-ai/DeepEP (only to check the table)")
     ap.add_argument("--vpbench", required=True, help="git dir of ZiyanIshani/vpbenchmarking")
+    ap.add_argument("--oci", required=True, help="git dir of oracle-quickstart/oci-gpu-quickstarts")
     a = ap.parse_args()
     fit, val = fast_rows(a.fast)
     write("fast_amd_fixed.csv", fit)
@@ -310,6 +413,7 @@ def main() -> None:
     ntr = nccl_tests_rows(a.vpbench)
     write("vpbench_nccl_multinode.csv", [r for r in ntr if r["set"] == "fit"])
     write("vpbench_nccl_singlenode.csv", [r for r in ntr if r["set"] == "validation"])
+    write("oci_quickstart_nccl_tests.csv", oci_rows(a.oci))
 
 
 if __name__ == "__main__":
