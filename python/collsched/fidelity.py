@@ -169,14 +169,10 @@ def _cluster(spec: str, extra_spec: str):
 
 
 def _simulate(plan, cluster, model: str) -> float:
-    """Simulated seconds of ``plan``: the one call that picks the simulator's model.
-
-    ``model`` is accepted and, for now, not passed on: the simulator has a single (fluid) model
-    until the hardware terms land, and then this call gains ``model=model``.
-    """
+    """Simulated seconds of ``plan``: the one call that picks the simulator's model."""
     from collsched import simulate
 
-    return simulate(plan, cluster).time_s
+    return simulate(plan, cluster, model=model).time_s
 
 
 def _fast_weights(n: int, workload: str, rng) -> np.ndarray:
@@ -328,9 +324,8 @@ def predict(row: Row, model: str = "hardware", extra_spec: str = "", *, seed: in
 
     Args:
         row (Row): a row from :func:`load_rows`.
-        model (str): ``"hardware"`` (fitted terms) or ``"fluid"`` (the ideal model). Passed to
-            the simulator in one place, :func:`_simulate`; the simulator does not take it yet,
-            so both give the fluid model's time until the hardware terms are added there.
+        model (str): ``"hardware"`` (the preset's fitted terms, docs/simulator.md) or ``"fluid"``
+            (the ideal model). Passed to the simulator in one place, :func:`_simulate`.
         extra_spec (str): appended to the row's cluster spec, e.g. ``",nic=95Gbps"``, so a fit
             can try constants.
         seed (int): seed of random traffic (uniform/zipf) and of MoE routing.
