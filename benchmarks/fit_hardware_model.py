@@ -63,6 +63,7 @@ class Platform:
     params: tuple[Param, ...]
     start: tuple[float, ...]
     note: str
+    fixed: tuple[tuple[str, str], ...] = ()  # structural terms set, not searched (e.g. rendezvous=1)
 
 
 EFF_UP = Param("eff_scaleup", 0.3, 1.0, 0.005, "")
@@ -70,10 +71,13 @@ EFF_OUT = Param("eff_scaleout", 0.5, 1.0, 0.005, "")
 PLATFORMS = {
     "mi300x": Platform(
         "mi300x", ("mi300x:3", "mi300x:4"),
-        (EFF_OUT, EFF_UP, Param("chunk_scaleout", 0, 4096, 64, "KiB"), Param("step_cost", 0, 100_000, 500, "ns"),
-         Param("peer_cost", 0, 20_000, 250, "ns")),
-        (0.91, 0.6, 2048, 5000, 0),
+        (EFF_OUT, EFF_UP, Param("chunk_scaleout", 0, 4096, 64, "KiB"), Param("step_cost", 0, 50_000, 500, "ns"),
+         Param("incast_goodput", 0.1, 1.0, 0.01, ""), Param("incast_min", 64, 8192, 64, "KiB")),
+        (0.91, 0.6, 1024, 2000, 0.4, 1024),
         "RCCL point-to-point (FLASH, RCCL fan-out, SpreadOut) on 3-4 x 8 MI300X, 100 Gb/s RoCE per GPU",
+        # Structural: grouped send/recv in stream order (rendezvous); incast beyond one
+        # server's worth of concurrent senders into a NIC (its goodput and size gate are fitted).
+        (("rendezvous", "1"), ("incast_flows", "8")),
     ),
     "perlmutter": Platform(
         "perlmutter", ("perlmutter:1",),
@@ -96,12 +100,30 @@ def rows_of(platform: Platform, set_name: str):
 
 
 def extra_spec(platform: Platform, values) -> str:
-    return "".join(f",{p.key}={p.text(v)}" for p, v in zip(platform.params, values))
+    fixed = "".join(f",{k}={v}" for k, v in platform.fixed)
+    return fixed + "".join(f",{p.key}={p.text(v)}" for p, v in zip(platform.params, values))
+
+
+_PLANS: dict = {}
+
+
+def _predict(row, extra: str) -> float:
+    """``fidelity.predict(row, "hardware", extra)``, with all-to-all plans built once per row:
+    the fitted terms do not change what the planners make (only alpha or bandwidth keys
+    would, and those rows are planned afresh)."""
+    if row.operation != "all_to_all" or any(k in extra for k in ("alpha_", "nic=", "scaleup=")):
+        return fidelity.predict(row, "hardware", extra)
+    from collsched import Cluster, plan_all_to_all, simulate
+
+    if row not in _PLANS:
+        base = Cluster.parse(row.cluster)
+        _PLANS[row] = plan_all_to_all(fidelity.traffic_matrix(row), base, row.algorithm)
+    return simulate(_PLANS[row], Cluster.parse(row.cluster + extra), model="hardware").time_s
 
 
 def errors(rows, extra: str) -> list[float]:
     """predicted / measured - 1 of each row, with the constants in ``extra``."""
-    return [fidelity.error(fidelity.predict(r, "hardware", extra), r.measured_s) for r in rows]
+    return [fidelity.error(_predict(r, extra), r.measured_s) for r in rows]
 
 
 def loss(errs: list[float]) -> float:
@@ -109,7 +131,7 @@ def loss(errs: list[float]) -> float:
     return sum(math.log1p(e) ** 2 for e in errs) / max(1, len(errs))
 
 
-def fit(platform: Platform, sweeps: int = 3, verbose: bool = False) -> tuple[tuple[float, ...], float]:
+def fit(platform: Platform, sweeps: int = 2, verbose: bool = False) -> tuple[tuple[float, ...], float]:
     """Coordinate descent over the platform's params on its non-excluded fit rows.
 
     Returns:
@@ -181,7 +203,7 @@ def fitted_entry(platform: Platform, values) -> dict:
         out[set_name] = summary(rows, errors(rows, extra))
     sources = sorted({r.source.split(",")[0].split(" amd/")[0] for r in rows_of(platform, "fit")})
     return {
-        "constants": {p.key: p.text(v) for p, v in zip(platform.params, values)},
+        "constants": {**dict(platform.fixed), **{p.key: p.text(v) for p, v in zip(platform.params, values)}},
         "source": f"{platform.note}; fitted to the fit rows of benchmarks/data/hardware ({'; '.join(sources)}) "
                   "by benchmarks/fit_hardware_model.py",
         "date": DATE,

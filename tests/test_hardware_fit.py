@@ -60,3 +60,39 @@ def test_the_fit_regenerates_the_committed_constants():
     entry = mod.fitted_entry(mod.PLATFORMS[name], values)
     assert entry["constants"] == TABLE["platforms"][name]["constants"]
     assert entry["residuals"]["fit"]["per_row"] == TABLE["platforms"][name]["residuals"]["fit"]["per_row"]
+
+
+def test_simulate_selects_the_model():
+    from collsched import plan_all_to_all, simulate, traffic
+
+    m = traffic.uniform(16, 4 << 20, seed=1)
+    for spec in ("mi300x:2", "perlmutter:4"):
+        plan = plan_all_to_all(m, spec, "fanout")
+        hw, fluid = simulate(plan, spec).time_s, simulate(plan, spec, model="fluid").time_s
+        assert hw > fluid, spec  # fitted efficiencies < 1
+        assert simulate(plan, spec, model="hardware").time_s == hw
+        assert simulate(plan, spec, model="fluid").lower_bound_s == simulate(plan, spec).lower_bound_s  # fluid bound
+    plan = plan_all_to_all(m, "custom:2", "fanout")
+    assert simulate(plan, "custom:2").time_s == simulate(plan, "custom:2", model="fluid").time_s
+    with pytest.raises(ValueError, match="model must be one of"):
+        simulate(plan, "custom:2", model="quantum")
+
+
+def test_cli_simulate_takes_the_model():
+    import json as _json
+
+    from typer.testing import CliRunner
+
+    from collsched import cli
+
+    app = cli.app if hasattr(cli, "app") else cli.main
+    out = {}
+    for model in ("hardware", "fluid"):
+        r = CliRunner().invoke(app, ["simulate", "-c", "mi300x:2", "-a", "fanout", "-m", "4MiB", "--model", model, "--json"])
+        assert r.exit_code == 0, r.output
+        out[model] = _json.loads(r.stdout)
+    assert out["hardware"]["model"] == "hardware" and out["hardware"]["hardware_terms"]["eff_scaleout"]
+    assert out["fluid"]["hardware_terms"] == {}
+    assert out["hardware"]["results"][0]["time_s"] > out["fluid"]["results"][0]["time_s"]
+    r = CliRunner().invoke(app, ["simulate", "-c", "mi300x:2", "-a", "fanout", "--model", "quantum"])
+    assert r.exit_code != 0

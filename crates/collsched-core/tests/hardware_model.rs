@@ -125,8 +125,23 @@ fn incast_cuts_goodput_above_its_threshold_for_large_flows_only() {
 }
 
 #[test]
+fn rendezvous_waits_for_the_receivers_previous_step() {
+    // Rank 4 receives 100 MB in step 0; in step 1 rank 1 sends it 1 MB (no dependency in the plan).
+    let xf: &[(u32, u32, u64, u32, &[u32])] = &[(0, 4, 100 * MB, 0, &[]), (1, 5, MB, 0, &[]), (5, 4, MB, 1, &[])];
+    let free = cluster("");
+    let r = simulate(&plan_of(&free, xf), &free, &opts(Model::Hardware)).unwrap();
+    assert_close(r.transfer_start[2], 2e-6); // scale-up 5→4 starts at once
+    let c = cluster(",rendezvous=1");
+    let r = simulate(&plan_of(&c, xf), &c, &opts(Model::Hardware)).unwrap();
+    let first_done = 5e-6 + 100e6 / 100e9;
+    assert_close(r.transfer_end[0], first_done);
+    assert_close(r.transfer_start[2], first_done + 2e-6); // after rank 4's step 0, then alpha
+    assert_close(r.time_s, first_done + 2e-6 + 1e6 / 400e9);
+}
+
+#[test]
 fn fluid_model_ignores_the_terms_bit_for_bit() {
-    let terms = ",eff_scaleout=0.7,eff_scaleup=0.6,chunk_scaleout=1MiB,chunk_scaleup=1MiB,step_cost=9us,peer_cost=1us,incast_flows=2,incast_goodput=0.4";
+    let terms = ",eff_scaleout=0.7,eff_scaleup=0.6,chunk_scaleout=1MiB,chunk_scaleup=1MiB,step_cost=9us,peer_cost=1us,incast_flows=2,incast_goodput=0.4,rendezvous=1";
     let (plain, rich) = (cluster(""), cluster(terms));
     let t = generators::zipf(8, 1.1, 4 << 20, 3).unwrap();
     for algo in ["fanout", "spreadout", "fast"] {
@@ -157,9 +172,9 @@ fn presets_with_fitted_constants_simulate_slower_than_fluid() {
 }
 
 fn arb_terms() -> impl Strategy<Value = String> {
-    (50u32..=100, 30u32..=100, 0u32..4, 0u32..50, 0u32..5, 0u32..6, 1u32..=10, 0u32..3).prop_map(|(eo, eu, chunk, step, peer, flows, goodput, min)| {
+    (50u32..=100, 30u32..=100, 0u32..4, 0u32..50, 0u32..5, 0u32..6, 1u32..=10, (0u32..3, 0u32..2)).prop_map(|(eo, eu, chunk, step, peer, flows, goodput, (min, rdv))| {
         format!(
-            ",eff_scaleout={},eff_scaleup={},chunk_scaleout={chunk}MiB,chunk_scaleup={chunk}MiB,step_cost={step}us,peer_cost={peer}us,incast_flows={flows},incast_goodput={},incast_min={min}MiB",
+            ",eff_scaleout={},eff_scaleup={},chunk_scaleout={chunk}MiB,chunk_scaleup={chunk}MiB,step_cost={step}us,peer_cost={peer}us,incast_flows={flows},incast_goodput={},incast_min={min}MiB,rendezvous={rdv}",
             eo as f64 / 100.0,
             eu as f64 / 100.0,
             goodput as f64 / 10.0

@@ -349,7 +349,7 @@ def _result_row(name: str, plan, r) -> dict:
     return row
 
 
-_MODEL_HELP = ("simulator model: hardware (the preset's fitted efficiency, chunk, per-stage, per-peer and incast "
+_MODEL_HELP = ("simulator model: hardware (the preset's fitted efficiency, chunk, per-stage, per-peer, rendezvous and incast "
                "terms; the fluid model where none are set) or fluid (links at their peaks)")
 
 

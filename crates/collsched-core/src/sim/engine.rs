@@ -88,7 +88,8 @@ fn chain_depth(plan: &Plan, barrier_steps: bool) -> usize {
 }
 
 /// The hardware model's start-up delay of every transfer beyond its tier's alpha
-/// (`Cluster::hw`, docs/simulator.md): its pipeline chunk's fill time, the per-stage
+/// (`Cluster::hw`, docs/simulator.md): its pipeline chunk's fill time (the first transfer
+/// of each (sender, receiver) pair only: a connection's later pieces stream behind it), the per-stage
 /// synchronisation when it waits on an earlier step, and the per-peer cost of the other
 /// peers its sender has in its step. Empty when the terms are neutral (the fluid model).
 pub fn startup_extra(plan: &Plan, cluster: &Cluster, barrier_steps: bool) -> Vec<f64> {
@@ -99,11 +100,13 @@ pub fn startup_extra(plan: &Plan, cluster: &Cluster, barrier_steps: bool) -> Vec
     let out_rate = super::links::effective(cluster.nic_bw, hw.eff_scaleout_ppm);
     let up_rate = super::links::effective(cluster.scaleup_bw(), hw.eff_scaleup_ppm);
     let peers = if hw.peer_ns > 0 { peers_in_step(plan) } else { Vec::new() };
+    // The fill is paid once per connection: a pair's later pieces stream behind its first.
+    let mut primed = std::collections::HashSet::new();
     plan.transfers
         .iter()
         .enumerate()
         .map(|(id, t)| {
-            let bytes = plan.transfer_bytes(t);
+            let bytes = if primed.insert((t.src, t.dst)) { plan.transfer_bytes(t) } else { 0 };
             let fill = match t.tier {
                 Tier::ScaleOut => bytes.min(hw.chunk_scaleout_bytes) as f64 / out_rate,
                 Tier::ScaleUp => bytes.min(hw.chunk_scaleup_bytes) as f64 / up_rate,
@@ -113,6 +116,39 @@ pub fn startup_extra(plan: &Plan, cluster: &Cluster, barrier_steps: bool) -> Vec
             let sync = if staged { hw.step_ns as f64 * 1e-9 } else { 0.0 };
             let others = peers.get(id).map_or(0, |&k| k.saturating_sub(1));
             fill + sync + others as f64 * hw.peer_ns as f64 * 1e-9
+        })
+        .collect()
+}
+
+/// The receiver's side of a point-to-point rendezvous (`HardwareTerms::rendezvous`): a
+/// transfer of step s also waits for every earlier transfer (in plan order) its receiver
+/// sends or receives in the receiver's latest step before s, as a grouped send/receive
+/// posted in stream order does (the receiver posts step s's receive only when its step
+/// s−1 is done). Only earlier transfers, so the dependency graph stays acyclic.
+fn rendezvous_deps(plan: &Plan) -> Vec<Vec<u32>> {
+    let ranks = plan.num_ranks() as usize;
+    let mut touching: Vec<Vec<(u32, u32)>> = vec![Vec::new(); ranks];
+    for (id, t) in plan.transfers.iter().enumerate() {
+        touching[t.src as usize].push((t.step, id as u32));
+        if t.dst != t.src {
+            touching[t.dst as usize].push((t.step, id as u32));
+        }
+    }
+    for list in &mut touching {
+        list.sort_unstable();
+    }
+    plan.transfers
+        .iter()
+        .enumerate()
+        .map(|(id, t)| {
+            let list = &touching[t.dst as usize];
+            let before = list.partition_point(|&(s, _)| s < t.step);
+            let Some(&(prev, _)) = list[..before].last() else { return Vec::new() };
+            let first = list.partition_point(|&(s, _)| s < prev);
+            let mut deps: Vec<u32> = list[first..before].iter().map(|&(_, d)| d).filter(|&d| (d as usize) < id).collect();
+            // The plan's own dependencies are counted already: no duplicates.
+            deps.retain(|d| !plan.deps_of(t).contains(d));
+            deps
         })
         .collect()
 }
@@ -191,11 +227,13 @@ pub struct Engine<'a> {
 impl<'a> Engine<'a> {
     pub fn new(plan: &'a Plan, cluster: &Cluster, links: &'a Links, flows: &'a Flows, opts: &'a SimOptions) -> Engine<'a> {
         let n = plan.transfers.len();
+        let rdv = if cluster.hw.rendezvous { rendezvous_deps(plan) } else { Vec::new() };
+        let extra_deps = |id: usize| rdv.get(id).map_or(&[][..], Vec::as_slice);
         // Counted through the transfers' ranges, not over `plan.deps`: an entry no range
         // covers (a valid, if odd, plan) must not leave an empty dependents slot behind.
         let mut dep_count = vec![0u32; n + 1];
-        for t in &plan.transfers {
-            for &d in plan.deps_of(t) {
+        for (id, t) in plan.transfers.iter().enumerate() {
+            for &d in plan.deps_of(t).iter().chain(extra_deps(id)) {
                 dep_count[d as usize] += 1;
             }
         }
@@ -210,11 +248,11 @@ impl<'a> Engine<'a> {
         let mut dependents = vec![0u32; acc as usize];
         let mut deps_left = vec![0u32; n];
         for (id, t) in plan.transfers.iter().enumerate() {
-            for &d in plan.deps_of(t) {
+            for &d in plan.deps_of(t).iter().chain(extra_deps(id)) {
                 dependents[fill[d as usize] as usize] = id as u32;
                 fill[d as usize] += 1;
             }
-            deps_left[id] = t.dep_end - t.dep_begin;
+            deps_left[id] = t.dep_end - t.dep_begin + extra_deps(id).len() as u32;
         }
         let steps = plan.num_steps() as usize;
         let mut step_left = vec![0u32; steps];

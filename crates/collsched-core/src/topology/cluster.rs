@@ -91,6 +91,7 @@ pub const SPEC_KEYS: &[(&str, &str)] = &[
     ("peer_cost", "hardware model: start-up per additional peer the sender has in the same step, e.g. 1us"),
     ("incast_flows", "hardware model: a NIC downlink with more concurrent flows than this loses goodput (0: off)"),
     ("incast_goodput", "hardware model: fraction of the NIC rate delivered under incast, in (0, 1]"),
+    ("rendezvous", "hardware model: 1 = a transfer also waits until its receiver finished its previous step (grouped send/recv in stream order); 0 = off"),
     ("incast_min", "hardware model: only flows of at least this size count towards incast_flows (buffered bursts do not), e.g. 1MiB"),
 ];
 

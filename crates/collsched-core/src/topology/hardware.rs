@@ -41,11 +41,14 @@ pub struct HardwareTerms {
     /// Only flows of at least this many bytes count towards `incast_flows`: a burst that the
     /// switch buffers absorb finishes before congestion control cuts the rate (0: every flow).
     pub incast_min_bytes: u64,
+    /// Point-to-point rendezvous: a transfer also waits until its receiver has finished its
+    /// previous step (a receive is posted only when the receiver's stream reaches it).
+    pub rendezvous: bool,
 }
 
 impl Default for HardwareTerms {
     fn default() -> Self {
-        HardwareTerms { eff_scaleup_ppm: PPM, eff_scaleout_ppm: PPM, chunk_scaleout_bytes: 0, chunk_scaleup_bytes: 0, step_ns: 0, peer_ns: 0, incast_flows: 0, incast_goodput_ppm: PPM, incast_min_bytes: 0 }
+        HardwareTerms { eff_scaleup_ppm: PPM, eff_scaleout_ppm: PPM, chunk_scaleout_bytes: 0, chunk_scaleup_bytes: 0, step_ns: 0, peer_ns: 0, incast_flows: 0, incast_goodput_ppm: PPM, incast_min_bytes: 0, rendezvous: false }
     }
 }
 
@@ -76,6 +79,11 @@ impl HardwareTerms {
             },
             "incast_goodput" => self.incast_goodput_ppm = parse_fraction(key, value)?,
             "incast_min" => self.incast_min_bytes = parse_bytes(value)?,
+            "rendezvous" => match value {
+                "1" | "true" | "yes" => self.rendezvous = true,
+                "0" | "false" | "no" => self.rendezvous = false,
+                _ => return invalid!("cluster field 'rendezvous' must be 1 or 0, got '{value}'"),
+            },
             _ => return Ok(false),
         }
         Ok(true)
@@ -112,6 +120,9 @@ impl HardwareTerms {
         }
         if self.incast_min_bytes != 0 {
             v.push(("incast_min", format!("{}B", self.incast_min_bytes)));
+        }
+        if self.rendezvous {
+            v.push(("rendezvous", "1".to_string()));
         }
         v
     }
@@ -170,7 +181,7 @@ mod tests {
     fn keys_parse_and_print_back() {
         let mut t = HardwareTerms::default();
         assert!(t.spec_pairs().is_empty() && t.is_neutral());
-        for (k, v) in [("eff_scaleup", "0.8"), ("eff_scaleout", "0.913"), ("chunk_scaleout", "2MiB"), ("chunk_scaleup", "1000B"), ("step_cost", "20us"), ("peer_cost", "700ns"), ("incast_flows", "4"), ("incast_goodput", "0.5"), ("incast_min", "1MiB")] {
+        for (k, v) in [("eff_scaleup", "0.8"), ("eff_scaleout", "0.913"), ("chunk_scaleout", "2MiB"), ("chunk_scaleup", "1000B"), ("step_cost", "20us"), ("peer_cost", "700ns"), ("incast_flows", "4"), ("incast_goodput", "0.5"), ("incast_min", "1MiB"), ("rendezvous", "1")] {
             assert!(t.set(k, v).unwrap(), "{k}");
         }
         let mut back = HardwareTerms::default();

@@ -357,8 +357,8 @@ pub fn shape(candidate: &str, l: &Loads, c: &Cluster) -> Shape {
 }
 
 /// The hardware model's start-up terms along `candidate`'s critical path (the simulator's
-/// `startup_extra`, summed): every stage after the first pays the per-stage synchronisation
-/// and every stage one pipeline-chunk fill of its typical message; the busiest rank's other
+/// `startup_extra`, summed): every stage after the first pays the per-stage synchronisation,
+/// every new connection one pipeline-chunk fill of its typical message; the busiest rank's other
 /// peers in a step add the per-peer cost once. Plus fanout's incast: when a NIC downlink
 /// gathers more large senders than `incast_flows`, its bytes arrive at `incast_goodput`.
 /// 0 on a cluster with neutral terms.
@@ -378,11 +378,11 @@ pub fn hardware_s(candidate: &str, shape: &Shape, l: &Loads, c: &Cluster) -> f64
         "native" | "fanout" => 1.0,
         _ => shape.steps.max(1.0),
     };
-    // A stage's message: fanout's and spreadout's are the blocks, a phased plan's carry a
-    // stage's share of its busiest rank's bytes.
-    let stage_block = if stages > 1.0 && !matches!(candidate, "spreadout") { block.max(l.so_max as f64 / stages) } else { block };
-    let fill = stage_block.min(chunk) / rate;
-    let mut t = (stages - 1.0) * f.step + stages * fill + (peers - 1.0).max(0.0) * f.peer;
+    // The fill is paid once per connection: per round by spreadout (a new peer each round),
+    // once by the others (their later pieces of a pair stream behind the first).
+    let fills = if candidate == "spreadout" { stages } else { 1.0 };
+    let fill = block.min(chunk) / rate;
+    let mut t = (stages - 1.0) * f.step + fills * fill + (peers - 1.0).max(0.0) * f.peer;
     if matches!(candidate, "native" | "fanout") && remote && f.incast_flows > 0 && block >= f.incast_min {
         // Remote senders into one NIC: its GPUs' remote peers (dense: every remote rank).
         let senders = (l.n - l.g) as f64 * (l.g as f64 / f.nics).max(1.0);
