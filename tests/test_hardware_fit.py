@@ -3,6 +3,7 @@ the presets load them, they reproduce the residuals the fit recorded, and the fi
 regenerates them from the cited measurements."""
 import importlib.util
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ TABLE = json.loads((ROOT / "crates/collsched-core/src/topology/hardware.json").r
 def _fit_module():
     spec = importlib.util.spec_from_file_location("fit_hardware_model", ROOT / "benchmarks" / "fit_hardware_model.py")
     mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # its dataclasses look their module up
     spec.loader.exec_module(mod)
     return mod
 
@@ -78,21 +80,29 @@ def test_simulate_selects_the_model():
         simulate(plan, "custom:2", model="quantum")
 
 
-def test_cli_simulate_takes_the_model():
-    import json as _json
+def test_cli_simulate_and_clusters_show_the_model():
+    import inspect
 
+    import typer
     from typer.testing import CliRunner
 
-    from collsched import cli
+    from collsched.cli import core as cli_core
 
-    app = cli.app if hasattr(cli, "app") else cli.main
+    app = typer.Typer(pretty_exceptions_enable=False)
+    cli_core.register(app)
+    kw = {"mix_stderr": False} if "mix_stderr" in inspect.signature(CliRunner).parameters else {}
     out = {}
     for model in ("hardware", "fluid"):
-        r = CliRunner().invoke(app, ["simulate", "-c", "mi300x:2", "-a", "fanout", "-m", "4MiB", "--model", model, "--json"])
+        r = CliRunner(**kw).invoke(app, ["simulate", "-c", "mi300x:2", "-a", "fanout", "-m", "4MiB", "--model", model, "--json"])
         assert r.exit_code == 0, r.output
-        out[model] = _json.loads(r.stdout)
+        out[model] = json.loads(r.stdout)
     assert out["hardware"]["model"] == "hardware" and out["hardware"]["hardware_terms"]["eff_scaleout"]
     assert out["fluid"]["hardware_terms"] == {}
     assert out["hardware"]["results"][0]["time_s"] > out["fluid"]["results"][0]["time_s"]
-    r = CliRunner().invoke(app, ["simulate", "-c", "mi300x:2", "-a", "fanout", "--model", "quantum"])
+    assert out["hardware"]["lower_bound_s"] == out["fluid"]["lower_bound_s"]
+    r = CliRunner(**kw).invoke(app, ["simulate", "-c", "mi300x:2", "-a", "fanout", "--model", "quantum"])
     assert r.exit_code != 0
+    r = CliRunner(**kw).invoke(app, ["clusters", "--json"])
+    presets = {d["name"]: d for d in json.loads(r.stdout)["presets"]}
+    assert presets["mi300x"]["hardware"]["rendezvous"] == "1" and "FAST" in presets["mi300x"]["hardware_source"]
+    assert presets["h200"]["hardware"] == {} and presets["h200"]["hardware_source"] is None

@@ -381,7 +381,7 @@ pub fn hardware_s(candidate: &str, shape: &Shape, l: &Loads, c: &Cluster) -> f64
     // The fill is paid once per connection: per round by spreadout (a new peer each round),
     // once by the others (their later pieces of a pair stream behind the first).
     let fills = if candidate == "spreadout" { stages } else { 1.0 };
-    let fill = block.min(chunk) / rate;
+    let fill = if chunk > 0.0 && rate > 0.0 { block.min(chunk) / rate } else { 0.0 };
     let mut t = (stages - 1.0) * f.step + fills * fill + (peers - 1.0).max(0.0) * f.peer;
     if matches!(candidate, "native" | "fanout") && remote && f.incast_flows > 0 && block >= f.incast_min {
         // Remote senders into one NIC: its GPUs' remote peers (dense: every remote rank).
