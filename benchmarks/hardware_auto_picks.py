@@ -1,11 +1,10 @@
 """Does `auto` pick what the published measurements show fastest, on each fitted platform?
 
-For every size of the balanced fitting rows of a platform (benchmarks/data/hardware), the
-measured fastest of the algorithms measured there (fanout, spreadout, fast), auto's choice
-among those candidates (`collsched.choose`, NCCL backend constants) on the preset, with its
-fitted hardware constants and with the fluid model's peaks (`<preset>` spec with
-`eff_*=1` etc. is not needed: `model` only affects `simulate`; `choose` reads the cluster's
-terms, so the fluid choice is made on the preset's peak cluster, `presets::peak`).
+For every size of the balanced MI300X fitting rows (benchmarks/data/hardware, FAST's result
+files), the measured fastest of fan-out, SpreadOut and FLASH (`fast`) against `auto`'s choice
+among those three (`collsched.choose`, NCCL backend constants), once on the preset with its
+fitted hardware-model constants and once on the preset's peaks (every hardware term neutral:
+the fluid model). Nothing is executed; `choose` is the closed form of docs/auto.md.
 
 Usage: python benchmarks/hardware_auto_picks.py [--json]
 """
