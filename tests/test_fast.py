@@ -77,10 +77,12 @@ PINNED_HASHES = [
     ("h200:16,nics=2", "zipf0.8", "balanced_direct", "948fdb85c9ba03cd", "2496d08876cb1f2d"),
     ("h200:40", "zipf0.8", "fast", "2f74416996480120", "42a0a8412b02c3de"),  # 320 GPUs: planned on two threads
     ("h200:40", "zipf0.99", "auto", "b955765cafc62267", "66afa00e8be1cd24"),
-    ("mi300x:3", "uniform", "auto", "ef85326f0a56e5da", "eefa496b3bd0f475"),
+    # mi300x and perlmutter: re-pinned 2026-11-28: the cluster (hashed into the plan) now carries
+    # the presets' fitted hardware-model constants, and auto's recorded predictions use them.
+    ("mi300x:3", "uniform", "auto", "fdf307cb1b377ef8", "bed3b79ffc009913"),
     ("h200:4,nics=2", "uniform", "hierarchical", "28d6ce6725d4ff4e", "9d0227ee1e6fe8eb"),
     ("h200:4,nics=2", "uniform", "sabre_light", "d0b57f59c09df0bb", "05702b94be9e8419"),
-    ("perlmutter:4", "zipf0.99", "sabre_skewed", "31e34dacfe04451f", "33a17bcfd8ce7b26"),
+    ("perlmutter:4", "zipf0.99", "sabre_skewed", "10c2ec14ea54a3c9", "1d887f66452178e4"),
 ]
 
 

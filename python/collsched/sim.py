@@ -24,6 +24,7 @@ from collsched.topology import as_cluster as _cluster
 from collsched.matrix import as_matrix
 
 DEFAULT_TOLERANCE = 1e-3
+MODELS = ("hardware", "fluid")  # simulate(model=...): the first is the default
 
 
 @dataclass(frozen=True)
@@ -93,8 +94,17 @@ def lower_bound(traffic, cluster) -> Bound:
 
 def simulate(plan, cluster, *, barrier_steps: bool = False, tolerance: float = DEFAULT_TOLERANCE,
              incast_threshold: int | None = None, incast_goodput: float = 0.5,
-             warm_connections: bool = False, core_bw: float | None = None) -> SimResult:
+             warm_connections: bool = False, core_bw: float | None = None,
+             model: str = "hardware") -> SimResult:
     """Simulate ``plan`` on ``cluster`` (a Cluster or a spec string like ``"h200:4"``).
+
+    ``model``: ``"hardware"`` (default) adds the cluster's hardware terms to the fluid model:
+    the fraction of each tier's peak the backend reaches, the pipeline chunk's fill, the
+    per-stage and per-peer start-up costs and incast (a preset's fitted constants, or the
+    ``eff_*``, ``chunk_*``, ``step_cost``, ``peer_cost``, ``incast_*`` spec keys; all neutral
+    on a ``custom:`` cluster, where it equals the fluid model). ``"fluid"``: the ideal model,
+    links at their peaks (the papers' comparisons; the lower bound is always the fluid one).
+    See docs/simulator.md.
 
     ``barrier_steps``: also hold every step until all earlier steps completed (the
     runtime's synchronous executor). ``tolerance``: event coalescing window (relative;
@@ -110,6 +120,8 @@ def simulate(plan, cluster, *, barrier_steps: bool = False, tolerance: float = D
     """
     if not isinstance(plan, _core.Plan):
         raise TypeError(f"plan must be a collsched.Plan, got {type(plan).__name__}")
+    if model not in MODELS:
+        raise ValueError(f"model must be one of {', '.join(MODELS)}, got {model!r}")
     if core_bw is not None and not (isinstance(core_bw, (int, float)) and not isinstance(core_bw, bool)
                                     and math.isfinite(core_bw) and core_bw > 0):
         raise ValueError(f"core_bw must be a positive number of bytes/s, got {core_bw!r}")
@@ -117,7 +129,8 @@ def simulate(plan, cluster, *, barrier_steps: bool = False, tolerance: float = D
         raise ValueError(f"incast_threshold must be a non-negative integer, got {incast_threshold!r}")
     d = _core.simulate(plan, _cluster(cluster), bool(barrier_steps), float(tolerance),
                        None if incast_threshold is None else int(incast_threshold), float(incast_goodput),
-                       bool(warm_connections), core_bw=None if core_bw is None else float(core_bw))
+                       bool(warm_connections), core_bw=None if core_bw is None else float(core_bw),
+                       model=model)
     lb = d["lower_bound"]
     return SimResult(
         time_s=d["time_s"],

@@ -86,6 +86,15 @@ impl PyCluster {
         d.set_item("alpha_scaleup_ns", c.alpha_scaleup_ns)?;
         d.set_item("alpha_scaleout_ns", c.alpha_scaleout_ns)?;
         d.set_item("local_copy_bw", c.local_copy_bw)?;
+        // The hardware model's terms, as spec key → value (neutral ones omitted), and where
+        // the preset's fitted constants come from (None without any).
+        let hw = PyDict::new(py);
+        for (k, v) in c.hw.spec_pairs() {
+            hw.set_item(k, v)?;
+        }
+        d.set_item("hardware", hw)?;
+        let fitted = collsched_core::topology::hardware::fitted_for(&c.name);
+        d.set_item("hardware_source", fitted.map(|f| format!("{} ({})", f.source, f.date)))?;
         Ok(d)
     }
     fn __repr__(&self) -> String {

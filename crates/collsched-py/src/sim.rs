@@ -4,7 +4,7 @@ use crate::cluster::PyCluster;
 use crate::guarded;
 use crate::plan::PyPlan;
 use collsched_core::bound::Bound as LowerBound;
-use collsched_core::sim::{simulate as core_simulate, Incast, SimOptions, DEFAULT_TOLERANCE};
+use collsched_core::sim::{simulate as core_simulate, Incast, Model, SimOptions, DEFAULT_TOLERANCE};
 use collsched_core::Traffic;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
@@ -37,7 +37,7 @@ fn lower_bound<'py>(py: Python<'py>, n: usize, data: &[u8], cluster: &PyCluster)
 /// Simulate a plan. Per-transfer start/end times come back as little-endian f64 bytes.
 #[pyfunction]
 #[allow(clippy::too_many_arguments)] // one per Python keyword
-#[pyo3(signature = (plan, cluster, barrier_steps=false, tolerance=DEFAULT_TOLERANCE, incast_threshold=None, incast_goodput=0.5, warm_connections=false, core_bw=None))]
+#[pyo3(signature = (plan, cluster, barrier_steps=false, tolerance=DEFAULT_TOLERANCE, incast_threshold=None, incast_goodput=0.5, warm_connections=false, core_bw=None, model="hardware"))]
 fn simulate<'py>(
     py: Python<'py>,
     plan: &PyPlan,
@@ -48,9 +48,11 @@ fn simulate<'py>(
     incast_goodput: f64,
     warm_connections: bool,
     core_bw: Option<f64>,
+    model: &str,
 ) -> PyResult<Bound<'py, PyDict>> {
     let incast = incast_threshold.map(|threshold| Incast { threshold, goodput: incast_goodput });
-    let opts = SimOptions { barrier_steps, tolerance, incast, warm_connections, core_bw };
+    let model = guarded(|| Model::parse(model))?;
+    let opts = SimOptions { model, barrier_steps, tolerance, incast, warm_connections, core_bw };
     let c = &cluster.inner;
     let p = &plan.inner;
     let r = py.allow_threads(|| guarded(|| core_simulate(p, c, &opts)))?;

@@ -246,16 +246,21 @@ def clusters_cmd(json_out: bool = typer.Option(False, "--json", help="print one 
         print(json.dumps({"presets": rows}))
         return
     t = Table(title="cluster presets (per server; bandwidths per direction)")
-    for col in ("preset", "GPUs", "fabric", "scale-up per GPU", "NICs", "per NIC", "alpha local/up/out", "copy", "source"):
+    for col in ("preset", "GPUs", "fabric", "scale-up per GPU", "NICs", "per NIC", "alpha local/up/out", "copy",
+                "hardware model", "source"):
         t.add_column(col, overflow="fold")
     for d in rows:
         t.add_row(
             d["name"], str(d["gpus_per_server"]), d["fabric"], f"{d['gpu_scaleup_bw'] / 1e9:.0f} GB/s",
             str(d["nics_per_server"]), f"{d['nic_bw'] * 8 / 1e9:.0f} Gb/s",
             f"{d['alpha_local_ns'] / 1e3:g}/{d['alpha_scaleup_ns'] / 1e3:g}/{d['alpha_scaleout_ns'] / 1e3:g} µs",
-            f"{d['local_copy_bw'] / 1e9:.0f} GB/s", d["description"],
+            f"{d['local_copy_bw'] / 1e9:.0f} GB/s",
+            ", ".join(f"{k}={v}" for k, v in d["hardware"].items()) or "neutral (= fluid)", d["description"],
         )
     _stdout().print(t)
+    for d in rows:
+        if d["hardware_source"]:
+            _stdout().print(f"{d['name']} hardware-model constants fitted to: {d['hardware_source']}")
     keys = ", ".join(k for k, _ in Cluster.spec_keys())
     _stdout().print(f"overrides: {keys}   e.g. h200:4,nic=200Gbps,nics=4")
     _stdout().print("calibrated[:SERVERS]: the cluster `collsched calibrate --network` measured "
@@ -383,6 +388,26 @@ def _result_row(name: str, plan, r) -> dict:
     return row
 
 
+_MODEL_HELP = ("simulator model: hardware (the preset's fitted efficiency, chunk, per-stage, per-peer, rendezvous and incast "
+               "terms; the fluid model where none are set) or fluid (links at their peaks)")
+
+
+def _check_model(model: str) -> None:
+    if model not in ("hardware", "fluid"):
+        raise ValueError(f"--model must be 'hardware' or 'fluid', got {model!r}")
+
+
+def _model_line(c, model: str) -> str:
+    """One line naming the simulator model and the hardware constants it used."""
+    if model == "fluid":
+        return "fluid (links at their peaks, per-tier alpha)"
+    d = c.to_dict()
+    terms = ", ".join(f"{k}={v}" for k, v in d["hardware"].items())
+    if not terms:
+        return "hardware, no terms set on this cluster: identical to the fluid model"
+    return f"hardware ({terms}; fitted: {d['hardware_source'] or 'set by the spec'})"
+
+
 def simulate_cmd(
     cluster: str = typer.Option(..., "--cluster", "-c", help="cluster spec, e.g. h200:4"),
     workload: str = typer.Option("uniform", "--workload", "-w", help=_WORKLOADS),
@@ -393,6 +418,7 @@ def simulate_cmd(
     barrier_steps: bool = typer.Option(False, "--barrier-steps", help="simulate steps as global barriers"),
     warm_connections: bool = typer.Option(False, "--warm-connections",
                                           help="a stream's next piece hides its alpha behind the previous one (NCCL/MSCCL connections)"),
+    model: str = typer.Option("hardware", "--model", help=_MODEL_HELP),
     json_out: bool = typer.Option(False, "--json", help="print exactly one JSON object on stdout"),
     max_memory: Optional[str] = typer.Option(None, "--max-memory", help=MAX_MEMORY_HELP),
     max_time: Optional[float] = typer.Option(None, "--max-time", help=MAX_TIME_HELP),
@@ -401,6 +427,7 @@ def simulate_cmd(
     from collsched.guard import estimate_all_to_all, progress
     from collsched.planning import plan_all_to_all
 
+    _check_model(model)
     c = _cluster(cluster)
     known = _known_algorithms()
     explicit = algorithms is not None
@@ -428,14 +455,15 @@ def simulate_cmd(
                 notes.append(f"skipped {name}: {_one_line(e)}")
                 advance(f"{name} skipped")
                 continue
-            r = sim.simulate(plan, c, barrier_steps=barrier_steps, warm_connections=warm_connections)
+            r = sim.simulate(plan, c, barrier_steps=barrier_steps, warm_connections=warm_connections, model=model)
             results.append(_result_row(name, plan, r))
             advance(f"{name} simulated")
     if not results:
         raise ValueError("no algorithm produced a plan: " + "; ".join(notes))
     if json_out:
         doc = {"cluster": c.spec(), "cluster_spec": cluster, "workload": workload, "mean_bytes": int(m.sum()) // m.size,
-               "seed": seed, "barrier_steps": barrier_steps, "warm_connections": warm_connections, "lower_bound_s": float(bound.seconds),
+               "seed": seed, "barrier_steps": barrier_steps, "warm_connections": warm_connections, "model": model,
+               "hardware_terms": c.to_dict()["hardware"] if model == "hardware" else {}, "lower_bound_s": float(bound.seconds),
                "bound_term": str(bound.term), **skew, "results": results, "skipped": notes}
         print(json.dumps(doc))
         return
@@ -450,7 +478,8 @@ def simulate_cmd(
         skew_text += f", Gini {skew['gini']:.3f}"
     con.print(f"cluster {cluster} ({c.servers}×{c.gpus_per_server} GPUs, {c.fabric}); workload {workload}, "
               f"mean pair {fmt_bytes(int(m.sum()) / m.size)}, seed {seed}{skew_text}")
-    con.print(f"lower bound {fmt_time(float(bound.seconds))} (binding term: {bound.term})")
+    con.print(f"model: {_model_line(c, model)}")
+    con.print(f"lower bound {fmt_time(float(bound.seconds))} (binding term: {bound.term}; fluid, links at their peaks)")
     with_stages = any("stages" in r for r in results)
     t = Table()
     for col in ("algorithm", "time", "algbw GB/s", "× bound", "steps") + (("stages",) if with_stages else ()) + (
@@ -474,6 +503,7 @@ def draw_cmd(
     barrier_steps: bool = typer.Option(False, "--barrier-steps", help="simulate steps as global barriers"),
     warm_connections: bool = typer.Option(False, "--warm-connections",
                                           help="a stream's next piece hides its alpha behind the previous one (NCCL/MSCCL connections)"),
+    model: str = typer.Option("hardware", "--model", help=_MODEL_HELP),
     max_memory: Optional[str] = typer.Option(None, "--max-memory", help=MAX_MEMORY_HELP),
     max_time: Optional[float] = typer.Option(None, "--max-time", help=MAX_TIME_HELP),
 ) -> None:
@@ -482,6 +512,7 @@ def draw_cmd(
     from collsched.guard import estimate_simulation, progress
     from collsched.planning import load_plan
 
+    _check_model(model)
     writable("-o/--out", out)
     writable("--links", links)
     plan = load_plan(path, max_memory)
@@ -491,9 +522,9 @@ def draw_cmd(
     est = estimate_simulation(plan.num_transfers, f"simulating {plan.algorithm} on {c.num_gpus} GPUs")
     _guard(est, max_memory, max_time)
     with progress(est, total=1):
-        r = sim.simulate(plan, c, barrier_steps=barrier_steps, warm_connections=warm_connections)
+        r = sim.simulate(plan, c, barrier_steps=barrier_steps, warm_connections=warm_connections, model=model)
     draw.gantt(plan, c, out, result=r)
-    print(f"wrote {out} ({plan.algorithm}, {fmt_time(float(r.time_s))} simulated)")
+    print(f"wrote {out} ({plan.algorithm}, {fmt_time(float(r.time_s))} simulated, {model} model)")
     if links:
         draw.link_utilisation(r, links, title=f"{plan.algorithm} on {cluster}: link utilisation")
         print(f"wrote {links}")

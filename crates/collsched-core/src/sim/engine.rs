@@ -17,7 +17,7 @@ use super::fairshare::FairShare;
 use super::links::{LinkClass, Links};
 use super::SimOptions;
 use crate::plan::Plan;
-use crate::topology::Cluster;
+use crate::topology::{Cluster, Tier};
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 
@@ -87,6 +87,90 @@ fn chain_depth(plan: &Plan, barrier_steps: bool) -> usize {
     deepest.max(steps).max(1) as usize
 }
 
+/// The hardware model's start-up delay of every transfer beyond its tier's alpha
+/// (`Cluster::hw`, docs/simulator.md): its pipeline chunk's fill time (the first transfer
+/// of each (sender, receiver) pair only: a connection's later pieces stream behind it), the per-stage
+/// synchronisation when it waits on an earlier step, and the per-peer cost of the other
+/// peers its sender has in its step. Empty when the terms are neutral (the fluid model).
+pub fn startup_extra(plan: &Plan, cluster: &Cluster, barrier_steps: bool) -> Vec<f64> {
+    let hw = cluster.hw;
+    if hw.chunk_scaleout_bytes == 0 && hw.chunk_scaleup_bytes == 0 && hw.step_ns == 0 && hw.peer_ns == 0 {
+        return Vec::new();
+    }
+    let out_rate = super::links::effective(cluster.nic_bw, hw.eff_scaleout_ppm);
+    let up_rate = super::links::effective(cluster.scaleup_bw(), hw.eff_scaleup_ppm);
+    let peers = if hw.peer_ns > 0 { peers_in_step(plan) } else { Vec::new() };
+    // The fill is paid once per connection: a pair's later pieces stream behind its first.
+    let mut primed = std::collections::HashSet::new();
+    plan.transfers
+        .iter()
+        .enumerate()
+        .map(|(id, t)| {
+            let bytes = if primed.insert((t.src, t.dst)) { plan.transfer_bytes(t) } else { 0 };
+            let fill = match t.tier {
+                Tier::ScaleOut => bytes.min(hw.chunk_scaleout_bytes) as f64 / out_rate,
+                Tier::ScaleUp => bytes.min(hw.chunk_scaleup_bytes) as f64 / up_rate,
+                Tier::Local => 0.0,
+            };
+            let staged = (barrier_steps && t.step > 0) || plan.deps_of(t).iter().any(|&d| plan.transfers[d as usize].step < t.step);
+            let sync = if staged { hw.step_ns as f64 * 1e-9 } else { 0.0 };
+            let others = peers.get(id).map_or(0, |&k| k.saturating_sub(1));
+            fill + sync + others as f64 * hw.peer_ns as f64 * 1e-9
+        })
+        .collect()
+}
+
+/// The receiver's side of a point-to-point rendezvous (`HardwareTerms::rendezvous`): a
+/// transfer of step s also waits for every earlier transfer (in plan order) its receiver
+/// sends or receives in the receiver's latest step before s, as a grouped send/receive
+/// posted in stream order does (the receiver posts step s's receive only when its step
+/// s−1 is done). Only earlier transfers, so the dependency graph stays acyclic.
+fn rendezvous_deps(plan: &Plan) -> Vec<Vec<u32>> {
+    let ranks = plan.num_ranks() as usize;
+    let mut touching: Vec<Vec<(u32, u32)>> = vec![Vec::new(); ranks];
+    for (id, t) in plan.transfers.iter().enumerate() {
+        touching[t.src as usize].push((t.step, id as u32));
+        if t.dst != t.src {
+            touching[t.dst as usize].push((t.step, id as u32));
+        }
+    }
+    for list in &mut touching {
+        list.sort_unstable();
+    }
+    plan.transfers
+        .iter()
+        .enumerate()
+        .map(|(id, t)| {
+            let list = &touching[t.dst as usize];
+            let before = list.partition_point(|&(s, _)| s < t.step);
+            let Some(&(prev, _)) = list[..before].last() else { return Vec::new() };
+            let first = list.partition_point(|&(s, _)| s < prev);
+            let mut deps: Vec<u32> = list[first..before].iter().map(|&(_, d)| d).filter(|&d| (d as usize) < id).collect();
+            // The plan's own dependencies are counted already: no duplicates.
+            deps.retain(|d| !plan.deps_of(t).contains(d));
+            deps
+        })
+        .collect()
+}
+
+/// For each transfer, how many distinct ranks its sender sends to in the same step.
+fn peers_in_step(plan: &Plan) -> Vec<u32> {
+    let mut keyed: Vec<(u32, u32, u32, u32)> = plan.transfers.iter().enumerate().map(|(id, t)| (t.src, t.step, t.dst, id as u32)).collect();
+    keyed.sort_unstable();
+    let mut peers = vec![0u32; plan.transfers.len()];
+    let mut i = 0;
+    while i < keyed.len() {
+        let (src, step) = (keyed[i].0, keyed[i].1);
+        let j = keyed[i..].iter().position(|k| (k.0, k.1) != (src, step)).map_or(keyed.len(), |p| i + p);
+        let distinct = 1 + keyed[i..j].windows(2).filter(|w| w[0].2 != w[1].2).count() as u32;
+        for k in &keyed[i..j] {
+            peers[k.3 as usize] = distinct;
+        }
+        i = j;
+    }
+    peers
+}
+
 #[derive(Clone, Copy, PartialEq)]
 struct Start(f64, u32);
 impl Eq for Start {}
@@ -115,6 +199,12 @@ pub struct Engine<'a> {
     flows: &'a Flows,
     opts: &'a SimOptions,
     alpha: [f64; 3],
+    /// Per transfer: the hardware model's start-up beyond alpha (empty: none).
+    extra: Vec<f64>,
+    /// Incast counts only flows of at least this many bytes (`HardwareTerms::incast_min_bytes`;
+    /// 0: every flow, and `large` stays empty); `large[l]`: such flows active on link l.
+    incast_min: f64,
+    large: Vec<u32>,
     dependents_off: Vec<u32>,
     dependents: Vec<u32>,
     deps_left: Vec<u32>,
@@ -137,11 +227,13 @@ pub struct Engine<'a> {
 impl<'a> Engine<'a> {
     pub fn new(plan: &'a Plan, cluster: &Cluster, links: &'a Links, flows: &'a Flows, opts: &'a SimOptions) -> Engine<'a> {
         let n = plan.transfers.len();
+        let rdv = if cluster.hw.rendezvous { rendezvous_deps(plan) } else { Vec::new() };
+        let extra_deps = |id: usize| rdv.get(id).map_or(&[][..], Vec::as_slice);
         // Counted through the transfers' ranges, not over `plan.deps`: an entry no range
         // covers (a valid, if odd, plan) must not leave an empty dependents slot behind.
         let mut dep_count = vec![0u32; n + 1];
-        for t in &plan.transfers {
-            for &d in plan.deps_of(t) {
+        for (id, t) in plan.transfers.iter().enumerate() {
+            for &d in plan.deps_of(t).iter().chain(extra_deps(id)) {
                 dep_count[d as usize] += 1;
             }
         }
@@ -156,11 +248,11 @@ impl<'a> Engine<'a> {
         let mut dependents = vec![0u32; acc as usize];
         let mut deps_left = vec![0u32; n];
         for (id, t) in plan.transfers.iter().enumerate() {
-            for &d in plan.deps_of(t) {
+            for &d in plan.deps_of(t).iter().chain(extra_deps(id)) {
                 dependents[fill[d as usize] as usize] = id as u32;
                 fill[d as usize] += 1;
             }
-            deps_left[id] = t.dep_end - t.dep_begin;
+            deps_left[id] = t.dep_end - t.dep_begin + extra_deps(id).len() as u32;
         }
         let steps = plan.num_steps() as usize;
         let mut step_left = vec![0u32; steps];
@@ -169,13 +261,15 @@ impl<'a> Engine<'a> {
         }
         let flows_left = (0..n).map(|t| flows.flow_begin[t + 1] - flows.flow_begin[t]).collect();
         let a = |tier| cluster.alpha_ns(tier) as f64 * 1e-9;
-        use crate::topology::Tier;
         let mut e = Engine {
             plan,
             links,
             flows,
             opts,
             alpha: [a(Tier::Local), a(Tier::ScaleUp), a(Tier::ScaleOut)],
+            extra: startup_extra(plan, cluster, opts.barrier_steps),
+            incast_min: cluster.hw.incast_min_bytes as f64,
+            large: if cluster.hw.incast_min_bytes > 0 && opts.incast.is_some() { vec![0; links.len()] } else { Vec::new() },
             dependents_off,
             dependents,
             deps_left,
@@ -207,7 +301,10 @@ impl<'a> Engine<'a> {
             self.parked[t.step as usize].push(id);
             return;
         }
-        let alpha = self.alpha[t.tier as usize];
+        let mut alpha = self.alpha[t.tier as usize];
+        if let Some(x) = self.extra.get(id as usize) {
+            alpha += x;
+        }
         let at = if self.opts.warm_connections { self.warm_start(id, time, alpha) } else { time + alpha };
         self.starts.push(Start(at.max(self.now), id));
     }
@@ -280,6 +377,17 @@ impl<'a> Engine<'a> {
         for f in lo..hi {
             self.active.push(f);
             self.fair.add(f, &self.flows.link_off, &self.flows.links);
+            self.count_large(f, 1);
+        }
+    }
+
+    /// Track flow `f` (joining: +1, leaving: -1) among the large flows of its links.
+    fn count_large(&mut self, f: u32, delta: i32) {
+        if self.large.is_empty() || self.flows.bytes[f as usize] < self.incast_min {
+            return;
+        }
+        for &l in self.flows.links_of(f as usize) {
+            self.large[l as usize] = self.large[l as usize].wrapping_add_signed(delta);
         }
     }
 
@@ -290,7 +398,9 @@ impl<'a> Engine<'a> {
         let caps = &links.capacity;
         let class = &links.class;
         let incast = self.opts.incast;
-        let capacity = |l: usize, n: u32| -> f64 {
+        // With `incast_min`, only the large flows on a downlink count towards its threshold.
+        let capacity = |l: usize, n: u32, large: &[u32]| -> f64 {
+            let n = if large.is_empty() { n } else { large[l] };
             match incast {
                 Some(m) if class[l] == LinkClass::NicDown && n > m.threshold => caps[l] * m.goodput,
                 _ => caps[l],
@@ -303,7 +413,8 @@ impl<'a> Engine<'a> {
         let mut dirty = false;
         loop {
             if dirty {
-                self.fair.compute(&flows.link_off, &flows.links, capacity);
+                let large = &self.large;
+                self.fair.compute(&flows.link_off, &flows.links, |l, n| capacity(l, n, large));
                 recomputations += 1;
                 dirty = false;
             }
@@ -354,6 +465,7 @@ impl<'a> Engine<'a> {
             for &(x, f) in &done {
                 self.remaining[f as usize] = -1.0; // marker: remove
                 self.fair.remove(f, &flows.link_off, &flows.links);
+                self.count_large(f, -1);
                 let tid = flows.transfer[f as usize];
                 self.flows_left[tid as usize] -= 1;
                 if self.flows_left[tid as usize] == 0 {

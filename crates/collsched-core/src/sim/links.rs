@@ -50,6 +50,15 @@ pub struct Links {
     pair_index: Vec<u32>,
 }
 
+/// `peak` bytes/s at efficiency `ppm` (parts per million); the peak itself at 1.0.
+pub fn effective(peak: u64, ppm: u32) -> f64 {
+    if ppm == crate::topology::hardware::PPM {
+        peak as f64
+    } else {
+        peak as f64 * ppm as f64 / crate::topology::hardware::PPM as f64
+    }
+}
+
 impl Links {
     pub fn new(cluster: &Cluster) -> Links {
         let g = cluster.gpus_per_server;
@@ -80,17 +89,19 @@ impl Links {
         let total = (nic_down_base + nics) as usize;
         let mut capacity = vec![0.0; total];
         let mut class = vec![LinkClass::Local; total];
+        // The hardware model's efficiencies (1.0, exactly the peaks, when neutral).
+        let (up, out) = (effective(link_bw, cluster.hw.eff_scaleup_ppm), effective(cluster.nic_bw, cluster.hw.eff_scaleout_ppm));
         for l in 0..total as u32 {
             let (c, bw) = if l < scaleup_base {
-                (LinkClass::Local, cluster.local_copy_bw)
+                (LinkClass::Local, cluster.local_copy_bw as f64)
             } else if l < nic_up_base {
-                (LinkClass::ScaleUp, link_bw)
+                (LinkClass::ScaleUp, up)
             } else if l < nic_down_base {
-                (LinkClass::NicUp, cluster.nic_bw)
+                (LinkClass::NicUp, out)
             } else {
-                (LinkClass::NicDown, cluster.nic_bw)
+                (LinkClass::NicDown, out)
             };
-            capacity[l as usize] = bw as f64;
+            capacity[l as usize] = bw;
             class[l as usize] = c;
         }
         Links { cluster: cluster.clone(), capacity, class, scaleup_base, scaleup_per_server: per_server, nic_up_base, nic_down_base, core: None, pair_index }

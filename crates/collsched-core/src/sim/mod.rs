@@ -18,6 +18,7 @@ use crate::plan::Plan;
 use crate::topology::Cluster;
 
 pub use links::LinkClass;
+pub use engine::startup_extra;
 pub use report::{LinkClassUse, SimReport, StepTime};
 
 /// Optional incast model: a NIC downlink receiving more than `threshold`
@@ -29,8 +30,39 @@ pub struct Incast {
     pub goodput: f64,
 }
 
+/// Which model times the plan (docs/simulator.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Model {
+    /// The ideal fluid model: links at their peaks, per-tier alpha, max-min fair sharing.
+    /// The cluster's hardware terms are ignored. The papers' own comparisons use it.
+    Fluid,
+    /// The fluid model plus the cluster's hardware terms (`Cluster::hw`: efficiency per
+    /// tier, pipeline chunk, per-stage and per-peer costs, incast). With neutral terms
+    /// (a `custom:` cluster, a preset without fitted constants) it is the fluid model exactly.
+    #[default]
+    Hardware,
+}
+
+impl Model {
+    pub fn parse(name: &str) -> Result<Model> {
+        match name {
+            "fluid" => Ok(Model::Fluid),
+            "hardware" => Ok(Model::Hardware),
+            _ => invalid!("simulator model must be 'fluid' or 'hardware', got '{name}'"),
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Model::Fluid => "fluid",
+            Model::Hardware => "hardware",
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SimOptions {
+    /// Fluid or hardware model (default: hardware, which is fluid on clusters with neutral terms).
+    pub model: Model,
     /// Also order steps: a transfer of step s starts only after every transfer of
     /// steps < s completed (the runtime's synchronous step executor).
     pub barrier_steps: bool,
@@ -59,7 +91,7 @@ pub const DEFAULT_TOLERANCE: f64 = 1e-3;
 
 impl Default for SimOptions {
     fn default() -> Self {
-        SimOptions { barrier_steps: false, tolerance: DEFAULT_TOLERANCE, incast: None, warm_connections: false, core_bw: None }
+        SimOptions { model: Model::Hardware, barrier_steps: false, tolerance: DEFAULT_TOLERANCE, incast: None, warm_connections: false, core_bw: None }
     }
 }
 
@@ -105,6 +137,17 @@ fn check(plan: &Plan, cluster: &Cluster, opts: &SimOptions) -> Result<()> {
 /// Simulate `plan` on `cluster`.
 pub fn simulate(plan: &Plan, cluster: &Cluster, opts: &SimOptions) -> Result<SimReport> {
     check(plan, cluster, opts)?;
+    let fluid;
+    let cluster = if opts.model == Model::Fluid && !cluster.hw.is_neutral() {
+        fluid = Cluster { hw: Default::default(), ..cluster.clone() };
+        &fluid
+    } else {
+        cluster
+    };
+    // The cluster's incast term, unless the caller set one explicitly.
+    let hw = cluster.hw;
+    let incast = opts.incast.or((hw.incast_flows > 0).then(|| Incast { threshold: hw.incast_flows, goodput: hw.incast_goodput() }));
+    let opts = &SimOptions { incast, ..*opts };
     let links = links::Links::new(cluster).with_core(opts.core_bw);
     let flows = engine::Flows::build(plan, &links);
     let timeline = engine::Engine::new(plan, cluster, &links, &flows, opts).run().map_err(crate::error::Error::InvalidInput)?;

@@ -2,6 +2,7 @@
 //! fabric inside each server, NICs between servers. Rank order is server-major.
 use crate::error::Result;
 use crate::invalid;
+use crate::topology::hardware::HardwareTerms;
 use crate::units::{parse_bandwidth, parse_bytes, parse_duration_ns};
 use serde::{Deserialize, Serialize};
 
@@ -65,6 +66,10 @@ pub struct Cluster {
     pub alpha_scaleout_ns: u64,
     /// Device-memory copy bandwidth for local copies (bytes/s).
     pub local_copy_bw: u64,
+    /// The hardware model's terms (efficiency, chunking, per-stage and per-peer costs,
+    /// incast); neutral unless the preset has fitted constants or a spec key sets them.
+    #[serde(default)]
+    pub hw: HardwareTerms,
 }
 
 /// The keys accepted in a spec's `key=value` overrides, with what they mean.
@@ -78,6 +83,16 @@ pub const SPEC_KEYS: &[(&str, &str)] = &[
     ("alpha_scaleup", "per-transfer latency on scale-up, e.g. 2us"),
     ("alpha_scaleout", "per-transfer latency on scale-out, e.g. 5us"),
     ("copy", "local device-memory copy bandwidth, e.g. 2000GB/s"),
+    ("eff_scaleup", "hardware model: fraction of the scale-up peak the backend reaches, in (0, 1], e.g. 0.8"),
+    ("eff_scaleout", "hardware model: fraction of the NIC peak the backend reaches, in (0, 1], e.g. 0.91"),
+    ("chunk_scaleout", "hardware model: pipeline chunk of a scale-out message; its first min(bytes, chunk) delay its start (store-and-forward fill), e.g. 2MiB"),
+    ("chunk_scaleup", "hardware model: the same for scale-up messages, e.g. 512KiB"),
+    ("step_cost", "hardware model: synchronisation per stage, paid by a transfer that waits on an earlier step, e.g. 20us"),
+    ("peer_cost", "hardware model: start-up per additional peer the sender has in the same step, e.g. 1us"),
+    ("incast_flows", "hardware model: a NIC downlink with more concurrent flows than this loses goodput (0: off)"),
+    ("incast_goodput", "hardware model: fraction of the NIC rate delivered under incast, in (0, 1]"),
+    ("rendezvous", "hardware model: 1 = a transfer also waits until its receiver finished its previous step (grouped send/recv in stream order); 0 = off"),
+    ("incast_min", "hardware model: only flows of at least this size count towards incast_flows (buffered bursts do not), e.g. 1MiB"),
 ];
 
 impl Cluster {
@@ -153,7 +168,8 @@ impl Cluster {
             ScaleUp::HybridCubeMesh { .. } => "cubemesh",
         }
     }
-    fn scaleup_bw(&self) -> u64 {
+    /// Bandwidth of one scale-up link (a switch port, a mesh, ring or cube-mesh link), bytes/s.
+    pub fn scaleup_bw(&self) -> u64 {
         match self.scaleup {
             ScaleUp::Switch { port_bw } => port_bw,
             ScaleUp::FullMesh { link_bw } | ScaleUp::Ring { link_bw } | ScaleUp::HybridCubeMesh { link_bw } => link_bw,
@@ -234,7 +250,8 @@ impl Cluster {
     pub fn set(&mut self, key: &str, value: &str) -> Result<()> {
         let expects = match key {
             "nic" | "copy" | "scaleup" => " (expected a bandwidth such as 400Gbps or 50GB/s)",
-            "alpha_local" | "alpha_scaleup" | "alpha_scaleout" => " (expected a duration such as 6us or 500ns)",
+            "alpha_local" | "alpha_scaleup" | "alpha_scaleout" | "step_cost" | "peer_cost" => " (expected a duration such as 6us or 500ns)",
+            "chunk_scaleout" | "chunk_scaleup" | "incast_min" => " (expected a size such as 2MiB)",
             _ => "",
         };
         self.set_field(key, value).map_err(|e| match e {
@@ -283,6 +300,7 @@ impl Cluster {
                     _ => return invalid!("unknown fabric '{value}' (use switch, mesh, ring, cubemesh)"),
                 };
             }
+            _ if self.hw.set(key, value)? => {}
             _ => {
                 let keys: Vec<&str> = SPEC_KEYS.iter().map(|(k, _)| *k).collect();
                 return invalid!("unknown cluster field '{key}' (known: {})", keys.join(", "));
@@ -295,9 +313,9 @@ impl Cluster {
         Ok(())
     }
 
-    /// A spec string that parses back to this cluster.
+    /// A spec string that parses back to this cluster (hardware terms only where not neutral).
     pub fn spec(&self) -> String {
-        format!(
+        let mut s = format!(
             "custom:{},gpus={},fabric={},scaleup={}B/s,nics={},nic={}B/s,alpha_local={}ns,alpha_scaleup={}ns,alpha_scaleout={}ns,copy={}B/s",
             self.servers,
             self.gpus_per_server,
@@ -309,7 +327,11 @@ impl Cluster {
             self.alpha_scaleup_ns,
             self.alpha_scaleout_ns,
             self.local_copy_bw
-        )
+        );
+        for (k, v) in self.hw.spec_pairs() {
+            s.push_str(&format!(",{k}={v}"));
+        }
+        s
     }
 }
 

@@ -2,6 +2,8 @@
 //! named presets, and (for ForestColl) general capacitated graphs.
 pub mod cluster;
 pub mod graph;
+pub mod hardware;
 pub mod presets;
 
 pub use cluster::{Cluster, ScaleUp, Tier};
+pub use hardware::HardwareTerms;

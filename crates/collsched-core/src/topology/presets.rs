@@ -33,10 +33,24 @@ fn base(name: &str, servers: u32, gpus: u32, scaleup: ScaleUp, nics: u32, nic_bw
         alpha_scaleup_ns: 3_000,
         alpha_scaleout_ns: 6_000,
         local_copy_bw: 1_500 * GBS,
+        hw: Default::default(),
     }
 }
 
+/// Preset `name` with `servers` servers, with its fitted hardware-model constants
+/// (`hardware.json`) applied; `custom` and presets without fitted constants keep neutral terms.
 pub fn preset(name: &str, servers: u32) -> Result<Cluster> {
+    let mut c = peak(name, servers)?;
+    if let Some(f) = super::hardware::fitted_for(name) {
+        for (k, v) in &f.constants {
+            c.set(k, v)?;
+        }
+    }
+    Ok(c)
+}
+
+/// Preset `name` at its links' peaks, before any fitted constant.
+pub fn peak(name: &str, servers: u32) -> Result<Cluster> {
     let c = match name.to_ascii_lowercase().as_str() {
         "h200" | "h100" | "custom" => base(name, servers, 8, ScaleUp::Switch { port_bw: 450 * GBS }, 8, 400 * GBPS),
         "b200" => Cluster { local_copy_bw: 3_000 * GBS, ..base(name, servers, 8, ScaleUp::Switch { port_bw: 900 * GBS }, 8, 400 * GBPS) },

@@ -10,7 +10,11 @@ pub fn random_cluster(rng: &mut Rng) -> Cluster {
     let gpus = [2u32, 4, 4, 8][rng.below(4) as usize];
     let nics = if rng.below(3) == 0 { (gpus / 2).max(1) } else { gpus };
     let preset = ["h200", "mi300x", "perlmutter"][rng.below(3) as usize];
-    Cluster::parse(&format!("{preset}:{servers},gpus={gpus},nics={nics}")).unwrap()
+    let c = Cluster::parse(&format!("{preset}:{servers},gpus={gpus},nics={nics}")).unwrap();
+    // The presets' peaks: the closed form's weights are fitted to the fluid model, and with
+    // neutral terms the (default) hardware model is the fluid one. The fitted hardware
+    // terms' picks are checked against the measurements (benchmarks/hardware_auto_picks.py).
+    Cluster { hw: Default::default(), ..c }
 }
 
 /// A hot-receiver matrix: uniform noise with `hot` columns scaled by `k` on remote senders.

@@ -49,6 +49,17 @@ struct Fabric {
     gpu_up: f64,
     /// Whether one pair's bytes use one dedicated link (mesh) rather than the GPU's port.
     per_pair: bool,
+    /// The hardware model's start-up terms (`Cluster::hw`; 0 when neutral): per-stage
+    /// synchronisation, per-peer cost (seconds), pipeline chunk per tier (bytes), and the
+    /// incast rule (downlinks with more than `incast_flows` senders of at least
+    /// `incast_min` bytes deliver `incast_goodput`).
+    step: f64,
+    peer: f64,
+    chunk_out: f64,
+    chunk_up: f64,
+    incast_flows: u32,
+    incast_goodput: f64,
+    incast_min: f64,
 }
 
 impl Fabric {
@@ -59,16 +70,27 @@ impl Fabric {
             // A ring spreads a GPU's bytes over both directions: its whole bandwidth.
             ScaleUp::Ring { .. } => (c.gpu_scaleup_bw(), false),
         };
+        // Links at the rate the backend reaches (the simulator's hardware model; the peak
+        // when the cluster's terms are neutral).
+        let (hw, up) = (c.hw, c.hw.eff_scaleup());
+        let eff = |peak: u64, e: f64| if e == 1.0 { peak as f64 } else { peak as f64 * e };
         Fabric {
             a_loc: c.alpha_local_ns as f64 * 1e-9,
             a_up: c.alpha_scaleup_ns as f64 * 1e-9,
             a_out: c.alpha_scaleout_ns as f64 * 1e-9,
-            nic: c.nic_bw as f64,
+            nic: eff(c.nic_bw, hw.eff_scaleout()),
             nics: c.nics_per_server as f64,
             copy: c.local_copy_bw as f64,
-            link: link as f64,
-            gpu_up: c.gpu_scaleup_bw().max(1) as f64,
+            link: eff(link, up),
+            gpu_up: eff(c.gpu_scaleup_bw().max(1), up),
             per_pair,
+            step: hw.step_ns as f64 * 1e-9,
+            peer: hw.peer_ns as f64 * 1e-9,
+            chunk_out: hw.chunk_scaleout_bytes as f64,
+            chunk_up: hw.chunk_scaleup_bytes as f64,
+            incast_flows: hw.incast_flows,
+            incast_goodput: hw.incast_goodput(),
+            incast_min: hw.incast_min_bytes as f64,
         }
     }
 }
@@ -332,6 +354,43 @@ pub fn shape(candidate: &str, l: &Loads, c: &Cluster) -> Shape {
         }
         _ => Shape::default(),
     }
+}
+
+/// The hardware model's start-up terms along `candidate`'s critical path (the simulator's
+/// `startup_extra`, summed): every stage after the first pays the per-stage synchronisation,
+/// every new connection one pipeline-chunk fill of its typical message; the busiest rank's other
+/// peers in a step add the per-peer cost once. Plus fanout's incast: when a NIC downlink
+/// gathers more large senders than `incast_flows`, its bytes arrive at `incast_goodput`.
+/// 0 on a cluster with neutral terms.
+pub fn hardware_s(candidate: &str, shape: &Shape, l: &Loads, c: &Cluster) -> f64 {
+    let f = Fabric::new(c);
+    let remote = l.servers > 1;
+    let (chunk, rate) = if remote { (f.chunk_out, f.nic) } else { (f.chunk_up, f.link) };
+    // The busiest rank's typical message: its bytes over its messages.
+    let msgs = (shape.messages / 2.0).max(1.0);
+    let block = l.rank_bytes_max as f64 / 2.0 / msgs;
+    let peers = match candidate {
+        "native" | "fanout" => msgs,
+        _ => (msgs / shape.steps.max(1.0)).max(1.0),
+    };
+    let stages = match candidate {
+        "spreadout" => (l.n.saturating_sub(1)).max(1) as f64,
+        "native" | "fanout" => 1.0,
+        _ => shape.steps.max(1.0),
+    };
+    // The fill is paid once per connection: per round by spreadout (a new peer each round),
+    // once by the others (their later pieces of a pair stream behind the first).
+    let fills = if candidate == "spreadout" { stages } else { 1.0 };
+    let fill = if chunk > 0.0 && rate > 0.0 { block.min(chunk) / rate } else { 0.0 };
+    let mut t = (stages - 1.0) * f.step + fills * fill + (peers - 1.0).max(0.0) * f.peer;
+    if matches!(candidate, "native" | "fanout") && remote && f.incast_flows > 0 && block >= f.incast_min {
+        // Remote senders into one NIC: its GPUs' remote peers (dense: every remote rank).
+        let senders = (l.n - l.g) as f64 * (l.g as f64 / f.nics).max(1.0);
+        if senders > f.incast_flows as f64 {
+            t += most(&l.nic_down) as f64 / f.nic * (1.0 / f.incast_goodput - 1.0);
+        }
+    }
+    t
 }
 
 /// Host overhead (seconds) of running `candidate` with plan `shape` on `backend`
