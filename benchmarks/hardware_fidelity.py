@@ -25,17 +25,10 @@ import sys
 import time
 
 from collsched import fidelity
+from collsched.cli.core import fmt_time as _seconds
 from collsched.units import format_bytes
 
 BAND = 0.15
-
-
-def _seconds(s: float) -> str:
-    if s >= 1:
-        return f"{s:.3f} s"
-    if s >= 1e-3:
-        return f"{s * 1e3:.3f} ms"
-    return f"{s * 1e6:.1f} us"
 
 
 def _short_source(r: fidelity.Row) -> str:
@@ -67,7 +60,8 @@ def summarise(results: list[dict]) -> list[dict]:
         groups.setdefault((r.set, r.platform), []).append(x)
         groups.setdefault((r.set, "all platforms"), []).append(x)
     out = []
-    for (which, platform), xs in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1] == "all platforms", kv[0][1])):
+    order = sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1] == "all platforms", kv[0][1]))
+    for (which, platform), xs in order:
         errs = [abs(x["error"]) for x in xs]
         out.append({
             "set": which, "platform": platform, "rows": len(xs),
@@ -168,7 +162,8 @@ def plot(results: list[dict], path: str, model: str) -> None:
             xs = [x for x in results if x["row"].platform == p and bool(x["row"].excluded) == excluded]
             if not xs:
                 continue
-            ax.scatter([x["row"].measured_s for x in xs], [x["predicted_s"] for x in xs], marker=markers[i % len(markers)],
+            ax.scatter([x["row"].measured_s for x in xs], [x["predicted_s"] for x in xs],
+                       marker=markers[i % len(markers)],
                        label=p + (" (excluded)" if excluded else ""), alpha=0.35 if excluded else 0.8,
                        facecolors="none" if excluded else None, edgecolors=f"C{i}", color=f"C{i}", s=28)
     ax.plot([lo, hi], [lo, hi], "k-", lw=1, label="y = x")

@@ -129,7 +129,8 @@ def test_extra_spec_reaches_the_cluster():
 
 
 @settings(max_examples=25, deadline=None)
-@given(seed=st.integers(0, 2**32 - 1), workload=st.sampled_from(["balanced", "uniform", "zipf:0.8", "zipf:0.1", "zipf:0.99"]),
+@given(seed=st.integers(0, 2**32 - 1),
+       workload=st.sampled_from(["balanced", "uniform", "zipf:0.8", "zipf:0.1", "zipf:0.99"]),
        power=st.integers(12, 22))
 def test_fast_traffic_matrices_mirror_the_test(seed, workload, power):
     base = next(r for r in ROWS if r.file == "fast_amd_fixed.csv" and r.cluster == "mi300x:3")
@@ -179,7 +180,8 @@ def test_benchmark_json_schema():
     with contextlib.redirect_stdout(out):
         assert _bench().main(["--set", "all", "--source", "fast_paper", "--json"]) == 0
     doc = json.loads(out.getvalue())
-    keys = {"source", "platform", "operation", "algorithm", "size_bytes", "measured_s", "predicted_s", "error", "excluded"}
+    keys = {"source", "platform", "operation", "algorithm", "size_bytes", "measured_s", "predicted_s", "error",
+            "excluded"}
     assert doc["rows"] and all(set(r) == keys for r in doc["rows"])
     for r in doc["rows"]:
         assert r["error"] == pytest.approx(r["predicted_s"] / r["measured_s"] - 1)

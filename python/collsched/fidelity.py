@@ -99,7 +99,8 @@ def _parse(path: Path, line: int, d: dict) -> Row:
     except ValueError as e:
         _fail(path, line, f"size_bytes, measured_s and samples must be numbers ({e})")
     if size <= 0 or not (math.isfinite(measured) and measured > 0) or samples < 1:
-        _fail(path, line, f"size_bytes and measured_s must be positive, samples >= 1; got {size}, {measured}, {samples}")
+        _fail(path, line, f"size_bytes and measured_s must be positive, samples >= 1; "
+                          f"got {size}, {measured}, {samples}")
     if d["set"] not in SETS:
         _fail(path, line, f"set must be one of {SETS}, got {d['set']!r}")
     if d["operation"] not in OPERATIONS:

@@ -230,7 +230,8 @@ def deepep_rows(gitdir: str | None) -> list[dict]:
         # Per rank: RDMA sends tokens × nodes reached; NVLink receives, by symmetry, tokens × ranks reached.
         per_rank_units = units * DEEPEP_TOKENS
         cluster = f"h100:{max(1, ep // 8)},scaleup=200GB/s,nic=400Gbps"
-        for op, bw, rowb in (("moe_dispatch", dispatch_bw, DEEPEP_FP8_ROW), ("moe_combine", combine_bw, DEEPEP_BF16_ROW)):
+        phases = (("moe_dispatch", dispatch_bw, DEEPEP_FP8_ROW), ("moe_combine", combine_bw, DEEPEP_BF16_ROW))
+        for op, bw, rowb in phases:
             nbytes = per_rank_units * rowb
             out.append(row(source=f"{DEEPEP_REPO}@{DEEPEP_COMMIT[:12]} docs/legacy.md, normal kernels table",
                            platform="H800", cluster=cluster, operation=op, algorithm="deepep",
@@ -377,7 +378,8 @@ def _oci_block(path: str, platform: str, heading: str, block: str) -> list[dict]
                         set="validation", excluded=excluded,
                         params=f"ranks={ranks};dtype=float32" + (";diagonal=1" if op == "all_to_all" else ""),
                         note=("nccl-tests/rccl-tests log quoted in the guide; scale-up rate from the GPU datasheet"
-                              + ("; one process drives all GPUs (-g N)" if single_process and single_process.group(1) != "1" else ""))))
+                              + ("; one process drives all GPUs (-g N)"
+                                 if single_process and single_process.group(1) != "1" else ""))))
     return rows
 
 
