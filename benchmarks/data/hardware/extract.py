@@ -1,6 +1,6 @@
 """Regenerate the CSV files of published hardware measurements in this folder.
 
-    python benchmarks/data/hardware/extract.py --fast GITDIR --deepep GITDIR --vpbench GITDIR --oci GITDIR
+    python benchmarks/data/hardware/extract.py --fast GITDIR --deepep GITDIR --vpbench GITDIR --oci GITDIR --aac GITDIR
 
 Each ``GITDIR`` is a git directory (or checkout) of the named public repository at the commit
 that README.md cites; numbers are read with ``git show COMMIT:PATH`` so the commit is pinned.
@@ -390,6 +390,33 @@ def cluster_ranks(spec: str) -> int:
     return servers * (int(m.group(1)) if m else 8)
 
 
+# ---------------------------------------------------------------------------------------------
+# rccl-tests all_reduce_perf on one 8 × MI300X node (hisohara/ai-scripts)
+
+AAC_REPO, AAC_COMMIT = "hisohara/ai-scripts", "7b8b1ec290a6af05b685dfb6ce8caae999ea884d"
+AAC_PATH = "training/01_rccl-smoketest/README.md"
+AAC_SECTION = ("## RCCL Tests with MPI (AAC8 Kubernetes)", "## RCCL Tests with MPI (AAC10")
+
+
+def aac_rows(gitdir: str) -> list[dict]:
+    """The single-node log of that section: 8 ranks (mpirun -np 8, -g 1), all_reduce_perf, float32."""
+    text = git_show(gitdir, AAC_COMMIT, AAC_PATH)
+    start, end = text.index(AAC_SECTION[0]), text.index(AAC_SECTION[1])
+    out = []
+    for line in text[start:end].splitlines():
+        m = NCCL_TESTS_LINE.match(line)
+        if not m:
+            continue
+        size, t_us = int(m.group(1)), float(m.group(3))
+        out.append(row(source=f"{AAC_REPO}@{AAC_COMMIT[:12]} {AAC_PATH}, 'RCCL Tests with MPI (AAC8 Kubernetes)'",
+                       platform="MI300X", cluster="mi300x:1", operation="allreduce", algorithm="ring_tree",
+                       workload="balanced", size_bytes=size, size_convention="nccl_tests_size",
+                       measured_s=fmt(t_us * 1e-6), measured_value=fmt(t_us), measured_unit="us (out-of-place)",
+                       samples=20, set="validation", params="ranks=8;dtype=float32",
+                       note="rccl-tests develop:a7809b3, one process per GPU (mpirun -np 8, -g 1), one node"))
+    return out
+
+
 def write(name: str, rows: list[dict]) -> None:
     with open(HERE / name, "w", newline="", encoding="utf-8") as f:
         w = csv.DictWriter(f, fieldnames=COLUMNS, lineterminator="\n")
@@ -404,6 +431,7 @@ def main() -> None:
     ap.add_argument("--deepep", help="git dir of deepseek-ai/DeepEP (only to check the table)")
     ap.add_argument("--vpbench", required=True, help="git dir of ZiyanIshani/vpbenchmarking")
     ap.add_argument("--oci", required=True, help="git dir of oracle-quickstart/oci-gpu-quickstarts")
+    ap.add_argument("--aac", required=True, help="git dir of hisohara/ai-scripts")
     a = ap.parse_args()
     fit, val = fast_rows(a.fast)
     write("fast_amd_fixed.csv", fit)
@@ -416,6 +444,7 @@ def main() -> None:
     write("vpbench_nccl_multinode.csv", [r for r in ntr if r["set"] == "fit"])
     write("vpbench_nccl_singlenode.csv", [r for r in ntr if r["set"] == "validation"])
     write("oci_quickstart_nccl_tests.csv", oci_rows(a.oci))
+    write("aac_mi300x_rccl_tests.csv", aac_rows(a.aac))
 
 
 if __name__ == "__main__":
