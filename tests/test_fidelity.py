@@ -197,5 +197,5 @@ def test_benchmark_plot_and_markdown(tmp_path):
     with contextlib.redirect_stdout(out):
         _bench().main(["--source", "sabre", "--markdown", "--plot", str(png)])
     text = out.getvalue()
-    assert "| fit | A100 (Perlmutter) | 4 |" in text and "sabre_table1" in text
+    assert "| fit | A100 (Perlmutter) | all_to_all | 4 |" in text and "sabre_table1" in text
     assert png.stat().st_size > 10_000
