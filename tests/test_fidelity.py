@@ -120,6 +120,11 @@ def test_extra_spec_reaches_the_cluster():
     base = fidelity.predict(r)
     slow = fidelity.predict(r, extra_spec=",nic=50Gbps")
     assert slow > 1.8 * base
+    # MoE plans are reused across rates (their shape depends on GPU counts only): the same rate
+    # gives the same time, a slower NIC a slower internode dispatch.
+    moe = next(r for r in ROWS if r.operation == "moe_dispatch" and r.param("ep") == "16")
+    assert fidelity.predict(moe, extra_spec=",nic=400Gbps") == fidelity.predict(moe)
+    assert fidelity.predict(moe, extra_spec=",nic=200Gbps") > 1.3 * fidelity.predict(moe)
     with pytest.raises(ValueError, match="start with ','"):
         fidelity.predict(r, extra_spec="nic=50Gbps")
     with pytest.raises(ValueError, match="warp"):
