@@ -63,25 +63,63 @@ pub(crate) fn ring_orders(ranks: u32, cluster: Option<&Cluster>, channels: u64) 
         return (0..channels).map(|k| RingOrder::new(if mesh { cycles[(k % cycles.len() as u64) as usize].clone() } else { identity.clone() })).collect();
     }
     let nics = c.nics_per_server as usize;
-    let (mut down_use, mut up_use) = (vec![0u32; nics], vec![0u32; nics]);
-    (0..channels)
-        .map(|k| {
-            let cycle = &cycles[(k % cycles.len() as u64) as usize];
-            let at = |l: u32| cycle.iter().position(|&x| x == l).unwrap_or(0);
-            let pred = |l: u32| cycle[(at(l) + g as usize - 1) % g as usize];
-            // Entry GPU: the least-used downlink NIC paired with the least-used uplink
-            // NIC (of the GPU it leaves from), ties to the first from GPU k on.
-            let entry = (0..g)
-                .map(|i| (i + (k % g as u64) as u32) % g)
-                .min_by_key(|&e| down_use[c.nic_of(e) as usize] + up_use[c.nic_of(pred(e)) as usize])
-                .unwrap_or(0);
-            down_use[c.nic_of(entry) as usize] += 1;
-            up_use[c.nic_of(pred(entry)) as usize] += 1;
-            let start = at(entry);
+    let cycle_of = |k: u64| &cycles[(k % cycles.len() as u64) as usize];
+    let pred = |k: u64, l: u32| {
+        let cy = cycle_of(k);
+        cy[(cy.iter().position(|&x| x == l).unwrap_or(0) + g as usize - 1) % g as usize]
+    };
+    // Entry GPUs, `nics` channels at a time: every channel of a group enters through its own
+    // NIC and leaves (from the GPU before its entry) through its own NIC.
+    let mut entries = Vec::with_capacity(channels as usize);
+    while (entries.len() as u64) < channels {
+        let group: Vec<u64> = (entries.len() as u64..channels.min(entries.len() as u64 + nics as u64)).collect();
+        let mut picked = Vec::new();
+        let (mut down, mut up) = (vec![false; nics], vec![false; nics]);
+        if !pick_entries(c, &group, &pred, &mut picked, &mut down, &mut up, &mut SEARCH_BUDGET.clone()) {
+            picked = group.iter().map(|&k| (k % g as u64) as u32).collect();
+        }
+        entries.extend(picked);
+    }
+    entries
+        .iter()
+        .enumerate()
+        .map(|(k, &entry)| {
+            let cycle = cycle_of(k as u64);
+            let start = cycle.iter().position(|&x| x == entry).unwrap_or(0);
             let local: Vec<u32> = (0..g as usize).map(|i| cycle[(start + i) % g as usize]).collect();
             RingOrder::new((0..c.servers).flat_map(|s| local.iter().map(move |&l| s * g + l)).collect())
         })
         .collect()
+}
+
+/// Depth-first choice of one entry GPU per channel of `group` (candidates from GPU k on, so
+/// channel 0 enters at GPU 0) with no two sharing a downlink NIC (`down`) or, for the GPU
+/// they leave from, an uplink NIC (`up`); gives up after `budget` steps.
+#[allow(clippy::too_many_arguments)]
+fn pick_entries(c: &Cluster, group: &[u64], pred: &impl Fn(u64, u32) -> u32, picked: &mut Vec<u32>, down: &mut [bool], up: &mut [bool], budget: &mut u64) -> bool {
+    let Some(&k) = group.get(picked.len()) else { return true };
+    if *budget == 0 {
+        return false;
+    }
+    *budget -= 1;
+    let g = c.gpus_per_server;
+    for i in 0..g {
+        let e = (i + (k % g as u64) as u32) % g;
+        let (d, u) = (c.nic_of(e) as usize, c.nic_of(pred(k, e)) as usize);
+        if down[d] || up[u] {
+            continue;
+        }
+        down[d] = true;
+        up[u] = true;
+        picked.push(e);
+        if pick_entries(c, group, pred, picked, down, up, budget) {
+            return true;
+        }
+        picked.pop();
+        down[d] = false;
+        up[u] = false;
+    }
+    false
 }
 
 /// Arc-disjoint Hamiltonian cycles of the complete digraph on `g` nodes, the
@@ -209,7 +247,7 @@ mod tests {
 
     #[test]
     fn multi_server_channels_use_distinct_nics() {
-        for spec in ["h100:4", "h100:3,nics=4", "h100:2,nics=2"] {
+        for spec in ["h100:4", "h100:3,nics=4", "mi300x:2", "h100:2,nics=2", "mi300x:3,nics=4"] {
             let c = Cluster::parse(spec).unwrap();
             let rings = ring_orders(c.num_gpus(), Some(&c), default_channels(Some(&c)));
             assert_eq!(rings.len(), c.nics_per_server as usize, "{spec}");
