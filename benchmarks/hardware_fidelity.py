@@ -5,10 +5,10 @@
 
 Every row of benchmarks/data/hardware/*.csv (sources cited in its README.md) is reproduced with
 collsched's planners and simulator (`collsched.fidelity.predict`): error = predicted / measured − 1.
-Rows with an `excluded` reason are shown but left out of the summaries. Summaries per set and
-platform: mean |error|, geometric mean of |error|, bias (geometric mean of predicted / measured,
-minus 1), max |error|, and how many rows lie within ±15 %. Predictions are simulated, nothing
-is executed.
+Rows with an `excluded` reason are shown but left out of the summaries. Summaries per set,
+platform and operation, per set and platform, and per set: mean |error|, geometric mean of
+|error|, bias (geometric mean of predicted / measured, minus 1), max |error|, and how many rows
+lie within ±15 %. Predictions are simulated, nothing is executed.
 
 `--json` prints {"rows": [{"source", "platform", "operation", "algorithm", "size_bytes",
 "measured_s", "predicted_s", "error", "excluded"}], "summary": [...]}; `--markdown` prints the
@@ -25,17 +25,11 @@ import sys
 import time
 
 from collsched import fidelity
+from collsched.cli.core import fmt_time as _seconds
 from collsched.units import format_bytes
 
 BAND = 0.15
-
-
-def _seconds(s: float) -> str:
-    if s >= 1:
-        return f"{s:.3f} s"
-    if s >= 1e-3:
-        return f"{s * 1e3:.3f} ms"
-    return f"{s * 1e6:.1f} us"
+ALL = "all"  # the summary row over every platform or operation
 
 
 def _short_source(r: fidelity.Row) -> str:
@@ -58,19 +52,21 @@ def evaluate(which: str, model: str, source: str | None = None) -> list[dict]:
 
 
 def summarise(results: list[dict]) -> list[dict]:
-    """Per (set, platform) and per set: count, mean |error|, geomean |error|, bias, max |error|, within ±15 %."""
+    """Per (set, platform, operation), per (set, platform) and per set: count, mean |error|,
+    geomean |error|, bias, max |error|, rows within ±15 %."""
     groups: dict = {}
     for x in results:
         r = x["row"]
         if r.excluded:
             continue
-        groups.setdefault((r.set, r.platform), []).append(x)
-        groups.setdefault((r.set, "all platforms"), []).append(x)
+        for key in ((r.set, r.platform, r.operation), (r.set, r.platform, ALL), (r.set, ALL, r.operation),
+                    (r.set, ALL, ALL)):
+            groups.setdefault(key, []).append(x)
     out = []
-    for (which, platform), xs in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1] == "all platforms", kv[0][1])):
+    for (which, platform, operation), xs in sorted(groups.items(), key=lambda kv: _summary_order(kv[0])):
         errs = [abs(x["error"]) for x in xs]
         out.append({
-            "set": which, "platform": platform, "rows": len(xs),
+            "set": which, "platform": platform, "operation": operation, "rows": len(xs),
             "mean_abs_error": statistics.fmean(errs),
             "geomean_abs_error": math.exp(statistics.fmean(math.log(max(e, 1e-9)) for e in errs)),
             "bias": math.exp(statistics.fmean(math.log(x["predicted_s"] / x["row"].measured_s) for x in xs)) - 1,
@@ -78,6 +74,11 @@ def summarise(results: list[dict]) -> list[dict]:
             "within_15pct": sum(e <= BAND for e in errs),
         })
     return out
+
+
+def _summary_order(key: tuple) -> tuple:
+    which, platform, operation = key
+    return (which, platform == ALL, platform, operation == ALL, operation)
 
 
 def _table_rows(results: list[dict]) -> list[list[str]]:
@@ -92,11 +93,11 @@ def _table_rows(results: list[dict]) -> list[list[str]]:
 
 HEADER = ["set", "source", "platform", "cluster", "operation", "algorithm", "workload", "size", "measured",
           "predicted", "error", "excluded"]
-SUMMARY_HEADER = ["set", "platform", "rows", "mean |err|", "geomean |err|", "bias", "max |err|", "within ±15%"]
+SUMMARY_HEADER = ["set", "platform", "operation", "rows", "mean |err|", "geomean |err|", "bias", "max |err|", "within ±15%"]
 
 
 def _summary_cells(s: dict) -> list[str]:
-    return [s["set"], s["platform"], str(s["rows"]), f"{s['mean_abs_error']:.1%}", f"{s['geomean_abs_error']:.1%}",
+    return [s["set"], s["platform"], s["operation"], str(s["rows"]), f"{s['mean_abs_error']:.1%}", f"{s['geomean_abs_error']:.1%}",
             f"{s['bias']:+.1%}", f"{s['max_abs_error']:.1%}", f"{s['within_15pct']}/{s['rows']}"]
 
 
@@ -168,7 +169,8 @@ def plot(results: list[dict], path: str, model: str) -> None:
             xs = [x for x in results if x["row"].platform == p and bool(x["row"].excluded) == excluded]
             if not xs:
                 continue
-            ax.scatter([x["row"].measured_s for x in xs], [x["predicted_s"] for x in xs], marker=markers[i % len(markers)],
+            ax.scatter([x["row"].measured_s for x in xs], [x["predicted_s"] for x in xs],
+                       marker=markers[i % len(markers)],
                        label=p + (" (excluded)" if excluded else ""), alpha=0.35 if excluded else 0.8,
                        facecolors="none" if excluded else None, edgecolors=f"C{i}", color=f"C{i}", s=28)
     ax.plot([lo, hi], [lo, hi], "k-", lw=1, label="y = x")

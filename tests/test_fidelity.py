@@ -120,6 +120,11 @@ def test_extra_spec_reaches_the_cluster():
     base = fidelity.predict(r)
     slow = fidelity.predict(r, extra_spec=",nic=50Gbps")
     assert slow > 1.8 * base
+    # MoE plans are reused across rates (their shape depends on GPU counts only): the same rate
+    # gives the same time, a slower NIC a slower internode dispatch.
+    moe = next(r for r in ROWS if r.operation == "moe_dispatch" and r.param("ep") == "16")
+    assert fidelity.predict(moe, extra_spec=",nic=400Gbps") == fidelity.predict(moe)
+    assert fidelity.predict(moe, extra_spec=",nic=200Gbps") > 1.3 * fidelity.predict(moe)
     with pytest.raises(ValueError, match="start with ','"):
         fidelity.predict(r, extra_spec="nic=50Gbps")
     with pytest.raises(ValueError, match="warp"):
@@ -129,7 +134,8 @@ def test_extra_spec_reaches_the_cluster():
 
 
 @settings(max_examples=25, deadline=None)
-@given(seed=st.integers(0, 2**32 - 1), workload=st.sampled_from(["balanced", "uniform", "zipf:0.8", "zipf:0.1", "zipf:0.99"]),
+@given(seed=st.integers(0, 2**32 - 1),
+       workload=st.sampled_from(["balanced", "uniform", "zipf:0.8", "zipf:0.1", "zipf:0.99"]),
        power=st.integers(12, 22))
 def test_fast_traffic_matrices_mirror_the_test(seed, workload, power):
     base = next(r for r in ROWS if r.file == "fast_amd_fixed.csv" and r.cluster == "mi300x:3")
@@ -179,7 +185,8 @@ def test_benchmark_json_schema():
     with contextlib.redirect_stdout(out):
         assert _bench().main(["--set", "all", "--source", "fast_paper", "--json"]) == 0
     doc = json.loads(out.getvalue())
-    keys = {"source", "platform", "operation", "algorithm", "size_bytes", "measured_s", "predicted_s", "error", "excluded"}
+    keys = {"source", "platform", "operation", "algorithm", "size_bytes", "measured_s", "predicted_s", "error",
+            "excluded"}
     assert doc["rows"] and all(set(r) == keys for r in doc["rows"])
     for r in doc["rows"]:
         assert r["error"] == pytest.approx(r["predicted_s"] / r["measured_s"] - 1)
@@ -195,5 +202,5 @@ def test_benchmark_plot_and_markdown(tmp_path):
     with contextlib.redirect_stdout(out):
         _bench().main(["--source", "sabre", "--markdown", "--plot", str(png)])
     text = out.getvalue()
-    assert "| fit | A100 (Perlmutter) | 4 |" in text and "sabre_table1" in text
+    assert "| fit | A100 (Perlmutter) | all_to_all | 4 |" in text and "sabre_table1" in text
     assert png.stat().st_size > 10_000

@@ -84,19 +84,23 @@ def _forest_plan(kind: str, ranks: int, nbytes: int, elem_bytes: int, topology, 
 
 def plan_collective(kind: str, ranks: int, nbytes: int, algorithm: str = "forest", *, elem_bytes: int = 1,
                     topology=None, chunks: int | None = None, k: int | None = None, merge: bool = True,
-                    split_multiplicity: bool = False, options: dict | None = None):
+                    split_multiplicity: bool = False, channels: int | None = None, options: dict | None = None):
     """Plan ``kind`` over ``ranks`` ranks. ``topology``: a Cluster or spec
     (``"mi250:2"``) for tiers and for ForestColl's graph, or a ``forest.Graph``.
     ``chunks`` pipelines each shard in that many pieces; ``k`` fixes ForestColl's
     trees per root; ``merge=False`` keeps each tree's piece a message of its own
     (ForestColl only: what an MSCCL export wants, one stream per tree and edge);
     ``split_multiplicity=True`` makes a tree of multiplicity m m streams (ForestColl only).
+    ``channels`` runs that many rings side by side, each on an equal part of the data, as
+    NCCL's channels do (``"ring"`` only; default: one ring per NIC of a server across
+    servers, one per disjoint ring of a single full-mesh server, else 1; ``1`` is the single ring).
     ``options``: knobs as a dict, as ``plan_all_to_all`` and the runtime take them; here the
     keys are the keyword arguments above (``{"chunks": 4}``)."""
     if options:
         if not isinstance(options, dict):
             raise TypeError(f"options must be a dict, got {type(options).__name__}")
-        known = {"chunks": chunks, "k": k, "merge": merge, "split_multiplicity": split_multiplicity, "elem_bytes": elem_bytes}
+        known = {"chunks": chunks, "k": k, "merge": merge, "split_multiplicity": split_multiplicity, "channels": channels,
+                 "elem_bytes": elem_bytes}
         bad = sorted(set(options) - set(known))
         if bad:
             raise ValueError(f"unknown collective option {bad[0]!r} (known: {', '.join(known)})")
@@ -108,6 +112,8 @@ def plan_collective(kind: str, ranks: int, nbytes: int, algorithm: str = "forest
         raise ValueError(f"ranks must be positive, got {ranks}")
     if nbytes < 0:
         raise ValueError(f"nbytes must be non-negative, got {nbytes}")
+    if channels is not None and algorithm != "ring":
+        raise ValueError(f"channels only applies to algorithm='ring', not {algorithm!r}")
     if algorithm == "forest":
         return _forest_plan(kind, ranks, nbytes, elem_bytes, topology, chunks, k, merge, split_multiplicity)
     if k is not None:
@@ -116,8 +122,14 @@ def plan_collective(kind: str, ranks: int, nbytes: int, algorithm: str = "forest
         raise ValueError("merge=False only applies to algorithm='forest'")
     if split_multiplicity:
         raise ValueError("split_multiplicity=True only applies to algorithm='forest'")
-    opts = {"chunks": str(chunks)} if chunks else None
-    return _core.plan_collective(kind, algorithm, ranks, nbytes, elem_bytes, _cluster(topology), opts)
+    opts = {}
+    if chunks:
+        opts["chunks"] = str(chunks)
+    if channels is not None:
+        if isinstance(channels, bool) or not isinstance(channels, int):
+            raise TypeError(f"channels must be an int, got {type(channels).__name__}")
+        opts["channels"] = str(channels)
+    return _core.plan_collective(kind, algorithm, ranks, nbytes, elem_bytes, _cluster(topology), opts or None)
 
 
 def plan_all_gather(shard_bytes: int, ranks: int, algorithm: str = "forest", **kw):
@@ -148,13 +160,14 @@ def _topology_key(topology):
     return ("object", id(topology))
 
 
-def _cached_plan(kind, ranks, nbytes, algorithm, elem_bytes, topology, chunks):
-    key = (kind, ranks, nbytes, algorithm, elem_bytes, _topology_key(topology), chunks)
+def _cached_plan(kind, ranks, nbytes, algorithm, elem_bytes, topology, chunks, channels=None):
+    key = (kind, ranks, nbytes, algorithm, elem_bytes, _topology_key(topology), chunks, channels)
     with _cache_lock:
         if key in _cache:
             _cache.move_to_end(key)
             return _cache[key]
-    plan = plan_collective(kind, ranks, nbytes, algorithm, elem_bytes=elem_bytes, topology=topology, chunks=chunks)
+    plan = plan_collective(kind, ranks, nbytes, algorithm, elem_bytes=elem_bytes, topology=topology, chunks=chunks,
+                           channels=channels)
     with _cache_lock:
         _cache[key] = plan
         while len(_cache) > _CACHE_SIZE:
@@ -199,7 +212,7 @@ def _no_async(async_op: bool) -> None:
 
 
 def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op: bool = False, *, algorithm: str = "forest",
-                           topology=None, chunks: int | None = None, timeout=None):
+                           topology=None, chunks: int | None = None, channels: int | None = None, timeout=None):
     """Like ``torch.distributed.all_gather_into_tensor``: ``output_tensor`` gets
     every rank's ``input_tensor`` concatenated in rank order."""
     _no_async(async_op)
@@ -208,13 +221,13 @@ def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op: bo
     shard = input_tensor.numel() * input_tensor.element_size()
     if shard == 0:
         return None
-    plan = _cached_plan("allgather", n, shard, algorithm, 1, topology, chunks)
+    plan = _cached_plan("allgather", n, shard, algorithm, 1, topology, chunks, channels)
     _execute(plan, input_tensor, output_tensor, group, timeout)
     return None
 
 
 def reduce_scatter_tensor(output, input, op=None, group=None, async_op: bool = False, *, algorithm: str = "forest",
-                          topology=None, chunks: int | None = None, timeout=None):
+                          topology=None, chunks: int | None = None, channels: int | None = None, timeout=None):
     """Like ``torch.distributed.reduce_scatter_tensor`` with ``op=SUM``: rank r's
     ``output`` is the element-wise sum over ranks of block r of ``input``."""
     _no_async(async_op)
@@ -224,13 +237,13 @@ def reduce_scatter_tensor(output, input, op=None, group=None, async_op: bool = F
     shard = output.numel() * output.element_size()
     if shard == 0:
         return None
-    plan = _cached_plan("reduce_scatter", n, shard, algorithm, output.element_size(), topology, chunks)
+    plan = _cached_plan("reduce_scatter", n, shard, algorithm, output.element_size(), topology, chunks, channels)
     _execute(plan, input, output, group, timeout)
     return None
 
 
 def all_reduce(tensor, op=None, group=None, async_op: bool = False, *, algorithm: str = "forest", topology=None,
-               chunks: int | None = None, timeout=None):
+               chunks: int | None = None, channels: int | None = None, timeout=None):
     """Like ``torch.distributed.all_reduce`` with ``op=SUM``: ``tensor`` becomes
     the element-wise sum over ranks, in place."""
     _no_async(async_op)
@@ -241,7 +254,7 @@ def all_reduce(tensor, op=None, group=None, async_op: bool = False, *, algorithm
     nbytes = tensor.numel() * tensor.element_size()
     if nbytes == 0:
         return None
-    plan = _cached_plan("allreduce", n, nbytes, algorithm, tensor.element_size(), topology, chunks)
+    plan = _cached_plan("allreduce", n, nbytes, algorithm, tensor.element_size(), topology, chunks, channels)
     source = tensor.clone()  # plans read input and write output: keep the input intact while writing in place
     _execute(plan, source, tensor, group, timeout)
     return None

@@ -1,6 +1,6 @@
 """Regenerate the CSV files of published hardware measurements in this folder.
 
-    python benchmarks/data/hardware/extract.py --fast GITDIR --deepep GITDIR --vpbench GITDIR --oci GITDIR
+    python benchmarks/data/hardware/extract.py --fast GITDIR --deepep GITDIR --vpbench GITDIR --oci GITDIR --aac GITDIR
 
 Each ``GITDIR`` is a git directory (or checkout) of the named public repository at the commit
 that README.md cites; numbers are read with ``git show COMMIT:PATH`` so the commit is pinned.
@@ -230,7 +230,8 @@ def deepep_rows(gitdir: str | None) -> list[dict]:
         # Per rank: RDMA sends tokens × nodes reached; NVLink receives, by symmetry, tokens × ranks reached.
         per_rank_units = units * DEEPEP_TOKENS
         cluster = f"h100:{max(1, ep // 8)},scaleup=200GB/s,nic=400Gbps"
-        for op, bw, rowb in (("moe_dispatch", dispatch_bw, DEEPEP_FP8_ROW), ("moe_combine", combine_bw, DEEPEP_BF16_ROW)):
+        phases = (("moe_dispatch", dispatch_bw, DEEPEP_FP8_ROW), ("moe_combine", combine_bw, DEEPEP_BF16_ROW))
+        for op, bw, rowb in phases:
             nbytes = per_rank_units * rowb
             out.append(row(source=f"{DEEPEP_REPO}@{DEEPEP_COMMIT[:12]} docs/legacy.md, normal kernels table",
                            platform="H800", cluster=cluster, operation=op, algorithm="deepep",
@@ -377,7 +378,8 @@ def _oci_block(path: str, platform: str, heading: str, block: str) -> list[dict]
                         set="validation", excluded=excluded,
                         params=f"ranks={ranks};dtype=float32" + (";diagonal=1" if op == "all_to_all" else ""),
                         note=("nccl-tests/rccl-tests log quoted in the guide; scale-up rate from the GPU datasheet"
-                              + ("; one process drives all GPUs (-g N)" if single_process and single_process.group(1) != "1" else ""))))
+                              + ("; one process drives all GPUs (-g N)"
+                                 if single_process and single_process.group(1) != "1" else ""))))
     return rows
 
 
@@ -386,6 +388,33 @@ def cluster_ranks(spec: str) -> int:
     servers = int(spec.split(":")[1].split(",")[0])
     m = re.search(r"gpus=(\d+)", spec)
     return servers * (int(m.group(1)) if m else 8)
+
+
+# ---------------------------------------------------------------------------------------------
+# rccl-tests all_reduce_perf on one 8 × MI300X node (hisohara/ai-scripts)
+
+AAC_REPO, AAC_COMMIT = "hisohara/ai-scripts", "7b8b1ec290a6af05b685dfb6ce8caae999ea884d"
+AAC_PATH = "training/01_rccl-smoketest/README.md"
+AAC_SECTION = ("## RCCL Tests with MPI (AAC8 Kubernetes)", "## RCCL Tests with MPI (AAC10")
+
+
+def aac_rows(gitdir: str) -> list[dict]:
+    """The single-node log of that section: 8 ranks (mpirun -np 8, -g 1), all_reduce_perf, float32."""
+    text = git_show(gitdir, AAC_COMMIT, AAC_PATH)
+    start, end = text.index(AAC_SECTION[0]), text.index(AAC_SECTION[1])
+    out = []
+    for line in text[start:end].splitlines():
+        m = NCCL_TESTS_LINE.match(line)
+        if not m:
+            continue
+        size, t_us = int(m.group(1)), float(m.group(3))
+        out.append(row(source=f"{AAC_REPO}@{AAC_COMMIT[:12]} {AAC_PATH}, 'RCCL Tests with MPI (AAC8 Kubernetes)'",
+                       platform="MI300X", cluster="mi300x:1", operation="allreduce", algorithm="ring_tree",
+                       workload="balanced", size_bytes=size, size_convention="nccl_tests_size",
+                       measured_s=fmt(t_us * 1e-6), measured_value=fmt(t_us), measured_unit="us (out-of-place)",
+                       samples=20, set="validation", params="ranks=8;dtype=float32",
+                       note="rccl-tests develop:a7809b3, one process per GPU (mpirun -np 8, -g 1), one node"))
+    return out
 
 
 def write(name: str, rows: list[dict]) -> None:
@@ -402,6 +431,7 @@ def main() -> None:
     ap.add_argument("--deepep", help="git dir of deepseek-ai/DeepEP (only to check the table)")
     ap.add_argument("--vpbench", required=True, help="git dir of ZiyanIshani/vpbenchmarking")
     ap.add_argument("--oci", required=True, help="git dir of oracle-quickstart/oci-gpu-quickstarts")
+    ap.add_argument("--aac", required=True, help="git dir of hisohara/ai-scripts")
     a = ap.parse_args()
     fit, val = fast_rows(a.fast)
     write("fast_amd_fixed.csv", fit)
@@ -414,6 +444,7 @@ def main() -> None:
     write("vpbench_nccl_multinode.csv", [r for r in ntr if r["set"] == "fit"])
     write("vpbench_nccl_singlenode.csv", [r for r in ntr if r["set"] == "validation"])
     write("oci_quickstart_nccl_tests.csv", oci_rows(a.oci))
+    write("aac_mi300x_rccl_tests.csv", aac_rows(a.aac))
 
 
 if __name__ == "__main__":

@@ -94,14 +94,23 @@ fn expected(c: &Collective, inputs: &[Vec<u8>]) -> Vec<Vec<u8>> {
 }
 
 fn check(kind: &str, algo: &str, ranks: u32, bytes: u64, elem: u32, cluster: Option<&Cluster>, chunks: u64) -> Plan {
+    check_channels(kind, algo, ranks, bytes, elem, cluster, chunks, None)
+}
+
+/// `check` with the ring's `channels` option (None: the default).
+#[allow(clippy::too_many_arguments)]
+fn check_channels(kind: &str, algo: &str, ranks: u32, bytes: u64, elem: u32, cluster: Option<&Cluster>, chunks: u64, channels: Option<u64>) -> Plan {
     let mut o = Options::new();
     if chunks != 1 {
         o.insert("chunks".into(), chunks.to_string());
     }
+    if let Some(ch) = channels {
+        o.insert("channels".into(), ch.to_string());
+    }
     let p = plan(kind, algo, ranks, bytes, elem, cluster, &o).unwrap();
     let inputs: Vec<Vec<u8>> = (0..ranks).map(|r| data(r as u64 + 7 * bytes, p.collective.input_size(r) as usize)).collect();
     let got = execute(&p, &inputs, elem as usize);
-    assert_eq!(got, expected(&p.collective, &inputs), "{kind} {algo} ranks={ranks} bytes={bytes} elem={elem} chunks={chunks}");
+    assert_eq!(got, expected(&p.collective, &inputs), "{kind} {algo} ranks={ranks} bytes={bytes} elem={elem} chunks={chunks} channels={channels:?}");
     if let Err(e) = verify(&p) {
         panic!("{kind} {algo} ranks={ranks} bytes={bytes}: verifier rejects: {e}");
     }
@@ -138,7 +147,7 @@ fn ring_allgather_shape() {
 fn ring_on_cluster_crosses_servers_once_per_server() {
     let c = Cluster::parse("h100:2").unwrap();
     for kind in ["allgather", "reduce_scatter", "allreduce"] {
-        let p = check(kind, "ring", 16, 64, 4, Some(&c), 2);
+        let p = check_channels(kind, "ring", 16, 64, 4, Some(&c), 2, Some(1));
         let pairs: std::collections::BTreeSet<(u32, u32)> = p.transfers.iter().filter(|t| t.tier == Tier::ScaleOut).map(|t| (t.src, t.dst)).collect();
         assert_eq!(pairs.into_iter().collect::<Vec<_>>(), vec![(7, 8), (15, 0)], "{kind}");
     }
@@ -163,6 +172,77 @@ fn plans_are_deterministic() {
     assert_ne!(a.input_hash, plan("allreduce", "ring", 16, 4098, 2, Some(&c), &o).unwrap().input_hash);
 }
 
+/// Content hashes (input hash zeroed) of single-ring plans before channels existed:
+/// `channels = 1` must reproduce them exactly.
+const SINGLE_RING_PINS: &[(&str, &str, u64, u32, u64, &str)] = &[
+        ("h100:2", "allgather", 1000, 1, 1, "ed06e3bf987ac8b8"),
+        ("h100:2", "allgather", 1000, 1, 3, "5fd3fc1609e9aa39"),
+        ("h100:2", "reduce_scatter", 96, 4, 1, "2fd86fa6fcb10003"),
+        ("h100:2", "reduce_scatter", 96, 4, 3, "95c9121a7f4bbb86"),
+        ("h100:2", "allreduce", 4096, 2, 1, "a0a4985024f5e895"),
+        ("h100:2", "allreduce", 4096, 2, 3, "c09e7b8df3d6e7b9"),
+        ("mi300x:1", "allgather", 1000, 1, 1, "074ddb06de1a1dda"),
+        ("mi300x:1", "allgather", 1000, 1, 3, "be62dd6547304858"),
+        ("mi300x:1", "reduce_scatter", 96, 4, 1, "3f292d3ed4e5fe84"),
+        ("mi300x:1", "reduce_scatter", 96, 4, 3, "69e0b38b2bcd4530"),
+        ("mi300x:1", "allreduce", 4096, 2, 1, "5d0fb0bc95466644"),
+        ("mi300x:1", "allreduce", 4096, 2, 3, "ba233627f4aa9f1f"),
+        ("mi300x:2", "allgather", 1000, 1, 1, "ed06e3bf987ac8b8"),
+        ("mi300x:2", "allgather", 1000, 1, 3, "5fd3fc1609e9aa39"),
+        ("mi300x:2", "reduce_scatter", 96, 4, 1, "2fd86fa6fcb10003"),
+        ("mi300x:2", "reduce_scatter", 96, 4, 3, "95c9121a7f4bbb86"),
+        ("mi300x:2", "allreduce", 4096, 2, 1, "a0a4985024f5e895"),
+        ("mi300x:2", "allreduce", 4096, 2, 3, "c09e7b8df3d6e7b9"),
+        ("h100:3,nics=4", "allgather", 1000, 1, 1, "ea46817864cf599f"),
+        ("h100:3,nics=4", "allgather", 1000, 1, 3, "a37fe0d0767e8818"),
+        ("h100:3,nics=4", "reduce_scatter", 96, 4, 1, "df6380eaa45ad8b8"),
+        ("h100:3,nics=4", "reduce_scatter", 96, 4, 3, "7c462b012efa9bf3"),
+        ("h100:3,nics=4", "allreduce", 4096, 2, 1, "a5258ecbd78d1d2c"),
+        ("h100:3,nics=4", "allreduce", 4096, 2, 3, "9ef321f3175d1f2f"),
+];
+
+#[test]
+fn one_channel_reproduces_the_single_ring_plans() {
+    for &(spec, kind, bytes, elem, chunks, want) in SINGLE_RING_PINS {
+        let c = Cluster::parse(spec).unwrap();
+        let mut p = check_channels(kind, "ring", c.num_gpus(), bytes, elem, Some(&c), chunks, Some(1));
+        p.input_hash = 0;
+        assert_eq!(format!("{:016x}", p.hash()), want, "{spec} {kind} chunks={chunks}");
+    }
+}
+
+#[test]
+fn default_channels_follow_nics_and_mesh() {
+    let n = |spec: &str, kind: &str| {
+        let c = Cluster::parse(spec).unwrap();
+        let p = check(kind, "ring", c.num_gpus(), 4096, 4, Some(&c), 1);
+        (p.meta.get("channels").cloned().unwrap_or_else(|| "1".into()), p)
+    };
+    assert_eq!(n("h100:4", "allgather").0, "8");
+    assert_eq!(n("h100:2,nics=4", "allreduce").0, "4");
+    assert_eq!(n("mi300x:1", "reduce_scatter").0, "7", "a full mesh of 8 holds 7 disjoint rings");
+    assert_eq!(n("h100:1", "allreduce").0, "1", "one switch server: one ring loads every port");
+    // Across servers every channel leaves a server through its own NIC.
+    let (_, p) = n("h100:4", "allgather");
+    let c = Cluster::parse("h100:4").unwrap();
+    let out_nics: std::collections::BTreeSet<u32> = p.transfers.iter().filter(|t| t.tier == Tier::ScaleOut && c.server_of(t.src) == 0).map(|t| c.nic_of(t.src)).collect();
+    assert_eq!(out_nics.len(), 8);
+}
+
+#[test]
+fn channels_option_is_checked() {
+    let c = Cluster::parse("h100:2").unwrap();
+    let mut o = Options::new();
+    for (v, msg) in [("0", "between 1 and 64"), ("65", "between 1 and 64"), ("x", "channels")] {
+        o.insert("channels".into(), v.into());
+        let e = plan("allgather", "ring", 16, 64, 1, Some(&c), &o).unwrap_err().to_string();
+        assert!(e.contains(msg), "{v}: {e}");
+    }
+    o.insert("channels".into(), "2".into());
+    let e = plan("allgather", "tree", 16, 64, 1, Some(&c), &o).unwrap_err().to_string();
+    assert!(e.contains("'ring' only"), "{e}");
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
     #[test]
@@ -170,6 +250,16 @@ proptest! {
         let kind = ["allgather", "reduce_scatter", "allreduce"][kind];
         let elem = 1u32 << elem_pow;
         check(kind, if tree { "tree" } else { "ring" }, ranks, elems * elem as u64, elem, None, chunks);
+    }
+    #[test]
+    fn random_multi_channel_rings(kind in 0usize..3, servers in 1u32..4, gpus in 1u32..9, nics in 1u32..9, mesh in any::<bool>(), elems in 0u64..40, elem_pow in 0u32..3, chunks in 1u64..3, channels in 1u64..10) {
+        let kind = ["allgather", "reduce_scatter", "allreduce"][kind];
+        let nics = nics.min(gpus);
+        let fabric = if mesh { "mesh" } else { "switch" };
+        let c = Cluster::parse(&format!("h100:{servers},gpus={gpus},nics={nics},fabric={fabric}")).unwrap();
+        let elem = 1u32 << elem_pow;
+        check_channels(kind, "ring", c.num_gpus(), elems * elem as u64, elem, Some(&c), chunks, Some(channels));
+        check(kind, "ring", c.num_gpus(), elems * elem as u64, elem, Some(&c), chunks);
     }
     #[test]
     fn random_plans_on_clusters(kind in 0usize..3, tree in any::<bool>(), servers in 1u32..4, gpus in 1u32..5, elems in 1u64..20) {

@@ -7,13 +7,19 @@
 //! buffer for allreduce. Reductions split data only at multiples of
 //! `elem_bytes`, so no element is ever cut in two.
 //!
-//! Option: `chunks` (default 1) splits every shard into that many pieces that
+//! Options: `chunks` (default 1) splits every shard into that many pieces that
 //! are pipelined one step apart (piece j of a hop runs in step `hop + j`).
+//! `channels` (ring only) runs that many rings side by side, each carrying an
+//! equal element-aligned part of the data, as NCCL's channels do; the default
+//! is what NCCL/RCCL would use on the cluster (`channels::default_channels`:
+//! one ring per NIC across servers, one per disjoint cycle of a full mesh).
+//! `channels = 1` is the single ring 0 → 1 → … → P-1.
 use crate::error::Result;
 use crate::invalid;
 use crate::plan::{option_u64, Collective, Options, Plan, PlanBuilder};
 use crate::topology::{Cluster, Tier};
 
+pub mod channels;
 pub mod ring;
 pub mod tree;
 
@@ -38,11 +44,14 @@ impl Kind {
 
 /// Every baseline algorithm name `plan` accepts, with one line each.
 pub const COLLECTIVE_ALGORITHMS: &[(&str, &str)] = &[
-    ("ring", "P-1 hops around the rank ring (reduce-scatter then allgather for allreduce), NCCL's default"),
+    ("ring", "P-1 hops around one ring per channel (reduce-scatter then allgather for allreduce), NCCL's default"),
     ("tree", "single-root binary tree at rank 0: gather/reduce up, then broadcast/scatter down"),
 ];
 
-const KNOWN_OPTIONS: &[&str] = &["chunks"];
+const KNOWN_OPTIONS: &[&str] = &["chunks", "channels"];
+
+/// Most channels a ring plan may have (NCCL builds at most 64).
+const MAX_CHANNELS: u64 = 64;
 
 /// What every producer needs: rank count, tier rule, pipelining depth.
 pub(crate) struct Ctx {
@@ -106,6 +115,13 @@ pub fn plan(kind: &str, algorithm: &str, ranks: u32, bytes: u64, elem_bytes: u32
     if chunks == 0 || chunks > 1 << 16 {
         return invalid!("option 'chunks' must be between 1 and 65536, got {chunks}");
     }
+    if algorithm != "ring" && opts.contains_key("channels") {
+        return invalid!("option 'channels' applies to algorithm 'ring' only, not '{algorithm}'");
+    }
+    let channels = option_u64(opts, "channels", channels::default_channels(cluster))?;
+    if channels == 0 || channels > MAX_CHANNELS {
+        return invalid!("option 'channels' must be between 1 and {MAX_CHANNELS}, got {channels}");
+    }
     let gpus_per_server = match cluster {
         Some(c) => {
             c.validate()?;
@@ -131,10 +147,11 @@ pub fn plan(kind: &str, algorithm: &str, ranks: u32, bytes: u64, elem_bytes: u32
     // Allgather moves bytes, not elements: any byte boundary is a valid split.
     let ctx = Ctx { ranks, gpus_per_server, chunks, elem: if kind == Kind::AllGather { 1 } else { elem } };
     let mut b = PlanBuilder::new(algorithm, collective, gpus_per_server);
+    let rings = || channels::ring_orders(ranks, cluster, channels);
     match (algorithm, kind) {
-        ("ring", Kind::AllGather) => ring::allgather(&ctx, bytes, &mut b),
-        ("ring", Kind::ReduceScatter) => ring::reduce_scatter(&ctx, bytes, &mut b),
-        ("ring", Kind::AllReduce) => ring::allreduce(&ctx, bytes, &mut b),
+        ("ring", Kind::AllGather) => ring::allgather(&ctx, &rings(), bytes, &mut b),
+        ("ring", Kind::ReduceScatter) => ring::reduce_scatter(&ctx, &rings(), bytes, &mut b),
+        ("ring", Kind::AllReduce) => ring::allreduce(&ctx, &rings(), bytes, &mut b),
         ("tree", Kind::AllGather) => tree::allgather(&ctx, bytes, &mut b),
         ("tree", Kind::ReduceScatter) => tree::reduce_scatter(&ctx, bytes, &mut b),
         ("tree", Kind::AllReduce) => tree::allreduce(&ctx, bytes, &mut b),
@@ -144,6 +161,10 @@ pub fn plan(kind: &str, algorithm: &str, ranks: u32, bytes: u64, elem_bytes: u32
         }
     }
     b.set_meta("chunks", chunks);
+    if algorithm == "ring" && channels > 1 {
+        // (absent for one channel, so single-ring plans hash as before)
+        b.set_meta("channels", channels);
+    }
     b.set_input_hash(input_hash(kind, algorithm, ranks, bytes, elem_bytes, cluster, opts));
     Ok(b.finish())
 }

@@ -1,13 +1,18 @@
-//! Ring collectives over ranks 0 → 1 → … → P-1 → 0. With server-major rank
-//! order the ring crosses each server boundary once, as NCCL's ring does.
+//! Ring collectives, one ring per channel (see `channels`): channel k carries
+//! the k-th of `channels` equal element-aligned parts of every shard (of the
+//! buffer, for allreduce) around its own ring order; the channels run side by
+//! side. Channel 0 is the ring 0 → 1 → … → P-1 → 0, which with server-major
+//! rank order crosses each server boundary once, as NCCL's ring does.
+//! Below, "the ring" is one channel's ring and "next" its successor.
 //!
-//! - allgather: shard c travels c → c+1 → … in P-1 hops (hop h in step h).
-//! - reduce_scatter: the partial sum of shard c starts at rank c+1 and ends at
+//! - allgather: shard c travels c → next(c) → … in P-1 hops (hop h in step h).
+//! - reduce_scatter: the partial sum of shard c starts at rank next(c) and ends at
 //!   rank c after P-1 hops, each receiver adding its own contribution
 //!   (intermediate sums live in scratch, pre-filled with the receiver's input).
 //! - allreduce: reduce-scatter of P element-aligned shards into scratch, then an
 //!   allgather of the reduced shards into every output (each output byte is
 //!   written once).
+use super::channels::RingOrder;
 use super::{split_aligned, Ctx};
 use crate::plan::{Buf, Op, PlanBuilder, Segment};
 use crate::topology::Tier;
@@ -19,7 +24,8 @@ fn seg(src_buf: Buf, src_off: u64, dst_buf: Buf, dst_off: u64, len: u64) -> Segm
 /// Send shard `c` (already at rank c in `first_src`) around the ring into every
 /// other rank's `Output[out_off..]`, hops starting at step `step0 + 1`.
 /// `ready[c][j]` are the transfers the first hop of piece j must wait for.
-fn ring_broadcast_shards(ctx: &Ctx, shards: &[(u64, u64)], first_src: Buf, src_offset_of: impl Fn(u32) -> u64, step0: u32, ready: &[Vec<Vec<u32>>], b: &mut PlanBuilder) {
+#[allow(clippy::too_many_arguments)]
+fn ring_broadcast_shards(ctx: &Ctx, ring: &RingOrder, shards: &[(u64, u64)], first_src: Buf, src_offset_of: impl Fn(u32) -> u64, step0: u32, ready: &[Vec<Vec<u32>>], b: &mut PlanBuilder) {
     let p = ctx.ranks;
     // last[c][j]: transfer that delivered piece j of shard c to its current holder.
     let pieces: Vec<Vec<(u64, u64)>> = shards.iter().map(|s| ctx.pieces(s.1)).collect();
@@ -27,7 +33,7 @@ fn ring_broadcast_shards(ctx: &Ctx, shards: &[(u64, u64)], first_src: Buf, src_o
     for h in 1..p {
         for c in 0..p {
             let (out_off, _) = shards[c as usize];
-            let (src, dst) = ((c + h - 1) % p, (c + h) % p);
+            let (src, dst) = (ring.after(c, h - 1), ring.after(c, h));
             for (j, &(off, len)) in pieces[c as usize].iter().enumerate() {
                 let s = if h == 1 {
                     seg(first_src, src_offset_of(c) + off, Buf::Output, out_off + off, len)
@@ -45,7 +51,7 @@ fn ring_broadcast_shards(ctx: &Ctx, shards: &[(u64, u64)], first_src: Buf, src_o
     }
 }
 
-pub(crate) fn allgather(ctx: &Ctx, shard: u64, b: &mut PlanBuilder) {
+pub(crate) fn allgather(ctx: &Ctx, rings: &[RingOrder], shard: u64, b: &mut PlanBuilder) {
     let p = ctx.ranks;
     if shard == 0 {
         return;
@@ -53,24 +59,26 @@ pub(crate) fn allgather(ctx: &Ctx, shard: u64, b: &mut PlanBuilder) {
     for r in 0..p {
         b.transfer(r, r, Op::Copy, Tier::Local, 0, &[seg(Buf::Input, 0, Buf::Output, r as u64 * shard, shard)], &[]);
     }
-    let shards: Vec<(u64, u64)> = (0..p).map(|c| (c as u64 * shard, shard)).collect();
     let ready = vec![Vec::new(); p as usize];
     // (no piece waits for anything before its first hop: it leaves from Input)
-    ring_broadcast_shards(ctx, &shards, Buf::Input, |_| 0, 0, &ready, b);
+    for (ring, (part_off, part_len)) in rings.iter().zip(split_aligned(shard, ctx.elem, rings.len() as u64)) {
+        let shards: Vec<(u64, u64)> = (0..p).map(|c| (c as u64 * shard + part_off, part_len)).collect();
+        ring_broadcast_shards(ctx, ring, &shards, Buf::Input, |_| part_off, 0, &ready, b);
+    }
 }
 
 /// Reduce-scatter of `shards` (offset, len in every rank's `src` layout) so that
 /// rank c ends with the sum of shard c. Intermediate sums go to
 /// `Scratch[shard offset]`; the final hop lands in `final_buf[final_off(c)]`.
 /// Returns, per shard, the transfer that completed it (None if the shard is empty or P = 1).
-fn ring_reduce(ctx: &Ctx, shards: &[(u64, u64)], init: &[Option<u32>], final_buf: Buf, final_off: impl Fn(u32, u64) -> u64, b: &mut PlanBuilder) -> Vec<Vec<Option<u32>>> {
+fn ring_reduce(ctx: &Ctx, ring: &RingOrder, shards: &[(u64, u64)], init: &[Option<u32>], final_buf: Buf, final_off: impl Fn(u32, u64) -> u64, b: &mut PlanBuilder) -> Vec<Vec<Option<u32>>> {
     let p = ctx.ranks;
     let pieces: Vec<Vec<(u64, u64)>> = shards.iter().map(|s| ctx.pieces(s.1)).collect();
     let mut last: Vec<Vec<Option<u32>>> = pieces.iter().map(|ps| vec![None; ps.len()]).collect();
     for h in 1..p {
         for c in 0..p {
             let (base, _) = shards[c as usize];
-            let (src, dst) = ((c + h) % p, (c + h + 1) % p);
+            let (src, dst) = (ring.after(c, h), ring.after(c, h + 1));
             for (j, &(off, len)) in pieces[c as usize].iter().enumerate() {
                 let src_buf = if h == 1 { Buf::Input } else { Buf::Scratch };
                 let (dst_buf, dst_off) = if dst == c { (final_buf, final_off(c, off)) } else { (Buf::Scratch, base + off) };
@@ -85,20 +93,23 @@ fn ring_reduce(ctx: &Ctx, shards: &[(u64, u64)], init: &[Option<u32>], final_buf
     last
 }
 
-pub(crate) fn reduce_scatter(ctx: &Ctx, shard: u64, b: &mut PlanBuilder) {
+pub(crate) fn reduce_scatter(ctx: &Ctx, rings: &[RingOrder], shard: u64, b: &mut PlanBuilder) {
     let p = ctx.ranks;
     if shard == 0 {
         return;
     }
-    let shards: Vec<(u64, u64)> = (0..p).map(|c| (c as u64 * shard, shard)).collect();
-    // Each rank starts its own shard's sum in Output, and the shards it relays
-    // (all but its own and the one it starts, c = r-1) in Scratch.
+    let parts = split_aligned(shard, ctx.elem, rings.len() as u64);
+    // Each rank starts its own shard's sum in Output, and the parts it relays
+    // (all but its own shard's and those it starts: shard c on a ring where c's next is r) in Scratch.
     let mut init = Vec::with_capacity(p as usize);
     for r in 0..p {
         let mut segs = vec![seg(Buf::Input, r as u64 * shard, Buf::Output, 0, shard)];
-        for c in 0..p {
-            if c != r && (c + 1) % p != r {
-                segs.push(seg(Buf::Input, c as u64 * shard, Buf::Scratch, c as u64 * shard, shard));
+        for c in (0..p).filter(|&c| c != r) {
+            for (ring, &(part_off, part_len)) in rings.iter().zip(&parts) {
+                if ring.after(c, 1) != r {
+                    let off = c as u64 * shard + part_off;
+                    segs.push(seg(Buf::Input, off, Buf::Scratch, off, part_len));
+                }
             }
         }
         if segs.len() > 1 {
@@ -106,10 +117,13 @@ pub(crate) fn reduce_scatter(ctx: &Ctx, shard: u64, b: &mut PlanBuilder) {
         }
         init.push(Some(b.transfer(r, r, Op::Copy, Tier::Local, 0, &segs, &[])));
     }
-    ring_reduce(ctx, &shards, &init, Buf::Output, |_, off| off, b);
+    for (ring, &(part_off, part_len)) in rings.iter().zip(&parts) {
+        let shards: Vec<(u64, u64)> = (0..p).map(|c| (c as u64 * shard + part_off, part_len)).collect();
+        ring_reduce(ctx, ring, &shards, &init, Buf::Output, |_, off| part_off + off, b);
+    }
 }
 
-pub(crate) fn allreduce(ctx: &Ctx, bytes: u64, b: &mut PlanBuilder) {
+pub(crate) fn allreduce(ctx: &Ctx, rings: &[RingOrder], bytes: u64, b: &mut PlanBuilder) {
     let p = ctx.ranks;
     if bytes == 0 {
         return;
@@ -118,13 +132,21 @@ pub(crate) fn allreduce(ctx: &Ctx, bytes: u64, b: &mut PlanBuilder) {
         b.transfer(0, 0, Op::Copy, Tier::Local, 0, &[seg(Buf::Input, 0, Buf::Output, 0, bytes)], &[]);
         return;
     }
-    let shards = shard_ranges(bytes, ctx.elem, p);
     let mut init = Vec::with_capacity(p as usize);
     for r in 0..p {
         b.need_scratch(r, bytes);
         init.push(Some(b.transfer(r, r, Op::Copy, Tier::Local, 0, &[seg(Buf::Input, 0, Buf::Scratch, 0, bytes)], &[])));
     }
-    let done = ring_reduce(ctx, &shards, &init, Buf::Scratch, |c, off| shards[c as usize].0 + off, b);
+    for (ring, (part_off, part_len)) in rings.iter().zip(split_aligned(bytes, ctx.elem, rings.len() as u64)) {
+        let shards: Vec<(u64, u64)> = shard_ranges(part_len, ctx.elem, p).into_iter().map(|(o, l)| (part_off + o, l)).collect();
+        ring_allreduce_part(ctx, ring, &shards, &init, b);
+    }
+}
+
+/// Allreduce of the bytes `shards` cover (shard c reduced at rank c) on one ring, in Scratch.
+fn ring_allreduce_part(ctx: &Ctx, ring: &RingOrder, shards: &[(u64, u64)], init: &[Option<u32>], b: &mut PlanBuilder) {
+    let p = ctx.ranks;
+    let done = ring_reduce(ctx, ring, shards, init, Buf::Scratch, |c, off| shards[c as usize].0 + off, b);
     // Rank c holds the sum of shard c in Scratch: copy it to its own output and send it around.
     let rs_steps = p - 1;
     let mut ready = Vec::with_capacity(p as usize);
@@ -139,7 +161,7 @@ pub(crate) fn allreduce(ctx: &Ctx, bytes: u64, b: &mut PlanBuilder) {
         }
         ready.push(deps);
     }
-    ring_broadcast_shards(ctx, &shards, Buf::Scratch, |c| shards[c as usize].0, rs_steps, &ready, b);
+    ring_broadcast_shards(ctx, ring, shards, Buf::Scratch, |c| shards[c as usize].0, rs_steps, &ready, b);
 }
 
 /// P element-aligned shards `(offset, len)` covering `bytes`, some possibly empty.
