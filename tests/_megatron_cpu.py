@@ -1,4 +1,4 @@
-"""Test fixtures: megatron-core 0.16's MoELayer on CPU ranks (Gloo), without CUDA or TransformerEngine.
+"""Test fixtures: megatron-core's MoELayer (0.16 to 0.19) on CPU ranks (Gloo), without CUDA or TransformerEngine.
 
 Megatron-core assumes a GPU in four places on the MoE path; `cpu_patches()` replaces each, in
 the calling (rank) process only, and each patch says why. They are test scaffolding: nothing
@@ -16,7 +16,7 @@ _PATCHED = False
 
 
 def cpu_patches() -> None:
-    """Let megatron-core 0.16.1's MoELayer and MoEAlltoAllTokenDispatcher run on CPU. Idempotent."""
+    """Let megatron-core's (0.16.1 to 0.19) MoELayer and MoEAlltoAllTokenDispatcher run on CPU. Idempotent."""
     global _PATCHED
     if _PATCHED:
         return
@@ -81,7 +81,7 @@ def build_layer(pgs, hidden: int, ffn: int, experts: int, topk: int, dtype=torch
         MoELayer: in training mode, parameters in ``dtype``.
     """
     from megatron.core.models.gpt.moe_module_specs import get_moe_module_spec
-    from megatron.core.transformer.spec_utils import build_module
+    from megatron.core.transformer.spec_utils import ModuleSpec, build_module
     from megatron.core.transformer.transformer_config import TransformerConfig
 
     cfg = TransformerConfig(
@@ -92,7 +92,9 @@ def build_layer(pgs, hidden: int, ffn: int, experts: int, topk: int, dtype=torch
         expert_model_parallel_size=dist.get_world_size())
     spec = get_moe_module_spec(use_te=False, num_experts=experts, moe_grouped_gemm=False)
     torch.manual_seed(seed)
-    layer = build_module(spec, config=cfg, pg_collection=pgs)
+    # megatron-core 0.16 returns a ModuleSpec, 0.19 a builder (a partial of MoELayer).
+    layer = (build_module(spec, config=cfg, pg_collection=pgs) if isinstance(spec, ModuleSpec)
+             else spec(config=cfg, pg_collection=pgs))
     # Each rank's experts differ (seeded by their global ids); the router is the same everywhere.
     with torch.no_grad():
         for local, expert in zip(layer.local_expert_indices, layer.experts.local_experts):

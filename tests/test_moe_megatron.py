@@ -102,7 +102,8 @@ def _dispatcher_integer_run(pgs) -> dict:
     routing = np.zeros((t, E), bool)
     for i in range(t):
         routing[i, rng.permutation(E)[:K]] = True
-    routing[0] = False  # a token with no expert
+    # Every token has exactly K experts, as from Megatron's top-k router: megatron-core 0.19's
+    # dropless dispatcher sizes its permutation as tokens x topk.
     routing_map = torch.from_numpy(routing)
     probs = torch.from_numpy(rng.integers(1, 3, size=(t, E)) * routing).float()
     x0 = torch.from_numpy(rng.integers(-3, 4, size=(t, 8))).float()
