@@ -1,58 +1,29 @@
 """Test fixtures: megatron-core's MoELayer (0.16 to 0.19) on CPU ranks (Gloo), without CUDA or TransformerEngine.
 
 Megatron-core assumes a GPU in four places on the MoE path; `cpu_patches()` replaces each, in
-the calling (rank) process only, and each patch says why. They are test scaffolding: nothing
-in `collsched` needs them, and on a GPU none is needed. docs/megatron.md shows the same lines.
+the calling (rank) process only, with examples/cpu_shims.py (each patch says why). Nothing in
+`collsched` needs them, and on a GPU none is needed.
 
 `build_layer()` builds one MoELayer (TopKRouter + SequentialMLP) over an expert-parallel group
 the size of the world, with explicit process groups (no `parallel_state` initialisation).
 """
 from __future__ import annotations
 
+import os
+import sys
+
 import torch
 import torch.distributed as dist
 
-_PATCHED = False
+# The CPU patches live in examples/cpu_shims.py (one copy for the examples, the tests and the docs).
+sys.path.append(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples"))
+import cpu_shims  # noqa: E402
 
 
 def cpu_patches() -> None:
-    """Let megatron-core's (0.16.1 to 0.19) MoELayer and MoEAlltoAllTokenDispatcher run on CPU. Idempotent."""
-    global _PATCHED
-    if _PATCHED:
-        return
-    from megatron.core.transformer.moe import moe_utils
-    from megatron.core.transformer.moe.token_dispatcher import MoEAlltoAllTokenDispatcher
-
-    # 1. The all-to-all dispatcher creates a class-wide side stream for its device-to-host copies
-    #    in __init__ when none exists (torch.cuda.Stream() fails without CUDA): give it a
-    #    placeholder, which (2) never uses.
-    if MoEAlltoAllTokenDispatcher.cuda_dtoh_stream is None:
-        MoEAlltoAllTokenDispatcher.cuda_dtoh_stream = object()
-
-    # 2. At its copy point the dispatcher moves the split sizes to the host on that stream and
-    #    later waits for a CUDA event. On CPU the tensors are on the host already; only the
-    #    conversion it does there matters (split sizes as numpy arrays, which the all-to-all
-    #    and the chunk sort take), so do that, with no stream and no event.
-    def _cpu_dtoh_and_synchronize(self, point, tokens_per_expert=None):
-        if not self.drop_and_pad and point == self.cuda_dtoh_point:
-            for name in ("input_splits", "output_splits", "output_splits_tp"):
-                value = getattr(self, name)
-                if torch.is_tensor(value):
-                    setattr(self, name, value.numpy())
-        return tokens_per_expert
-
-    MoEAlltoAllTokenDispatcher._maybe_dtoh_and_synchronize = _cpu_dtoh_and_synchronize
-
-    # 3. The router moves its CPU-initialised weight to torch.cuda.current_device() on first use,
-    #    and the all-to-all / all-gather helpers allocate their outputs there: make "the
-    #    current device" the CPU.
-    torch.cuda.current_device = lambda: torch.device("cpu")
-
-    # 4. moe_utils imports te_general_gemm only inside its TransformerEngine try-block, but the
-    #    router's gating linear reads the name unconditionally; None selects its torch.mm path.
-    if not hasattr(moe_utils, "te_general_gemm"):
-        moe_utils.te_general_gemm = None
-    _PATCHED = True
+    """Let megatron-core's (0.16.1 to 0.19) MoELayer and MoEAlltoAllTokenDispatcher run on CPU
+    (examples/cpu_shims.py, each patch with its reason). Idempotent."""
+    cpu_shims.megatron()
 
 
 def process_groups():

@@ -35,6 +35,7 @@ WORLD, GPN = 4, 2
 E, K, H, FFN = 8, 3, 16, 24
 MODES = ("node", "rank", "none")
 TOL_OUT = {"float32": 1e-6, "bfloat16": 1e-4}
+VERSION_ENV = "COLLSCHED_TEST_MEGATRON_VERSION"  # set by tests/test_moe_megatron_versions.py
 
 
 def _rel(a, b) -> float:
@@ -128,11 +129,13 @@ def _dispatcher_integer_run(pgs) -> dict:
 
 def megatron_worker():
     import _megatron_cpu as mc
+    from megatron.core import package_info
 
     mc.cpu_patches()
     pgs = mc.process_groups()
     return {"float32": _layer_runs("float32", pgs), "bfloat16": _layer_runs("bfloat16", pgs),
-            "integer": _dispatcher_integer_run(pgs)}
+            "integer": _dispatcher_integer_run(pgs),
+            "version": package_info.__version__.split("+")[0]}  # 0.18 appends the git hash of the working directory
 
 
 @pytest.fixture(scope="module")
@@ -155,6 +158,15 @@ def test_megatron_moelayer_with_collsched_equals_megatrons_alltoall_dispatcher(r
             tol = 0.0 if mode == "none" and dtype == "bfloat16" else TOL_OUT[dtype]
             assert row["out"] <= tol, f"{where}: output rel. L2 {row['out']:.2e} > {tol}"
             assert row["x"] <= tol, f"{where}: input gradient rel. L2 {row['x']:.2e} > {tol}"
+
+
+def test_ranks_ran_the_megatron_core_under_test(ranks):
+    # tests/test_moe_megatron_versions.py reruns this file with another release first on
+    # PYTHONPATH and names it here: the ranks must have imported that one.
+    from megatron.core import package_info
+
+    want = os.environ.get(VERSION_ENV) or package_info.__version__.split("+")[0]
+    assert [r["version"] for r in ranks] == [want] * WORLD
 
 
 def test_megatron_dispatcher_alone_equals_megatrons_bit_for_bit_on_integer_data(ranks):
