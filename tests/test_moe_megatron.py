@@ -12,7 +12,8 @@ Tolerances (relative L2 over each tensor, per rank):
   summation order); bfloat16 ≤ 1e-4 (float32 partials, one rounding per token, as Megatron's
   CPU scatter-add), and bit for bit with dedup="none" (one partial per pair).
 The dispatcher alone, on integer-valued data (every sum exact), equals Megatron's dispatcher bit
-for bit: rows, tokens per expert, output, gradients of the tokens and the probabilities.
+for bit: rows, tokens per expert, output, gradients of the tokens and the probabilities; so does
+Megatron's dispatcher with its all-to-alls swapped for `collsched.nn.all_to_all` (docs/megatron.md).
 Skipped without megatron-core (tests/test_moe_megatron_import.py covers that case).
 """
 from __future__ import annotations
@@ -89,10 +90,14 @@ def _dispatcher_integer_run(pgs) -> dict:
     rows by an integer per expert and apply the probabilities."""
     import torch
     import torch.distributed as dist
+    from megatron.core.transformer.moe import token_dispatcher
     from megatron.core.transformer.moe.token_dispatcher import MoEAlltoAllTokenDispatcher
     from megatron.core.transformer.transformer_config import TransformerConfig
 
+    from collsched import nn as collsched_nn
     from collsched.moe.megatron import CollschedTokenDispatcher
+
+    megatron_a2a = token_dispatcher.all_to_all
 
     rank = dist.get_rank()
     cfg = TransformerConfig(num_layers=1, hidden_size=8, num_attention_heads=1, num_moe_experts=E,
@@ -110,7 +115,12 @@ def _dispatcher_integer_run(pgs) -> dict:
     x0 = torch.from_numpy(rng.integers(-3, 4, size=(t, 8))).float()
     scale = torch.tensor([float(v % 3 + 1) for v in local])
     outs = {}
-    for name, cls in (("collsched", CollschedTokenDispatcher), ("megatron", MoEAlltoAllTokenDispatcher)):
+    runs = (("collsched", CollschedTokenDispatcher), ("megatron", MoEAlltoAllTokenDispatcher),
+            ("megatron+collsched.nn", MoEAlltoAllTokenDispatcher))
+    for name, cls in runs:
+        # docs/megatron.md's one-line swap: Megatron's dispatcher with collsched.nn.all_to_all
+        # in place of megatron.core.tensor_parallel.all_to_all (its three all-to-alls).
+        token_dispatcher.all_to_all = collsched_nn.all_to_all if name == "megatron+collsched.nn" else megatron_a2a
         x = x0.clone().requires_grad_(True)
         pr = probs.clone().requires_grad_(True)
         disp = cls(len(local), local, cfg, pg_collection=pgs)
@@ -122,8 +132,11 @@ def _dispatcher_integer_run(pgs) -> dict:
         out = disp.combine_postprocess(disp.token_combine(disp.combine_preprocess(y)))
         (out * torch.arange(1, 9).float()).sum().backward()
         outs[name] = (h.detach(), torch.as_tensor(tpe).clone(), out.detach(), x.grad.clone(), pr.grad.clone())
+    token_dispatcher.all_to_all = megatron_a2a
     names = ("rows", "tokens_per_expert", "output", "grad x", "grad probs")
     return {"differ": [n for n, a, b in zip(names, outs["collsched"], outs["megatron"]) if not torch.equal(a, b)],
+            "swap differ": [n for n, a, b in zip(names, outs["megatron+collsched.nn"], outs["megatron"])
+                            if not torch.equal(a, b)],
             "grad probs nonzero": bool(outs["collsched"][4].abs().sum() > 0)}
 
 
@@ -172,4 +185,5 @@ def test_ranks_ran_the_megatron_core_under_test(ranks):
 def test_megatron_dispatcher_alone_equals_megatrons_bit_for_bit_on_integer_data(ranks):
     for rank, r in enumerate(ranks):
         assert r["integer"]["differ"] == [], f"rank {rank}: {r['integer']['differ']} differ"
+        assert r["integer"]["swap differ"] == [], f"rank {rank}, one-line swap: {r['integer']['swap differ']} differ"
         assert r["integer"]["grad probs nonzero"]
