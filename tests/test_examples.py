@@ -8,7 +8,6 @@ framework is not installed.
 """
 from __future__ import annotations
 
-import importlib.metadata
 import importlib.util
 import math
 import os
@@ -18,19 +17,12 @@ import subprocess
 import sys
 
 import pytest
+from test_moe_torchtitan import needs_torchtitan  # skips, naming the reason, without torchtitan 0.3.0
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLES = os.path.join(REPO, "examples")
 WORLD, STEPS = 4, 2
 TIMEOUT_S = 420  # both examples take well under a minute on 2 idle cores; the rest is headroom for a loaded machine
-
-
-def _torchtitan_missing() -> str:
-    try:
-        version = importlib.metadata.version("torchtitan")
-    except importlib.metadata.PackageNotFoundError:
-        return "torchtitan is not installed (pip install 'collsched[torchtitan]')"
-    return "" if version == "0.3.0" else f"torchtitan {version} installed, the example needs 0.3.0"
 
 
 def _megatron_missing() -> str:
@@ -74,7 +66,7 @@ def test_megatron_example_trains_two_steps_on_four_gloo_ranks():
                       r"CollschedTokenDispatcher\(dedup='node'\), rank 0's last dispatch sent [1-9]\d* rows across nodes")
 
 
-@pytest.mark.skipif(bool(_torchtitan_missing()), reason=_torchtitan_missing())
+@needs_torchtitan
 def test_torchtitan_example_trains_two_steps_on_four_gloo_ranks():
     out = run_example("torchtitan_moe.py", "--layers", "1")
     check_output(out, rf"^done: {STEPS} steps on {WORLD} ranks \(cpu\), torchtitan Qwen3-MoE \(layers=1\) with "
