@@ -5,12 +5,27 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 export VIRTUAL_ENV := $(abspath $(VENV))
 export PATH := $(abspath $(VENV))/bin:$(PATH)
+# The venv's interpreter: Python 3.12 where installed (megatron-core 0.17 and later need it; the
+# tests then cover megatron-core 0.16 and the newest release), else python3 (>= 3.10: megatron-core
+# 0.16 only, the newer-release tests skip). pyenv's python3.12 shim answers only where pyenv selects
+# 3.12, hence the look into its versions too. `make PYTHON=python3.13 test` picks another.
+ifeq ($(origin PYTHON),undefined)
+PYTHON := $(firstword $(foreach p,python3.12 $(wildcard $(or $(PYENV_ROOT),$(HOME)/.pyenv)/versions/3.12*/bin/python3.12),\
+  $(shell $(p) -c 'print("$(p)")' 2>/dev/null)) python3)
+endif
+export PYTHON
+# megatron-core's oldest supported release, beside the venv's newest: tests/test_moe_megatron_versions.py
+# puts this folder first on PYTHONPATH in a subprocess (the wheel is ~3 MB; its deps are the newest's).
+MEGATRON_OLDEST := 0.16.1
+MEGATRON_OLDEST_DIR := $(VENV)/side/megatron-core-$(MEGATRON_OLDEST)
 RUST_SRC := $(shell find crates -name '*.rs' -o -name '*.json' -o -name Cargo.toml) Cargo.toml pyproject.toml
 
 .PHONY: demo test test-rust test-python build bench clean check-install wheel check-wheel
 
 $(VENV)/.deps: requirements-dev.txt
-	python3 -m venv $(VENV)
+	@# A venv of another Python (PYTHON changed): start afresh rather than mix two site-packages.
+	[ "$$($(PY) -V 2>&1)" = "$$($(PYTHON) -V 2>&1)" ] || rm -rf $(VENV)
+	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -r requirements-dev.txt
 	# tests/test_moe_torchtitan.py: torchtitan without its training extras (datasets, wandb,
@@ -19,6 +34,8 @@ $(VENV)/.deps: requirements-dev.txt
 	# would print a resolver ERROR listing torchtitan's missing extras.
 	$(PY) -m pip install -q tyro
 	$(PY) -m pip install -q --no-deps torchtitan==0.3.0 spmd_types==0.2.3
+	rm -rf $(MEGATRON_OLDEST_DIR)
+	$(PY) -m pip install -q --no-deps --target $(MEGATRON_OLDEST_DIR) megatron-core==$(MEGATRON_OLDEST)
 	touch $@
 
 # maturin builds the Rust extension (profile `ext`: release with LTO, see Cargo.toml) and

@@ -12,7 +12,8 @@ Tolerances (relative L2 over each tensor, per rank):
   summation order); bfloat16 ≤ 1e-4 (float32 partials, one rounding per token, as Megatron's
   CPU scatter-add), and bit for bit with dedup="none" (one partial per pair).
 The dispatcher alone, on integer-valued data (every sum exact), equals Megatron's dispatcher bit
-for bit: rows, tokens per expert, output, gradients of the tokens and the probabilities.
+for bit: rows, tokens per expert, output, gradients of the tokens and the probabilities; so does
+Megatron's dispatcher with its all-to-alls swapped for `collsched.nn.all_to_all` (docs/megatron.md).
 Skipped without megatron-core (tests/test_moe_megatron_import.py covers that case).
 """
 from __future__ import annotations
@@ -35,6 +36,7 @@ WORLD, GPN = 4, 2
 E, K, H, FFN = 8, 3, 16, 24
 MODES = ("node", "rank", "none")
 TOL_OUT = {"float32": 1e-6, "bfloat16": 1e-4}
+VERSION_ENV = "COLLSCHED_TEST_MEGATRON_VERSION"  # set by tests/test_moe_megatron_versions.py
 
 
 def _rel(a, b) -> float:
@@ -88,10 +90,14 @@ def _dispatcher_integer_run(pgs) -> dict:
     rows by an integer per expert and apply the probabilities."""
     import torch
     import torch.distributed as dist
+    from megatron.core.transformer.moe import token_dispatcher
     from megatron.core.transformer.moe.token_dispatcher import MoEAlltoAllTokenDispatcher
     from megatron.core.transformer.transformer_config import TransformerConfig
 
+    from collsched import nn as collsched_nn
     from collsched.moe.megatron import CollschedTokenDispatcher
+
+    megatron_a2a = token_dispatcher.all_to_all
 
     rank = dist.get_rank()
     cfg = TransformerConfig(num_layers=1, hidden_size=8, num_attention_heads=1, num_moe_experts=E,
@@ -102,13 +108,19 @@ def _dispatcher_integer_run(pgs) -> dict:
     routing = np.zeros((t, E), bool)
     for i in range(t):
         routing[i, rng.permutation(E)[:K]] = True
-    routing[0] = False  # a token with no expert
+    # Every token has exactly K experts, as from Megatron's top-k router: megatron-core 0.19's
+    # dropless dispatcher sizes its permutation as tokens x topk.
     routing_map = torch.from_numpy(routing)
     probs = torch.from_numpy(rng.integers(1, 3, size=(t, E)) * routing).float()
     x0 = torch.from_numpy(rng.integers(-3, 4, size=(t, 8))).float()
     scale = torch.tensor([float(v % 3 + 1) for v in local])
     outs = {}
-    for name, cls in (("collsched", CollschedTokenDispatcher), ("megatron", MoEAlltoAllTokenDispatcher)):
+    runs = (("collsched", CollschedTokenDispatcher), ("megatron", MoEAlltoAllTokenDispatcher),
+            ("megatron+collsched.nn", MoEAlltoAllTokenDispatcher))
+    for name, cls in runs:
+        # docs/megatron.md's one-line swap: Megatron's dispatcher with collsched.nn.all_to_all
+        # in place of megatron.core.tensor_parallel.all_to_all (its three all-to-alls).
+        token_dispatcher.all_to_all = collsched_nn.all_to_all if name == "megatron+collsched.nn" else megatron_a2a
         x = x0.clone().requires_grad_(True)
         pr = probs.clone().requires_grad_(True)
         disp = cls(len(local), local, cfg, pg_collection=pgs)
@@ -120,18 +132,23 @@ def _dispatcher_integer_run(pgs) -> dict:
         out = disp.combine_postprocess(disp.token_combine(disp.combine_preprocess(y)))
         (out * torch.arange(1, 9).float()).sum().backward()
         outs[name] = (h.detach(), torch.as_tensor(tpe).clone(), out.detach(), x.grad.clone(), pr.grad.clone())
+    token_dispatcher.all_to_all = megatron_a2a
     names = ("rows", "tokens_per_expert", "output", "grad x", "grad probs")
     return {"differ": [n for n, a, b in zip(names, outs["collsched"], outs["megatron"]) if not torch.equal(a, b)],
+            "swap differ": [n for n, a, b in zip(names, outs["megatron+collsched.nn"], outs["megatron"])
+                            if not torch.equal(a, b)],
             "grad probs nonzero": bool(outs["collsched"][4].abs().sum() > 0)}
 
 
 def megatron_worker():
     import _megatron_cpu as mc
+    from megatron.core import package_info
 
     mc.cpu_patches()
     pgs = mc.process_groups()
     return {"float32": _layer_runs("float32", pgs), "bfloat16": _layer_runs("bfloat16", pgs),
-            "integer": _dispatcher_integer_run(pgs)}
+            "integer": _dispatcher_integer_run(pgs),
+            "version": package_info.__version__.split("+")[0]}  # 0.18 appends the git hash of the working directory
 
 
 @pytest.fixture(scope="module")
@@ -156,7 +173,17 @@ def test_megatron_moelayer_with_collsched_equals_megatrons_alltoall_dispatcher(r
             assert row["x"] <= tol, f"{where}: input gradient rel. L2 {row['x']:.2e} > {tol}"
 
 
+def test_ranks_ran_the_megatron_core_under_test(ranks):
+    # tests/test_moe_megatron_versions.py reruns this file with another release first on
+    # PYTHONPATH and names it here: the ranks must have imported that one.
+    from megatron.core import package_info
+
+    want = os.environ.get(VERSION_ENV) or package_info.__version__.split("+")[0]
+    assert [r["version"] for r in ranks] == [want] * WORLD
+
+
 def test_megatron_dispatcher_alone_equals_megatrons_bit_for_bit_on_integer_data(ranks):
     for rank, r in enumerate(ranks):
         assert r["integer"]["differ"] == [], f"rank {rank}: {r['integer']['differ']} differ"
+        assert r["integer"]["swap differ"] == [], f"rank {rank}, one-line swap: {r['integer']['swap differ']} differ"
         assert r["integer"]["grad probs nonzero"]

@@ -29,12 +29,12 @@ def test_import_without_megatron_names_the_extra():
                          "    return real(name)\n"
                          "md.version = fake")
     assert line == ("ImportError: collsched.moe.megatron needs megatron-core: pip install 'collsched[megatron]' "
-                    "(megatron-core>=0.16.1,<0.17)"), line
+                    "(megatron-core>=0.16.1,<0.20)"), line
 
 
-@pytest.mark.parametrize("found", ["0.17.0", "0.15.3"])
+@pytest.mark.parametrize("found", ["0.20.0", "0.15.3"])
 def test_unsupported_megatron_version_is_a_clear_error(found):
     line = _import_error("import importlib.metadata as md\nreal = md.version\n"
                          f"md.version = lambda name: {found!r} if name == 'megatron-core' else real(name)")
-    assert line.startswith("ImportError: collsched.moe.megatron supports megatron-core >=0.16.1,<0.17, "
+    assert line.startswith("ImportError: collsched.moe.megatron supports megatron-core >=0.16.1,<0.20, "
                            f"found {found}: pip install 'collsched[megatron]'"), line

@@ -72,6 +72,11 @@ def all_to_all_single(input: torch.Tensor, output_split_sizes=None, input_split_
     return _AllToAll.apply(input, output_split_sizes, input_split_sizes, group, kw)
 
 
-def all_to_all(group, input: torch.Tensor, output_split_sizes=None, input_split_sizes=None, **kw):
-    """Megatron's argument order: ``all_to_all(group, input, output_split_sizes, input_split_sizes)``."""
+def all_to_all(group, input: torch.Tensor, output_split_sizes=None, input_split_sizes=None, use_nccl_stream=None,
+               **kw):
+    """Megatron's argument order: ``all_to_all(group, input, output_split_sizes, input_split_sizes)``.
+
+    ``use_nccl_stream`` (megatron-core 0.19 passes it: whether its all-to-all runs on NCCL's
+    internal stream) is accepted and ignored; collsched's runtime picks its streams itself.
+    """
     return all_to_all_single(input, output_split_sizes, input_split_sizes, group=group, **kw)

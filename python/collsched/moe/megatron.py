@@ -8,8 +8,8 @@ out, no permute), ``token_combine`` the differentiable `collsched.moe.combine`. 
 all-to-all dispatcher, the experts apply the permuted probabilities, so combine sums unweighted.
 `use_collsched_dispatcher` puts one into a built ``MoELayer``. See docs/megatron.md.
 
-Needs megatron-core >=0.16.1,<0.17 (``pip install 'collsched[megatron]'``); another version
-raises ImportError on import.
+Needs megatron-core >=0.16.1,<0.20 (``pip install 'collsched[megatron]'``; 0.17 and later need
+Python >= 3.12); another version raises ImportError on import.
 """
 from __future__ import annotations
 
@@ -18,8 +18,11 @@ import re
 from types import SimpleNamespace
 from typing import List, Optional
 
-SUPPORTED = ((0, 16, 1), (0, 17, 0))  # [lowest, first unsupported): the `[megatron]` extra's pin
-_EXTRA = "pip install 'collsched[megatron]' (megatron-core>=0.16.1,<0.17)"
+# [lowest, first unsupported): the `[megatron]` extra's pin. The tests run the lowest and the newest
+# release (tests/test_moe_megatron_versions.py); the dispatcher interface is the same across it.
+SUPPORTED = ((0, 16, 1), (0, 20, 0))
+_RANGE = ">=0.16.1,<0.20"
+_EXTRA = f"pip install 'collsched[megatron]' (megatron-core{_RANGE})"
 
 
 def _check_version(found: str) -> None:
@@ -27,7 +30,7 @@ def _check_version(found: str) -> None:
     nums = tuple(int(v) for v in re.findall(r"\d+", found)[:3])
     nums = nums + (0,) * (3 - len(nums))
     if not SUPPORTED[0] <= nums < SUPPORTED[1]:
-        raise ImportError(f"collsched.moe.megatron supports megatron-core >=0.16.1,<0.17, found {found}: "
+        raise ImportError(f"collsched.moe.megatron supports megatron-core {_RANGE}, found {found}: "
                           f"{_EXTRA}")
 
 
