@@ -200,3 +200,15 @@ def test_random_valid_specs_parse_to_their_numbers(case):
         assert d[field] == value, (spec, field)
     assert 1 <= d["nics_per_server"] <= d["gpus_per_server"]
     assert Cluster.parse(c.spec()).to_dict() | {"name": d["name"], "hardware_source": d["hardware_source"]} == d
+
+
+def test_with_overrides_replaces_keys_instead_of_repeating_them():
+    from collsched.topology import with_overrides
+
+    combined = with_overrides("custom:4,gpus=4,nic=100Gbps,alpha_scaleout=5us", ",nic=400Gbps,nics=2")
+    assert combined == "custom:4,gpus=4,alpha_scaleout=5us,nic=400Gbps,nics=2"
+    c = Cluster.parse(combined)
+    assert c.nic_bw == 400 * 125_000_000 and c.nics_per_server == 2
+    assert with_overrides("h200:2", "") == "h200:2"
+    with pytest.raises(ValueError, match="twice"):
+        Cluster.parse("h200:2,nic=100Gbps,nic=200Gbps")

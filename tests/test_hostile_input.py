@@ -172,7 +172,8 @@ def test_a_damaged_binary_plan_is_reported_as_corrupted(tmp_path):
     ["forest", "-t", "h100:1", "--draw", "{dir}"],
     ["bench", "-o", "{missing}/rows.json"],
     ["calibrate", "-o", "{missing}/cal.json"],
-    ["testbed", "calibrate", "--json", "{missing}/cal.json"],
+    ["testbed", "fit", "--json", "{missing}/cal.json"],
+    ["testbed", "calibrate", "--out", "{missing}/network.json"],
 ])
 def test_an_unwritable_output_path_is_one_line_and_exit_2(tmp_path, args):
     plan = tmp_path / "p.json"

@@ -166,7 +166,9 @@ def load_rows(set: str | None = None, data_dir: str | Path | None = None) -> lis
 def _cluster(spec: str, extra_spec: str):
     from collsched import Cluster
 
-    return Cluster.parse(spec + extra_spec)
+    from collsched.topology import with_overrides
+
+    return Cluster.parse(with_overrides(spec, extra_spec))
 
 
 def _simulate(plan, cluster, model: str, exact: bool = False) -> float:

@@ -107,5 +107,6 @@ def resolve(spec: str, path: Path | str | None = None) -> str:
         servers = head.split(":", 1)[1].strip()
         if not servers.isdigit() or int(servers) < 1:
             raise ValueError(f"cluster spec '{spec}': server count '{servers}' must be a positive integer")
-    out = f"custom:{servers},{stored_rest}"
-    return f"{out},{overrides}" if overrides.strip() else out
+    from collsched.topology import with_overrides
+
+    return with_overrides(f"custom:{servers},{stored_rest}", overrides)

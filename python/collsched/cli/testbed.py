@@ -139,6 +139,7 @@ def register(app: typer.Typer) -> None:
         from collsched.testbed.fabric import FabricSpec
         from collsched.testbed.netcal import calibrate_network
 
+        writable("-o/--out", output)
         spec = FabricSpec.from_knobs(servers, gpus, nic, scaleup=scaleup, nics=nics)
         if spec.ranks < 2:
             raise ValueError(f"--servers × --gpus must be at least 2 ranks (a network needs two), got {spec.ranks}")
