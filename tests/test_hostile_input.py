@@ -208,8 +208,26 @@ def test_check_algorithm_lists_only_real_names():
         check_algorithm("direct")
 
 
+def _import_torchtitan_dispatcher():
+    """collsched.moe.torchtitan, imported in this (pytest's) process as the CPU ranks that
+    test_moe_torchtitan forks from it expect: torchtitan binds its device type when first
+    imported (``torch._utils._get_available_device_type``, else "cuda"), and forked ranks
+    inherit the modules, so a first import here must see "cpu" (tests/_torchtitan_model.py)."""
+    import sys
+
+    import torch._utils
+
+    saved = torch._utils._get_available_device_type
+    if "torchtitan" not in sys.modules:
+        torch._utils._get_available_device_type = lambda: "cpu"
+    try:
+        return pytest.importorskip("collsched.moe.torchtitan", exc_type=ImportError)
+    finally:
+        torch._utils._get_available_device_type = saved
+
+
 def test_torchtitan_config_refuses_an_unknown_algorithm_when_built():
-    tt = pytest.importorskip("collsched.moe.torchtitan", exc_type=ImportError)
+    tt = _import_torchtitan_dispatcher()
     cfg = tt.CollschedTokenDispatcher.Config
     assert cfg(num_experts=8, top_k=2, algorithm="fast").algorithm == "fast"
     for field, value in (("algorithm", "direct"), ("exchange", "a2a"), ("dedup", "host"), ("schedule", "slow")):
