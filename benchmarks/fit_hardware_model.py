@@ -97,8 +97,8 @@ PLATFORMS = {
     # DeepEP's normal kernels on 1-8 x 8 H800: the kernels' own copy engines (SMs) on each tier,
     # so only the two tiers' reachable fractions: EP8 and the NVLink forwarding of EP16 pin
     # eff_scaleup, EP32/EP64's RDMA hop pins eff_scaleout. No alpha, chunk or peer term: every
-    # row moves 60-310 MB per rank, far from any start-up cost, and the forwarding pipeline is
-    # the plan's (fidelity.MOE_CHUNKS), not a fitted constant.
+    # row moves 60-380 MB per rank, far from any start-up cost, and the forwarding pipeline is
+    # the plan's (fidelity.DEEPEP_CHUNKS), not a fitted constant.
     "h800": Platform(
         "h800", ("h800:",),
         (EFF_OUT, EFF_UP),
