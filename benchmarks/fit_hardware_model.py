@@ -15,6 +15,9 @@ search over a fixed grid (the values written are the grid's, so a rerun gives th
 
 Usage:
     python benchmarks/fit_hardware_model.py [--platform mi300x] [--write] [--json]
+
+``--write`` replaces only the entries of the platforms fitted in this run (all of them without
+``--platform``); every other platform's entry of hardware.json is kept as it is.
 """
 from __future__ import annotations
 
@@ -90,6 +93,17 @@ PLATFORMS = {
         (EFF_OUT, EFF_UP, Param("alpha_scaleout", 500, 10_000, 100, "ns"), Param("alpha_scaleup", 500, 10_000, 100, "ns")),
         (0.9, 0.78, 3000, 2000),
         "NCCL collectives on 4 x 8 H100 (400 Gb/s IB) and DeepEP normal kernels on H800 (same NVLink4 switch and NICs)",
+    ),
+    # DeepEP's normal kernels on 1-8 x 8 H800: the kernels' own copy engines (SMs) on each tier,
+    # so only the two tiers' reachable fractions: EP8 and the NVLink forwarding of EP16 pin
+    # eff_scaleup, EP32/EP64's RDMA hop pins eff_scaleout. No alpha, chunk or peer term: every
+    # row moves 60-380 MB per rank, far from any start-up cost, and the forwarding pipeline is
+    # the plan's (fidelity.DEEPEP_CHUNKS), not a fitted constant.
+    "h800": Platform(
+        "h800", ("h800:",),
+        (EFF_OUT, EFF_UP),
+        (0.9, 0.75),
+        "DeepEP normal kernels (dispatch FP8, combine BF16) on 1-8 x 8 H800, 400 Gb/s CX7 IB per GPU",
     ),
 }
 
@@ -231,6 +245,8 @@ def main() -> None:
     if args.json:
         print(json.dumps(table, indent=2))
     if args.write:
+        # Platforms in name order: a platform written by one branch lands apart from another's.
+        table["platforms"] = dict(sorted(table["platforms"].items()))
         JSON_PATH.write_text(json.dumps(table, indent=2) + "\n")
         print(f"wrote {JSON_PATH}", file=sys.stderr)
 

@@ -10,6 +10,7 @@ GBPS = 125_000_000
 PRESETS = {
     "h200": (8, "switch", 450 * GBS, 8, 400 * GBPS),
     "h100": (8, "switch", 450 * GBS, 8, 400 * GBPS),
+    "h800": (8, "switch", 200 * GBS, 8, 400 * GBPS),
     "b200": (8, "switch", 900 * GBS, 8, 400 * GBPS),
     "a100": (8, "switch", 300 * GBS, 8, 200 * GBPS),
     "mi300x": (8, "mesh", 7 * 64 * GBS, 8, 100 * GBPS),

@@ -121,10 +121,14 @@ def test_extra_spec_reaches_the_cluster():
     slow = fidelity.predict(r, extra_spec=",nic=50Gbps")
     assert slow > 1.8 * base
     # MoE plans are reused across rates (their shape depends on GPU counts only): the same rate
-    # gives the same time, a slower NIC a slower internode dispatch.
-    moe = next(r for r in ROWS if r.operation == "moe_dispatch" and r.param("ep") == "16")
+    # gives the same time, a slower NIC a slower RDMA-bound dispatch (EP32).
+    moe = next(r for r in ROWS if r.operation == "moe_dispatch" and r.param("ep") == "32")
     assert fidelity.predict(moe, extra_spec=",nic=400Gbps") == fidelity.predict(moe)
     assert fidelity.predict(moe, extra_spec=",nic=200Gbps") > 1.3 * fidelity.predict(moe)
+    # EP16 is bound by its NVLink forwarding, not by RDMA (half the count stays on the node).
+    ep16 = next(r for r in ROWS if r.operation == "moe_dispatch" and r.param("ep") == "16")
+    assert fidelity.predict(ep16, extra_spec=",nic=200Gbps") < 1.1 * fidelity.predict(ep16)
+    assert fidelity.predict(ep16, extra_spec=",scaleup=100GB/s") > 1.6 * fidelity.predict(ep16)
     with pytest.raises(ValueError, match="start with ','"):
         fidelity.predict(r, extra_spec="nic=50Gbps")
     with pytest.raises(ValueError, match="warp"):
@@ -171,6 +175,46 @@ def test_deepep_sizes_match_the_routing_expectation():
         pairs, node_units, rank_units = fidelity.deepep_counts(ep, 8, 512, 256, 8, seed=1)
         units = (rank_units.sum() if ep == 8 else node_units.sum()) / (ep * 512)
         assert units == pytest.approx(float(r.param("units_per_token")), rel=0.02), r.param("ep")
+
+
+def _deepep_row(ep: int, operation: str = "moe_dispatch") -> fidelity.Row:
+    return next(r for r in ROWS if r.operation == operation and r.param("ep") == str(ep))
+
+
+@pytest.mark.parametrize("operation", ["moe_dispatch", "moe_combine"])
+def test_deepep_plans_move_only_the_rows_that_cross_each_link(operation):
+    # The benchmark counts a rank's own rows (EP8) and its own node's (EP16+); they cross no
+    # NVLink / NIC. The plan's links carry only the others, and no permute copy is timed.
+    from collsched.moe import sim as moe_sim
+
+    for ep in (8, 16):
+        r = _deepep_row(ep, operation)
+        rb = int(r.param("row_bytes"))
+        pairs, node_units, rank_units = fidelity._deepep_counts_cached(ep, 8, 4096, 256, 8, 0)
+        tiers = fidelity._moe_plan(r, ep, 8, 0).bytes_per_tier()
+        node = np.arange(ep) // 8
+        if ep == 8:
+            self_rows = int(np.trace(rank_units))
+            assert tiers["scale_up"] == (int(rank_units.sum()) - self_rows) * rb
+            assert tiers["local"] == self_rows * rb  # the self rows, and no permute of the pairs
+            assert tiers["scale_up"] / ep == pytest.approx(7 / 8 * r.size_bytes, rel=0.02)
+        else:
+            remote = int(sum(node_units[i, s] for i in range(ep) for s in range(ep // 8) if s != node[i]))
+            assert tiers["scale_out"] == remote * rb
+            # two nodes: a token reaches both almost always, so half the count crosses the NIC
+            assert tiers["scale_out"] / ep == pytest.approx(0.5 * r.size_bytes, rel=0.02)
+    full = moe_sim._phases("deepep", pairs, node_units, rank_units, 8, rb)
+    kept = fidelity.deepep_kernel_phases(full)
+    assert [k for k, _ in full if k != "copy"] == [k for k, _ in kept] and len(kept) == len(full) - 1
+
+
+def test_deepep_rows_run_on_the_h800_preset():
+    rows = [r for r in ROWS if r.file == "deepep_normal.csv"]
+    assert len(rows) == 8 and {r.cluster for r in rows} == {"h800:1", "h800:2", "h800:4", "h800:8"}
+    for r in rows:
+        assert Cluster.parse(r.cluster).num_gpus == int(r.param("ep"))
+    peak = Cluster.parse("h800:2").to_dict()
+    assert peak["nics_per_server"] == 8 and peak["nic_bw"] == 50 * 10**9
 
 
 def _bench():

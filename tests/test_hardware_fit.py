@@ -64,6 +64,37 @@ def test_the_fit_regenerates_the_committed_constants():
     assert entry["residuals"]["fit"]["per_row"] == TABLE["platforms"][name]["residuals"]["fit"]["per_row"]
 
 
+def test_h800_reproduces_deepeps_normal_kernel_table_within_15_percent():
+    # Issue 46's target for the DeepEP rows of the fitting set: every row within +-15 %.
+    entry = TABLE["platforms"]["h800"]
+    assert set(entry["constants"]) == {"eff_scaleup", "eff_scaleout"}
+    recorded = entry["residuals"]["fit"]["per_row"]
+    assert len(recorded) == 8 and all(where.startswith("deepep_normal.csv:") for where, *_ in recorded)
+    assert max(abs(err) for *_, err, _ in recorded) <= 0.15
+    assert Cluster.parse("h800:2").to_dict()["hardware"] == entry["constants"]
+
+
+def test_write_replaces_only_the_fitted_platforms_entry(tmp_path, monkeypatch):
+    mod = _fit_module()
+    path = tmp_path / "hardware.json"
+    path.write_text(json.dumps(TABLE, indent=2) + "\n")
+    stub = {"constants": {"eff_scaleup": "0.5"}, "source": "stub", "date": "2026-11-28",
+            "residuals": {"fit": {"rows": 0, "mean_abs_error": None, "max_abs_error": None, "per_row": []},
+                          "validation": {"rows": 0, "mean_abs_error": None, "max_abs_error": None, "per_row": []}}}
+    monkeypatch.setattr(mod, "JSON_PATH", path)
+    monkeypatch.setattr(mod, "ROOT", tmp_path)  # the help text names the path relative to it
+    monkeypatch.setattr(mod, "fit", lambda platform, verbose=False: ((), 0.0))
+    monkeypatch.setattr(mod, "fitted_entry", lambda platform, values: stub)
+    monkeypatch.setattr(sys, "argv", ["fit_hardware_model.py", "--platform", "h800", "--write"])
+    mod.main()
+    written = json.loads(path.read_text())
+    assert written["platforms"]["h800"] == stub
+    assert list(written["platforms"]) == sorted(written["platforms"])
+    for name, entry in TABLE["platforms"].items():
+        if name != "h800":
+            assert written["platforms"][name] == entry, name
+
+
 def test_simulate_selects_the_model():
     from collsched import plan_all_to_all, simulate, traffic
 

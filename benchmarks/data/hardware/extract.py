@@ -1,6 +1,7 @@
 """Regenerate the CSV files of published hardware measurements in this folder.
 
     python benchmarks/data/hardware/extract.py --fast GITDIR --deepep GITDIR --vpbench GITDIR --oci GITDIR --aac GITDIR
+    python benchmarks/data/hardware/extract.py --only deepep_normal.csv --deepep GITDIR   # one file
 
 Each ``GITDIR`` is a git directory (or checkout) of the named public repository at the commit
 that README.md cites; numbers are read with ``git show COMMIT:PATH`` so the commit is pinned.
@@ -229,7 +230,7 @@ def deepep_rows(gitdir: str | None) -> list[dict]:
         tier = "NVLink" if ep == 8 else "RDMA"
         # Per rank: RDMA sends tokens × nodes reached; NVLink receives, by symmetry, tokens × ranks reached.
         per_rank_units = units * DEEPEP_TOKENS
-        cluster = f"h100:{max(1, ep // 8)},scaleup=200GB/s,nic=400Gbps"
+        cluster = f"h800:{max(1, ep // 8)}"  # the h800 preset: NVSwitch 200 GB/s per GPU, 8 × 400 Gb/s CX7
         phases = (("moe_dispatch", dispatch_bw, DEEPEP_FP8_ROW), ("moe_combine", combine_bw, DEEPEP_BF16_ROW))
         for op, bw, rowb in phases:
             nbytes = per_rank_units * rowb
@@ -427,24 +428,37 @@ def write(name: str, rows: list[dict]) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--fast", required=True, help="git dir of MangoBoost/FAST")
+    ap.add_argument("--fast", help="git dir of MangoBoost/FAST")
     ap.add_argument("--deepep", help="git dir of deepseek-ai/DeepEP (only to check the table)")
-    ap.add_argument("--vpbench", required=True, help="git dir of ZiyanIshani/vpbenchmarking")
-    ap.add_argument("--oci", required=True, help="git dir of oracle-quickstart/oci-gpu-quickstarts")
-    ap.add_argument("--aac", required=True, help="git dir of hisohara/ai-scripts")
+    ap.add_argument("--vpbench", help="git dir of ZiyanIshani/vpbenchmarking")
+    ap.add_argument("--oci", help="git dir of oracle-quickstart/oci-gpu-quickstarts")
+    ap.add_argument("--aac", help="git dir of hisohara/ai-scripts")
+    ap.add_argument("--only", action="append", metavar="FILE",
+                    help="write only this output file (repeatable); then only its sources' git dirs are needed")
     a = ap.parse_args()
-    fit, val = fast_rows(a.fast)
-    write("fast_amd_fixed.csv", fit)
-    write("fast_amd_random_skewed.csv", val)
-    write("flash_paper.csv", flash_rows())
-    write("sabre_table1.csv", sabre_rows())
-    write("fast_paper_nvidia.csv", fast_paper_rows())
-    write("deepep_normal.csv", deepep_rows(a.deepep))
-    ntr = nccl_tests_rows(a.vpbench)
-    write("vpbench_nccl_multinode.csv", [r for r in ntr if r["set"] == "fit"])
-    write("vpbench_nccl_singlenode.csv", [r for r in ntr if r["set"] == "validation"])
-    write("oci_quickstart_nccl_tests.csv", oci_rows(a.oci))
-    write("aac_mi300x_rccl_tests.csv", aac_rows(a.aac))
+    # output file -> (git dir options it needs, rows); rows are made only for the files written.
+    outputs = {
+        "fast_amd_fixed.csv": (("fast",), lambda: fast_rows(a.fast)[0]),
+        "fast_amd_random_skewed.csv": (("fast",), lambda: fast_rows(a.fast)[1]),
+        "flash_paper.csv": ((), flash_rows),
+        "sabre_table1.csv": ((), sabre_rows),
+        "fast_paper_nvidia.csv": ((), fast_paper_rows),
+        "deepep_normal.csv": ((), lambda: deepep_rows(a.deepep)),
+        "vpbench_nccl_multinode.csv": (("vpbench",), lambda: [r for r in nccl_tests_rows(a.vpbench) if r["set"] == "fit"]),
+        "vpbench_nccl_singlenode.csv": (("vpbench",),
+                                        lambda: [r for r in nccl_tests_rows(a.vpbench) if r["set"] == "validation"]),
+        "oci_quickstart_nccl_tests.csv": (("oci",), lambda: oci_rows(a.oci)),
+        "aac_mi300x_rccl_tests.csv": (("aac",), lambda: aac_rows(a.aac)),
+    }
+    names = a.only or list(outputs)
+    unknown = [n for n in names if n not in outputs]
+    if unknown:
+        ap.error(f"--only: unknown file(s) {', '.join(unknown)} (known: {', '.join(outputs)})")
+    missing = sorted({g for n in names for g in outputs[n][0] if getattr(a, g) is None})
+    if missing:
+        ap.error(f"the files to write need --{' --'.join(missing)} (git dirs of their sources)")
+    for name in names:
+        write(name, outputs[name][1]())
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ const GBPS: u64 = 125_000_000; // 1 Gb/s in bytes/s
 pub const PRESETS: &[(&str, &str)] = &[
     ("h200", "8× H200, NVSwitch 450 GB/s per GPU, 8× 400 Gb/s NICs (FAST NSDI'26 NVIDIA testbed, §5.1)"),
     ("h100", "8× H100, NVSwitch 450 GB/s per GPU, 8× 400 Gb/s NICs (DGX H100 datasheet; FAST §5.1)"),
+    ("h800", "8× H800 SXM, NVSwitch 200 GB/s per GPU (NVLink 400 GB/s bidirectional), 8× 400 Gb/s ConnectX-7 NICs (DeepEP docs/legacy.md; DeepSeek-V3 report §3.1)"),
     ("b200", "8× B200, NVLink5 switch 900 GB/s per GPU, 8× 400 Gb/s ConnectX-7 NICs (DGX B200 datasheet)"),
     ("a100", "8× A100, NVSwitch 300 GB/s per GPU, 8× 200 Gb/s NICs (DGX A100 datasheet)"),
     ("mi300x", "8× MI300X, xGMI full mesh 7 links × 64 GB/s, 8× 100 Gb/s RoCE NICs (FAST/FLASH AMD testbed; override nic=400Gbps for production)"),
@@ -53,6 +54,8 @@ pub fn preset(name: &str, servers: u32) -> Result<Cluster> {
 pub fn peak(name: &str, servers: u32) -> Result<Cluster> {
     let c = match name.to_ascii_lowercase().as_str() {
         "h200" | "h100" | "custom" => base(name, servers, 8, ScaleUp::Switch { port_bw: 450 * GBS }, 8, 400 * GBPS),
+        // H800: the H100's silicon with NVLink cut to 400 GB/s bidirectional, 200 GB/s per direction.
+        "h800" => base(name, servers, 8, ScaleUp::Switch { port_bw: 200 * GBS }, 8, 400 * GBPS),
         "b200" => Cluster { local_copy_bw: 3_000 * GBS, ..base(name, servers, 8, ScaleUp::Switch { port_bw: 900 * GBS }, 8, 400 * GBPS) },
         "a100" => base(name, servers, 8, ScaleUp::Switch { port_bw: 300 * GBS }, 8, 200 * GBPS),
         "mi300x" => base(name, servers, 8, ScaleUp::FullMesh { link_bw: 64 * GBS }, 8, 100 * GBPS),
