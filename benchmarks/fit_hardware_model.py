@@ -319,6 +319,8 @@ def main() -> None:
     if args.json:
         print(json.dumps(table, indent=2))
     if args.write:
+        # Platforms in name order: a platform written by one branch lands apart from another's.
+        table["platforms"] = dict(sorted(table["platforms"].items()))
         JSON_PATH.write_text(json.dumps(table, indent=2) + "\n")
         print(f"wrote {JSON_PATH}", file=sys.stderr)
 

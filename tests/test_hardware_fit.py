@@ -90,6 +90,21 @@ def test_carried_entries_regenerate_and_judge_only_validation_rows():
         mod.carried_entry(mod.Carried("b300", "nowhere", ("eff_scaleup",), ("b300:",), ("all_to_all",), ""), TABLE)
 
 
+def test_writing_one_carried_entry_keeps_every_other_entry(tmp_path, monkeypatch):
+    mod = _fit_module()
+    before = json.loads(json.dumps(TABLE))
+    before["platforms"]["gb200"]["date"] = "untouched"  # another carried entry: must survive as it is
+    path = tmp_path / "hardware.json"
+    path.write_text(json.dumps(before, indent=2) + "\n")
+    monkeypatch.setattr(mod, "JSON_PATH", path)
+    monkeypatch.setattr(mod, "ROOT", tmp_path)
+    monkeypatch.setattr(sys, "argv", ["fit_hardware_model.py", "--platform", "b300", "--write"])
+    mod.main()
+    written = json.loads(path.read_text())["platforms"]
+    assert written == before["platforms"]  # b300 rebuilt identically, the others copied
+    assert list(written) == sorted(written)
+
+
 @pytest.mark.parametrize("name", CARRIED)
 def test_carried_constants_leave_the_fluid_model_and_its_bound_alone(name):
     """Carried constants act in the hardware model only: the fluid model and the lower bound of
