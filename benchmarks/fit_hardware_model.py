@@ -253,7 +253,7 @@ def fitted_entry(platform: Platform, values) -> dict:
     }
 
 
-def carried_entry(carried: Carried, table: dict) -> dict:
+def carried_preset_entry(carried: Carried, table: dict) -> dict:
     """hardware.json's entry of a carried preset: the source platform's constants it names (as the
     table holds them now), where they come from, and the residuals on its validation rows."""
     source = table["platforms"].get(carried.carried_from)
@@ -301,7 +301,7 @@ def main() -> None:
     for name in sorted(names, key=lambda n: n in CARRIED):
         if name in CARRIED:
             print(f"carrying {CARRIED[name].carried_from} -> {name} ...", file=sys.stderr)
-            entry = carried_entry(CARRIED[name], table)
+            entry = carried_preset_entry(CARRIED[name], table)
         else:
             platform = PLATFORMS[name]
             if args.refresh:
