@@ -10,11 +10,17 @@ only reported. Writes the constants, their provenance and the residuals to
 ``tests/test_hardware_fit.py`` checks that the committed constants reproduce their recorded
 residuals and that a fast platform's fit reproduces its constants.
 
+Presets in ``CARRIED`` are not fitted: they carry named constants of another platform's fit over,
+as a stated structural assumption (the same backend on a similar fabric), and their entry says so
+(``carried_from``); their residuals are those of their validation rows, never fitted on.
+``--platform NAME --write`` rewrites only NAME's entry; ``--refresh`` recomputes the residuals of
+the committed constants without searching (after rows were added or re-labelled).
+
 The search is deterministic: cyclic coordinate descent, each coordinate by golden-section
 search over a fixed grid (the values written are the grid's, so a rerun gives the same text).
 
 Usage:
-    python benchmarks/fit_hardware_model.py [--platform mi300x] [--write] [--json]
+    python benchmarks/fit_hardware_model.py [--platform mi300x] [--write] [--json] [--refresh]
 
 ``--write`` replaces only the entries of the platforms fitted in this run (all of them without
 ``--platform``); every other platform's entry of hardware.json is kept as it is.
@@ -108,7 +114,43 @@ PLATFORMS = {
 }
 
 
-def rows_of(platform: Platform, set_name: str):
+@dataclass(frozen=True)
+class Carried:
+    """A preset that takes ``keys`` of ``carried_from``'s constants as they are, unfitted, judged
+    on its own validation rows of ``operations`` (prefix match on the cluster spec)."""
+
+    preset: str
+    carried_from: str
+    keys: tuple[str, ...]
+    prefixes: tuple[str, ...]
+    operations: tuple[str, ...]
+    note: str
+
+
+# NCCL's point-to-point copies over NVLink: SABRE's A100 node (NVLink3 mesh) is the only NVIDIA
+# all-to-all in the fitting set. Judged on all-to-all only: until the efficiency splits into
+# point-to-point and collective-kernel terms, eff_scaleup also slows the ring/tree kernels.
+NVLINK_P2P = ("eff_scaleup", "chunk_scaleup")
+NVLINK_NOTE = ("NCCL point-to-point over NVLink, fitted on 4 x A100 (SABRE, perlmutter) and carried to NVLink5 "
+               "as a structural assumption (same NCCL p2p path; not fitted on these rows)")
+# RCCL's own terms carry. The incast terms describe FAST's 100 Gb/s ConnectX-6 RoCE network under
+# DCQCN (FLASH 6.1.1), not Oracle's 400 Gb/s NICs, so they do not; nor does eff_scaleup, which
+# mi300x's fit rows leave undetermined (3-4 nodes at 100 Gb/s: xGMI never binds; their loss moves
+# by < 0.5 % between eff_scaleup 0.5 and 1).
+RCCL_STACK = ("rendezvous", "step_cost", "eff_scaleout", "chunk_scaleout")
+CARRIED = {
+    name: Carried(name, "perlmutter", NVLINK_P2P, (f"{name}:",), ("all_to_all",), NVLINK_NOTE)
+    for name in ("b300", "gb200", "gb300")
+}
+CARRIED["mi355x"] = Carried(
+    "mi355x", "mi300x", RCCL_STACK, ("mi355x:",), ("all_to_all",),
+    "RCCL's point-to-point terms fitted on 3-4 x 8 MI300X (FAST/FLASH) and carried to MI355X as a structural "
+    "assumption (same RCCL stack; not fitted on these rows; not carried: the incast terms of FAST's 100 Gb/s "
+    "DCQCN network, and eff_scaleup, which those rows leave undetermined)",
+)
+
+
+def rows_of(platform: Platform | Carried, set_name: str):
     """The platform's rows of one set (excluded ones included)."""
     return [r for r in fidelity.load_rows(set_name) if r.cluster.startswith(platform.prefixes)]
 
@@ -225,18 +267,64 @@ def fitted_entry(platform: Platform, values) -> dict:
     }
 
 
+def carried_preset_entry(carried: Carried, table: dict) -> dict:
+    """hardware.json's entry of a carried preset: the source platform's constants it names (as the
+    table holds them now), where they come from, and the residuals on its validation rows."""
+    source = table["platforms"].get(carried.carried_from)
+    if source is None:
+        raise ValueError(f"{carried.preset}: {carried.carried_from} has no entry in {JSON_PATH.name} to carry over")
+    constants = {k: v for k, v in source["constants"].items() if k in carried.keys}
+    extra = "".join(f",{k}={v}" for k, v in constants.items())
+    rows = [r for r in rows_of(carried, "validation") if r.operation in carried.operations]
+    return {
+        "constants": constants,
+        "carried_from": carried.carried_from,
+        "source": f"carried over from {carried.carried_from}'s fit, not fitted: {carried.note}; judged on the "
+                  f"{'/'.join(carried.operations)} validation rows of benchmarks/data/hardware by "
+                  "benchmarks/fit_hardware_model.py",
+        "date": DATE,
+        "residuals": {"fit": summary([], []), "validation": summary(rows, errors(rows, extra))},
+    }
+
+
+def committed_values(platform: Platform, table: dict) -> tuple[float, ...]:
+    """The committed constants of a fitted platform as grid values (for --refresh)."""
+    have = table["platforms"][platform.preset]["constants"]
+    out = []
+    for p in platform.params:
+        v = have[p.key]
+        if p.unit == "":
+            out.append(float(v))
+        else:  # sizes and durations in the unit they were written in
+            out.append(float(v.removesuffix(p.unit)))
+    return tuple(out)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--platform", action="append", choices=sorted(PLATFORMS), help="only these (repeatable)")
+    ap.add_argument("--platform", action="append", choices=sorted({**PLATFORMS, **CARRIED}),
+                    help="only these (repeatable); the others' entries are left as they are")
     ap.add_argument("--write", action="store_true", help=f"write {JSON_PATH.relative_to(ROOT)}")
     ap.add_argument("--json", action="store_true", help="print the entries as JSON")
+    ap.add_argument("--refresh", action="store_true",
+                    help="keep the committed constants of fitted platforms, recompute their residuals only")
     args = ap.parse_args()
     table = json.loads(JSON_PATH.read_text())
-    for name in args.platform or sorted(PLATFORMS):
-        platform = PLATFORMS[name]
-        print(f"fitting {name} ...", file=sys.stderr)
-        values, best = fit(platform, verbose=True)
-        entry = fitted_entry(platform, values)
+    names = args.platform or sorted(PLATFORMS) + sorted(CARRIED)
+    # Fitted platforms first, so a carried preset takes its source's new constants.
+    for name in sorted(names, key=lambda n: n in CARRIED):
+        if name in CARRIED:
+            print(f"carrying {CARRIED[name].carried_from} -> {name} ...", file=sys.stderr)
+            entry = carried_preset_entry(CARRIED[name], table)
+        else:
+            platform = PLATFORMS[name]
+            if args.refresh:
+                print(f"refreshing {name}'s residuals ...", file=sys.stderr)
+                values = committed_values(platform, table)
+            else:
+                print(f"fitting {name} ...", file=sys.stderr)
+                values, _ = fit(platform, verbose=True)
+            entry = fitted_entry(platform, values)
         table["platforms"][name] = entry
         r = entry["residuals"]
         print(f"{name}: {entry['constants']}  fit |err| mean {r['fit']['mean_abs_error']} max {r['fit']['max_abs_error']}"

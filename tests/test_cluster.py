@@ -12,8 +12,12 @@ PRESETS = {
     "h100": (8, "switch", 450 * GBS, 8, 400 * GBPS),
     "h800": (8, "switch", 200 * GBS, 8, 400 * GBPS),
     "b200": (8, "switch", 900 * GBS, 8, 400 * GBPS),
+    "b300": (8, "switch", 900 * GBS, 8, 800 * GBPS),
+    "gb200": (72, "switch", 900 * GBS, 72, 400 * GBPS),  # one NVL72 rack per server
+    "gb300": (72, "switch", 900 * GBS, 72, 800 * GBPS),
     "a100": (8, "switch", 300 * GBS, 8, 200 * GBPS),
     "mi300x": (8, "mesh", 7 * 64 * GBS, 8, 100 * GBPS),
+    "mi355x": (8, "mesh", 7 * 76_800_000_000, 8, 400 * GBPS),
     "perlmutter": (4, "mesh", 3 * 100 * GBS, 4, 25 * GBS),
     "mi250": (8, "ring", 2 * 50 * GBS, 4, 25 * GBS),
     "v100": (8, "cubemesh", 4 * 25 * GBS, 4, 100 * GBPS),

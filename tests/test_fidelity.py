@@ -82,6 +82,34 @@ def test_fit_and_validation_share_no_source_file():
     assert not any("random" in r.source or "skew" in r.source for r in ROWS if r.set == "fit")
 
 
+def _extract_module():
+    spec = importlib.util.spec_from_file_location(
+        "hardware_extract", BENCH.parent / "data" / "hardware" / "extract.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_oci_rows_use_their_platforms_presets_and_nccl_tests_conventions():
+    """Oracle's logs: each platform's own preset states the hardware; the rank count is the one
+    nccl-tests' busbw factor names, and a log that disagrees with its setup is excluded."""
+    ext = _extract_module()
+    own = {"B300": "b300", "GB200": "gb200", "GB300": "gb300", "MI355X": "mi355x"}
+    oci = [r for r in ROWS if r.file == "oci_quickstart_nccl_tests.csv"]
+    assert {r.platform for r in oci} == set(own)
+    for r in oci:
+        assert r.cluster.split(":")[0] == own[r.platform], f"{r.file}:{r.line}"
+        assert int(r.param("ranks")) == r.ranks == ext.cluster_ranks(r.cluster), f"{r.file}:{r.line}"
+    # Logged (algbw, busbw) pairs: GB300's two racks (128 ranks, alltoall), B300's two nodes
+    # (16 ranks, allreduce), and GB200's "2 Nodes on a Single Rack" allreduce, run with --np 8.
+    assert ext.busbw_agrees("all_to_all", 128, 47.67, 47.30)
+    assert ext.busbw_agrees("allreduce", 16, 408.82, 766.54)
+    assert not ext.busbw_agrees("allreduce", 8, 452.90, 891.64)
+    assert ext.ranks_from_busbw("allreduce", 452.90, 891.64) == 64
+    gb200_2 = [r for r in oci if r.platform == "GB200" and r.operation == "allreduce" and r.ranks == 8]
+    assert gb200_2 and all("64 ranks" in r.excluded for r in gb200_2)
+
+
 def test_fanout_collapse_is_excluded_with_its_reason():
     big = [r for r in ROWS if r.file.startswith("fast_amd") and r.algorithm == "fanout" and r.size_bytes > 100e6]
     assert big and all(r.excluded and "collapse" in r.excluded for r in big)

@@ -12,6 +12,8 @@ from collsched import Cluster, fidelity
 
 ROOT = Path(__file__).resolve().parents[1]
 TABLE = json.loads((ROOT / "crates/collsched-core/src/topology/hardware.json").read_text())
+# Entries carried over from another platform's fit (not fitted; judged on validation rows only).
+CARRIED = sorted(n for n, e in TABLE["platforms"].items() if "carried_from" in e)
 
 
 def _fit_module():
@@ -31,7 +33,15 @@ def test_every_fitted_platform_is_a_preset_and_loads_its_constants():
         d = loaded.to_dict()
         assert d["hardware"], f"{name}: the preset shows no hardware terms"
         assert entry["date"] in d["hardware_source"] and entry["source"] in d["hardware_source"]
-        assert entry["residuals"]["fit"]["rows"] > 0
+        if name in CARRIED:
+            # A carry-over takes its source's constants as they are and says so.
+            source = TABLE["platforms"][entry["carried_from"]]
+            assert "carried_from" not in source, f"{name}: carried from a carried entry"
+            assert entry["constants"].items() <= source["constants"].items(), name
+            assert entry["source"].startswith(f"carried over from {entry['carried_from']}'s fit, not fitted")
+            assert entry["residuals"]["fit"]["rows"] == 0 and entry["residuals"]["validation"]["rows"] > 0
+        else:
+            assert entry["residuals"]["fit"]["rows"] > 0
 
 
 def test_custom_clusters_stay_neutral():
@@ -42,8 +52,9 @@ def test_custom_clusters_stay_neutral():
 
 @pytest.mark.parametrize("name", sorted(TABLE["platforms"]))
 def test_committed_constants_reproduce_the_recorded_residuals(name):
-    recorded = TABLE["platforms"][name]["residuals"]["fit"]["per_row"]
-    rows = {f"{r.file}:{r.line}": r for r in fidelity.load_rows("fit")}
+    which = "validation" if name in CARRIED else "fit"  # a carry-over has no fit rows
+    recorded = TABLE["platforms"][name]["residuals"][which]["per_row"]
+    rows = {f"{r.file}:{r.line}": r for r in fidelity.load_rows(which)}
     assert recorded
     for where, algorithm, size, err, excluded in recorded:
         row = rows[where]
@@ -57,7 +68,8 @@ def test_committed_constants_reproduce_the_recorded_residuals(name):
 def test_the_fit_regenerates_the_committed_constants():
     """Rerun the deterministic fit of the smallest platform and compare with the JSON."""
     mod = _fit_module()
-    name = min(TABLE["platforms"], key=lambda p: len(mod.rows_of(mod.PLATFORMS[p], "fit")))
+    fitted = [p for p in TABLE["platforms"] if p in mod.PLATFORMS]  # carried-over presets are not fitted
+    name = min(fitted, key=lambda p: len(mod.rows_of(mod.PLATFORMS[p], "fit")))
     values, _ = mod.fit(mod.PLATFORMS[name])
     entry = mod.fitted_entry(mod.PLATFORMS[name], values)
     assert entry["constants"] == TABLE["platforms"][name]["constants"]
@@ -93,6 +105,55 @@ def test_write_replaces_only_the_fitted_platforms_entry(tmp_path, monkeypatch):
     for name, entry in TABLE["platforms"].items():
         if name != "h800":
             assert written["platforms"][name] == entry, name
+
+
+def test_carried_entries_regenerate_and_judge_only_validation_rows():
+    """The script rebuilds a carried entry from its source's committed constants: same constants,
+    same residuals; it never reads a fit row of the carried preset (it has none)."""
+    mod = _fit_module()
+    assert sorted(mod.CARRIED) == CARRIED
+    name = min(CARRIED, key=lambda n: len(TABLE["platforms"][n]["residuals"]["validation"]["per_row"]))
+    entry = mod.carried_preset_entry(mod.CARRIED[name], TABLE)
+    assert entry["constants"] == TABLE["platforms"][name]["constants"]
+    assert entry["residuals"] == TABLE["platforms"][name]["residuals"]
+    assert not mod.rows_of(mod.CARRIED[name], "fit")
+    with pytest.raises(ValueError, match="no entry"):
+        mod.carried_preset_entry(mod.Carried("b300", "nowhere", ("eff_scaleup",), ("b300:",), ("all_to_all",), ""), TABLE)
+
+
+def test_writing_one_carried_entry_keeps_every_other_entry(tmp_path, monkeypatch):
+    mod = _fit_module()
+    before = json.loads(json.dumps(TABLE))
+    before["platforms"]["gb200"]["date"] = "untouched"  # another carried entry: must survive as it is
+    path = tmp_path / "hardware.json"
+    path.write_text(json.dumps(before, indent=2) + "\n")
+    monkeypatch.setattr(mod, "JSON_PATH", path)
+    monkeypatch.setattr(mod, "ROOT", tmp_path)
+    monkeypatch.setattr(sys, "argv", ["fit_hardware_model.py", "--platform", "b300", "--write"])
+    mod.main()
+    written = json.loads(path.read_text())["platforms"]
+    assert written == before["platforms"]  # b300 rebuilt identically, the others copied
+    assert list(written) == sorted(written)
+
+
+@pytest.mark.parametrize("name", CARRIED)
+def test_carried_constants_leave_the_fluid_model_and_its_bound_alone(name):
+    """Carried constants act in the hardware model only: the fluid model and the lower bound of
+    the preset are those of its peaks (the same preset with every carried term set neutral)."""
+    from collsched import plan_all_to_all, simulate, traffic
+
+    neutral = {"eff_scaleup": "1", "eff_scaleout": "1", "chunk_scaleup": "0B", "chunk_scaleout": "0B",
+               "step_cost": "0ns", "rendezvous": "0"}
+    # Where the carried terms bind: one NVLink domain for the p2p NVLink terms, two servers for RCCL's.
+    spec = {"gb200": "gb200:1,gpus=8", "gb300": "gb300:1,gpus=8", "mi355x": "mi355x:2"}.get(name, f"{name}:1")
+    peak = spec + "".join(f",{k}={neutral[k]}" for k in TABLE["platforms"][name]["constants"])
+    assert Cluster.parse(peak).to_dict()["hardware"] == {}
+    m = traffic.uniform(Cluster.parse(spec).num_gpus, 8 << 20, seed=3)
+    plan = plan_all_to_all(m, spec, "fanout")
+    fluid, at_peak = simulate(plan, spec, model="fluid"), simulate(plan, peak, model="hardware")
+    assert fluid.time_s == at_peak.time_s and fluid.lower_bound_s == at_peak.lower_bound_s
+    hw = simulate(plan, spec, model="hardware")
+    assert hw.time_s > fluid.time_s and hw.lower_bound_s == fluid.lower_bound_s
 
 
 def test_simulate_selects_the_model():
@@ -137,3 +198,5 @@ def test_cli_simulate_and_clusters_show_the_model():
     presets = {d["name"]: d for d in json.loads(r.stdout)["presets"]}
     assert presets["mi300x"]["hardware"]["rendezvous"] == "1" and "FAST" in presets["mi300x"]["hardware_source"]
     assert presets["h200"]["hardware"] == {} and presets["h200"]["hardware_source"] is None
+    for name in CARRIED:  # carried constants are shown as carried, with their source
+        assert presets[name]["hardware"] and presets[name]["hardware_source"].startswith("carried over from")

@@ -293,35 +293,52 @@ def nccl_tests_rows(gitdir: str) -> list[dict]:
 # nccl-tests / rccl-tests logs quoted in Oracle's OCI GPU quick-start guides
 
 OCI_REPO, OCI_COMMIT = "oracle-quickstart/oci-gpu-quickstarts", "6a0abdc78b574b28eb10926387615c8414ed8c1d"
-# Scale-up rates are datasheet values the guides do not repeat: NVLink5 1.8 TB/s per GPU
-# bidirectional (B200/B300/GB200/GB300: the b200 preset's 900 GB/s switch port); MI355X 7 xGMI
-# links of 153.6 GB/s bidirectional (76.8 GB/s per direction) on a full mesh.
-MI355X = "mi300x:{n},scaleup=76.8GB/s,nic=400Gbps"
-# (file, heading pattern, cluster spec or None to skip, excluded reason or None). NVL72 racks: the
-# hosts of one rack share one NVLink domain, so a rack is one collsched "server" of 4 × hosts GPUs.
+# Each platform has its own preset, which states the hardware with its sources (topology/presets.rs):
+# b300 (DGX/HGX B300: NVLink5 switch 900 GB/s per GPU, 8 x 800 Gb/s per node = OCI's 8 x 2 x 400
+# Gb/s RoCE), gb200 / gb300 (one NVL72 rack = one collsched server of 72 GPUs on one NVLink domain;
+# a log of H hosts of 4 GPUs inside one rack is `gpus=4H`), mi355x (7 xGMI links of 76.8 GB/s per
+# direction on a full mesh, one 400 Gb/s NIC per GPU).
+# (file, heading pattern, cluster spec, excluded reason or None). A log whose busbw/algbw ratio
+# names a different rank count than its setup is excluded by _oci_block (NCCL_TESTS_BUSBW_FACTOR).
 OCI_SETUPS = (
-    ("nvidia/B300/README-B300.md", r"Single Node", "b200:1", None),
-    ("nvidia/B300/README-B300.md", r"2 Nodes", "b200:2,nic=800Gbps", None),
-    ("nvidia/GB300/README-GB300.md", r"Single Node", "b200:1,gpus=4", None),
-    ("nvidia/GB300/README-GB300.md", r"2 (Nodes|Hosts) (on a )?Single Rack", "b200:1,gpus=8", None),
-    ("nvidia/GB300/README-GB300.md", r"1 Rack - 16 nodes|16 Hosts 1 Rack", "b200:1,gpus=64", None),
-    ("nvidia/GB300/README-GB300.md", r"2 Racks", "b200:2,gpus=64,nics=64,nic=800Gbps", None),
-    ("nvidia/GB200/README-GB200.md", r"Single Node", "b200:1,gpus=4", None),
-    ("nvidia/GB200/README-GB200.md", r"2 (Nodes|Hosts) (on a )?Single Rack", "b200:1,gpus=8", None),
-    ("nvidia/GB200/README-GB200.md", r"16 Hosts 1 Rack", "b200:1,gpus=64", None),
+    ("nvidia/B300/README-B300.md", r"Single Node", "b300:1", None),
+    ("nvidia/B300/README-B300.md", r"2 Nodes", "b300:2", None),
+    ("nvidia/GB300/README-GB300.md", r"Single Node", "gb300:1,gpus=4", None),
+    ("nvidia/GB300/README-GB300.md", r"2 (Nodes|Hosts) (on a )?Single Rack", "gb300:1,gpus=8", None),
+    ("nvidia/GB300/README-GB300.md", r"1 Rack - 16 nodes|16 Hosts 1 Rack", "gb300:1,gpus=64", None),
+    ("nvidia/GB300/README-GB300.md", r"2 Racks", "gb300:2,gpus=64", None),
+    ("nvidia/GB200/README-GB200.md", r"Single Node", "gb200:1,gpus=4", None),
+    ("nvidia/GB200/README-GB200.md", r"2 (Nodes|Hosts) (on a )?Single Rack", "gb200:1,gpus=8", None),
+    ("nvidia/GB200/README-GB200.md", r"16 Hosts 1 Rack", "gb200:1,gpus=64", None),
     # GB200 racks join over 4 x 400 Gb/s InfiniBand or 8 x 400 Gb/s RoCE per host depending on the
     # shape variant, and the guide does not say which one ran: not fully stated, not judged.
-    ("nvidia/GB200/README-GB200.md", r"2 Racks", "b200:2,gpus=64,nics=64,nic=400Gbps",
+    ("nvidia/GB200/README-GB200.md", r"2 Racks", "gb200:2,gpus=64",
      "network not stated: the GB200 shape family has 4 x 400 Gb/s IB or 8 x 400 Gb/s RoCE per host"),
-    ("nvidia/GB200/README-GB200.md", r"3 Racks", "b200:3,gpus=64,nics=64,nic=400Gbps",
+    ("nvidia/GB200/README-GB200.md", r"3 Racks", "gb200:3,gpus=64",
      "network not stated: the GB200 shape family has 4 x 400 Gb/s IB or 8 x 400 Gb/s RoCE per host"),
-    ("amd/MI355X/README-MI355X.md", r"All Reduce|All 2 All", MI355X.format(n=1), None),
-    ("amd/MI355X/README-MI355X-Pollara.md", r"Single Node", MI355X.format(n=1), None),
-    ("amd/MI355X/README-MI355X-Pollara.md", r"2 Nodes", MI355X.format(n=2), None),
-    ("amd/MI355X/README-MI355X-Pollara.md", r"4 Nodes", MI355X.format(n=4), None),
+    ("amd/MI355X/README-MI355X.md", r"All Reduce|All 2 All", "mi355x:1", None),
+    ("amd/MI355X/README-MI355X-Pollara.md", r"Single Node", "mi355x:1", None),
+    ("amd/MI355X/README-MI355X-Pollara.md", r"2 Nodes", "mi355x:2", None),
+    ("amd/MI355X/README-MI355X-Pollara.md", r"4 Nodes", "mi355x:4", None),
 )
 OCI_PLATFORM = {"B300": "B300", "GB300": "GB300", "GB200": "GB200", "MI355X": "MI355X"}
 NCCL_TESTS_LINE = re.compile(r"^\s*(\d+)\s+(\d+)\s+\w+\s+\w+\s+-?\d+\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)")
+# nccl-tests' busbw = algbw x this factor of the rank count n (its doc/PERFORMANCE.md): the ratio a
+# log prints tells how many ranks ran, whatever its heading says.
+NCCL_TESTS_BUSBW_FACTOR = {"all_to_all": lambda n: (n - 1) / n, "allreduce": lambda n: 2 * (n - 1) / n,
+                           "allgather": lambda n: (n - 1) / n}
+
+
+def busbw_agrees(op: str, ranks: int, algbw: float, busbw: float) -> bool:
+    """Whether a log's busbw / algbw is the busbw factor of ``ranks`` (both printed to 0.01 GB/s)."""
+    tol = 0.011 / algbw + 0.011 / busbw + 1e-9
+    return abs(NCCL_TESTS_BUSBW_FACTOR[op](ranks) * algbw / busbw - 1) <= tol
+
+
+def ranks_from_busbw(op: str, algbw: float, busbw: float, most: int = 1024) -> int | None:
+    """The rank count whose busbw factor is nearest the log's busbw / algbw, if any agrees."""
+    fits = [n for n in range(2, most + 1) if busbw_agrees(op, n, algbw, busbw)]
+    return min(fits, key=lambda n: abs(NCCL_TESTS_BUSBW_FACTOR[op](n) - busbw / algbw)) if fits else None
 
 
 def _oci_op(heading: str, block: str) -> str | None:
@@ -371,24 +388,38 @@ def _oci_block(path: str, platform: str, heading: str, block: str) -> list[dict]
             continue
         size, t_us = int(m.group(1)), float(m.group(3))
         ranks = cluster_ranks(cluster)
+        algbw, busbw, why = float(m.group(4)), float(m.group(5)), excluded
+        # nccl-tests' algbw is size / time (alltoall: size = each rank's send buffer, allreduce:
+        # the buffer): the row's conversion must give back the log's own algbw.
+        if abs(size / (t_us * 1e-6) / 1e9 / algbw - 1) > 0.005:
+            raise ValueError(f"{path} '{heading}': size {size} / time {t_us} us is not the log's algbw {algbw} GB/s")
+        if why is None and not busbw_agrees(op, ranks, algbw, busbw):
+            # The GB200 guide's "2 Nodes on a Single Rack" allreduce runs `--np 8`, but its log's
+            # busbw / algbw = 2 x 63/64: it is a 64-rank log; which setup ran is not stated.
+            why = (f"log and setup disagree: busbw/algbw = {busbw / algbw:.4f} is the factor of "
+                   f"{ranks_from_busbw(op, algbw, busbw)} ranks, the setup has {ranks}")
         rows.append(row(source=f"{OCI_REPO}@{OCI_COMMIT[:12]} {path}, '{heading}'", platform=platform, cluster=cluster,
                         operation=op, algorithm="fanout" if op == "all_to_all" else "ring_tree", workload="balanced",
                         size_bytes=size, size_convention="per_rank_buffer" if op == "all_to_all" else "nccl_tests_size",
                         measured_s=fmt(t_us * 1e-6), measured_value=fmt(t_us), measured_unit="us (out-of-place)",
                         samples=int(re.search(r"iters: (\d+) agg", block).group(1)) if "iters:" in block else 1,
-                        set="validation", excluded=excluded,
+                        set="validation", excluded=why,
                         params=f"ranks={ranks};dtype=float32" + (";diagonal=1" if op == "all_to_all" else ""),
-                        note=("nccl-tests/rccl-tests log quoted in the guide; scale-up rate from the GPU datasheet"
+                        note=("nccl-tests/rccl-tests log quoted in the guide; hardware as the preset states it"
                               + ("; one process drives all GPUs (-g N)"
                                  if single_process and single_process.group(1) != "1" else ""))))
     return rows
 
 
+PRESET_GPUS = {"gb200": 72, "gb300": 72, "perlmutter": 4}  # GPUs per server of presets with other than 8
+
+
 def cluster_ranks(spec: str) -> int:
-    """GPUs of a spec, read from its own text (servers × gpus=, 8 by default)."""
-    servers = int(spec.split(":")[1].split(",")[0])
+    """GPUs of a spec, read from its own text (servers × gpus=, else the preset's GPUs per server)."""
+    name, rest = spec.split(":", 1)
+    servers = int(rest.split(",")[0])
     m = re.search(r"gpus=(\d+)", spec)
-    return servers * (int(m.group(1)) if m else 8)
+    return servers * (int(m.group(1)) if m else PRESET_GPUS.get(name, 8))
 
 
 # ---------------------------------------------------------------------------------------------

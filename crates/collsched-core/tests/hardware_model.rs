@@ -140,7 +140,10 @@ fn fluid_model_ignores_the_terms_bit_for_bit() {
 #[test]
 fn presets_with_fitted_constants_simulate_slower_than_fluid() {
     for (name, _) in collsched_core::topology::presets::PRESETS {
-        let c = Cluster::parse(&format!("{name}:1")).unwrap(); // scale-up bound: every term shows
+        let one = Cluster::parse(&format!("{name}:1")).unwrap(); // scale-up bound: every scale-up term shows
+        // A preset whose terms are all scale-out ones (mi355x's carried RCCL terms) shows them across servers.
+        let scaleup_neutral = one.hw.eff_scaleup_ppm == collsched_core::topology::hardware::PPM && one.hw.chunk_scaleup_bytes == 0;
+        let c = if scaleup_neutral && !one.hw.is_neutral() { Cluster::parse(&format!("{name}:2")).unwrap() } else { one };
         let t = generators::balanced(c.num_gpus() as usize, 8 << 20).unwrap();
         let p = plan_all_to_all(&t, &c, "fanout", &Options::new()).unwrap();
         let (hw, fluid) = (time(&p, &c), simulate(&p, &c, &opts(Model::Fluid)).unwrap().time_s);

@@ -260,7 +260,8 @@ def clusters_cmd(json_out: bool = typer.Option(False, "--json", help="print one 
     _stdout().print(t)
     for d in rows:
         if d["hardware_source"]:
-            _stdout().print(f"{d['name']} hardware-model constants fitted to: {d['hardware_source']}")
+            # The source says whether the constants were fitted or carried over from another fit.
+            _stdout().print(f"{d['name']} hardware-model constants: {d['hardware_source']}")
     keys = ", ".join(k for k, _ in Cluster.spec_keys())
     _stdout().print(f"overrides: {keys}   e.g. h200:4,nic=200Gbps,nics=4")
     _stdout().print("calibrated[:SERVERS]: the cluster `collsched calibrate --network` measured "
@@ -405,7 +406,7 @@ def _model_line(c, model: str) -> str:
     terms = ", ".join(f"{k}={v}" for k, v in d["hardware"].items())
     if not terms:
         return "hardware, no terms set on this cluster: identical to the fluid model"
-    return f"hardware ({terms}; fitted: {d['hardware_source'] or 'set by the spec'})"
+    return f"hardware ({terms}; constants: {d['hardware_source'] or 'set by the spec'})"
 
 
 def simulate_cmd(
