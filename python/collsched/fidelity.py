@@ -175,7 +175,8 @@ def _simulate(plan, cluster, model: str, exact: bool = False) -> float:
     """Simulated seconds of ``plan``: the one call that picks the simulator's model.
 
     ``exact``: exact event times (``tolerance=0``) instead of the default coalescing, which moves
-    the predictions by at most 0.5 % (the fitted constants' residuals were recorded without it).
+    the all-to-all predictions by -0.05 % to +0.8 % (either way under incast: docs/simulator.md,
+    "Speed"; the fitted constants' residuals were recorded without it).
     """
     from collsched import simulate
     from collsched.sim import DEFAULT_TOLERANCE
