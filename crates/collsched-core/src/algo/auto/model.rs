@@ -68,6 +68,8 @@ struct Fabric {
     /// Point-to-point rendezvous (`HardwareTerms::rendezvous`): a step's receive is posted only
     /// once the receiver's previous step is done.
     rendezvous: bool,
+    /// Every hardware term neutral (the fluid model): `hardware_s` is 0 without computing it.
+    neutral: bool,
 }
 
 impl Fabric {
@@ -100,6 +102,7 @@ impl Fabric {
             incast_goodput: hw.incast_goodput(),
             incast_min: hw.incast_min_bytes as f64,
             rendezvous: hw.rendezvous,
+            neutral: hw.is_neutral(),
         }
     }
 }
@@ -327,6 +330,9 @@ impl Terms {
     /// `incast_goodput`) and the rendezvous (`rendezvous_s`). 0 on a cluster with neutral terms.
     pub fn hardware_s(&self, candidate: &str, shape: &Shape, l: &Loads) -> f64 {
         let f = &self.f;
+        if f.neutral {
+            return 0.0;
+        }
         let remote = l.servers > 1;
         let (chunk, rate) = if remote { (f.chunk_out, f.nic) } else { (f.chunk_up, f.link) };
         // The busiest rank's typical message: its bytes over its messages.
