@@ -35,12 +35,12 @@ const FAST: [f64; 4] = [0.346, -0.127, -0.255, 1.033];
 /// FAST cuts stages to at most 1/8 of the busiest line (`fast::MIN_PIPELINE_STAGES`) and
 /// no smaller than 4 × alpha_scaleout × NIC bandwidth per NIC (its default `min_stage_bytes`).
 const FAST_PIPELINE: f64 = 8.0;
+const FAST_MIN_STAGE_ALPHAS: f64 = 4.0;
 /// Under the point-to-point rendezvous, what FAST's stage-by-stage coupling adds, as a share
 /// of the server line's time: the simulator's FAST with `rendezvous=1` against `=0` on
 /// mi300x:2–4 (105 matrices: uniform, Zipf, hot receivers, 1–256 MiB per GPU, seed 7) is
 /// 4.3% slower in the median (10–90%: 1.5–7.1%); `docs/results/2026-11-28-auto-rendezvous.md`.
 const FAST_RENDEZVOUS: f64 = 0.045;
-const FAST_MIN_STAGE_ALPHAS: f64 = 4.0;
 
 struct Fabric {
     a_loc: f64,
@@ -384,10 +384,11 @@ impl Terms {
     /// as without the rendezvous, but each pipeline stage now waits for its receiver's
     /// previous stage, whose start its own receiver delayed: a share of the line time
     /// (`FAST_RENDEZVOUS`, fitted). sabre_light's forwarded bytes wait for their receiver's
-    /// first step (its group-direct bytes and its forwarding): `rail_after_rendezvous`. SpreadOut's rounds each wait for their largest block: in
-    /// the g − 1 rounds where a GPU's own partner is in its server, other pairs of the round
-    /// still cross the network, so those rounds cost a remote block each (the mean one: a
-    /// lower estimate) beyond the NIC's own bytes. 0 without the rendezvous, never negative.
+    /// first step (its group-direct bytes and its forwarding): `rail_after_rendezvous`.
+    /// SpreadOut's rounds each wait for their largest block: in the g − 1 rounds where a GPU's
+    /// own partner is in its server, other pairs of the round still cross the network, so
+    /// those rounds cost a remote block each (the mean one: a lower estimate) beyond the NIC's
+    /// own bytes. 0 without the rendezvous, never negative.
     fn rendezvous_s(&self, candidate: &str, l: &Loads) -> f64 {
         let f = &self.f;
         if !f.rendezvous || self.line == 0 {
@@ -398,7 +399,7 @@ impl Terms {
             "balanced_direct" => hidden(BALANCED_DIRECT[0], BALANCED_DIRECT[1]),
             "sabre_skewed" => hidden(SABRE_SKEWED[0], SABRE_SKEWED[1]),
             "fast" => hidden(FAST[0], 1.0) + FAST_RENDEZVOUS * self.srv,
-            "sabre_light" => (self.rail_after_rendezvous(l) - self.rail_after_forwarding(l)).max(0.0),
+            "sabre_light" => (self.rail_after_rendezvous(l).max(self.inside) - self.rail_after_forwarding(l).max(self.inside)).max(0.0),
             "spreadout" => {
                 let remote_pairs = (l.n * (l.n - l.g)) as f64;
                 let block = l.so_out.iter().map(|&b| b as f64).sum::<f64>() / remote_pairs;
