@@ -181,7 +181,8 @@ def _simulate(plan, cluster, model: str, exact: bool = False, warm_connections: 
     """Simulated seconds of ``plan``: the one call that picks the simulator's model.
 
     ``exact``: exact event times (``tolerance=0``) instead of the default coalescing, which moves
-    the predictions by at most 0.5 % (the fitted constants' residuals were recorded without it).
+    the all-to-all predictions by -0.05 % to +0.8 % (either way under incast: docs/simulator.md,
+    "Speed"; the fitted constants' residuals were recorded without it).
     ``warm_connections``: a piece's start-up overlaps the previous piece of its stream (the
     simulator's option of that name), for backends that stream pieces on one connection.
     """

@@ -104,7 +104,7 @@ fn decide(l: &Loads, cluster: &Cluster, calibration: &Calibration, b: &Backend, 
     for (&name, _) in CANDIDATES.iter().zip(mask).filter(|x| *x.1) {
         let shape = model::shape(name, l, cluster);
         // The fluid transfer time plus the hardware model's terms (0 when they are neutral).
-        let transfer_s = terms.transfer_s(name, l, b.half_duplex) + model::hardware_s(name, &shape, l, cluster);
+        let transfer_s = terms.transfer_s(name, l, b.half_duplex) + terms.hardware_s(name, &shape, l);
         let planning = calibration.planning_ns_per_transfer.get(name).copied().unwrap_or(0.0);
         let overhead_s = model::overhead_s(name, &shape, b, planning);
         candidates.push(Predicted { name, total_s: transfer_s + overhead_s, transfer_s, overhead_s, shape });

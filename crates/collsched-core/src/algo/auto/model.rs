@@ -36,6 +36,11 @@ const FAST: [f64; 4] = [0.346, -0.127, -0.255, 1.033];
 /// no smaller than 4 × alpha_scaleout × NIC bandwidth per NIC (its default `min_stage_bytes`).
 const FAST_PIPELINE: f64 = 8.0;
 const FAST_MIN_STAGE_ALPHAS: f64 = 4.0;
+/// Under the point-to-point rendezvous, what FAST's stage-by-stage coupling adds, as a share
+/// of the server line's time: the simulator's FAST with `rendezvous=1` against `=0` on
+/// mi300x:2–4 (105 matrices: uniform, Zipf, hot receivers, 1–256 MiB per GPU, seed 7) is
+/// 4.3% slower in the median (10–90%: 1.5–7.1%); `docs/results/2026-11-28-auto-rendezvous.md`.
+const FAST_RENDEZVOUS: f64 = 0.045;
 
 struct Fabric {
     a_loc: f64,
@@ -60,6 +65,11 @@ struct Fabric {
     incast_flows: u32,
     incast_goodput: f64,
     incast_min: f64,
+    /// Point-to-point rendezvous (`HardwareTerms::rendezvous`): a step's receive is posted only
+    /// once the receiver's previous step is done.
+    rendezvous: bool,
+    /// Every hardware term neutral (the fluid model): `hardware_s` is 0 without computing it.
+    neutral: bool,
 }
 
 impl Fabric {
@@ -91,6 +101,8 @@ impl Fabric {
             incast_flows: hw.incast_flows,
             incast_goodput: hw.incast_goodput(),
             incast_min: hw.incast_min_bytes as f64,
+            rendezvous: hw.rendezvous,
+            neutral: hw.is_neutral(),
         }
     }
 }
@@ -165,8 +177,12 @@ fn direct_inside(f: &Fabric, l: &Loads, half_duplex: f64) -> f64 {
 /// matrix) cut to pipeline pieces.
 fn fast_rounds(f: &Fabric, l: &Loads) -> f64 {
     let line = l.server_line() as f64;
-    let cap = (line / FAST_PIPELINE).max(FAST_MIN_STAGE_ALPHAS * f.a_out * f.nic * f.nics).max(1.0);
-    (line / cap).ceil() + l.servers.saturating_sub(2) as f64
+    (line / fast_stage_cap(f, line)).ceil() + l.servers.saturating_sub(2) as f64
+}
+
+/// FAST's largest pipeline stage of a server line of `line` bytes (bytes per server).
+fn fast_stage_cap(f: &Fabric, line: f64) -> f64 {
+    (line / FAST_PIPELINE).max(FAST_MIN_STAGE_ALPHAS * f.a_out * f.nic * f.nics).max(1.0)
 }
 
 /// Predicted transfer time (seconds) of `candidate` on the simulator's cluster model.
@@ -241,6 +257,25 @@ impl Terms {
         }
     }
 
+    /// sabre_light under the rendezvous: the forwarded bytes (its second step) into a GPU
+    /// wait until that GPU's first step is done (its group-direct bytes and the forwarding
+    /// into its proxies), and every server receives from every other: the second step starts
+    /// after the slowest first step, then the largest forwarded load follows.
+    fn rail_after_rendezvous(&self, l: &Loads) -> f64 {
+        let f = &self.f;
+        let (mut first, mut forwarded) = (0.0f64, 0.0f64);
+        for q in 0..l.rail_up.len() {
+            let wait = if f.per_pair { phase(f.a_up, l.fwd_msg_max[q], f.link) } else { phase(f.a_up, l.fwd_in_max[q], f.link) };
+            first = first.max(l.group_direct[q] as f64 / f.nic).max(wait);
+            forwarded = forwarded.max((l.rail_up[q] - l.group_direct[q]) as f64 / f.nic);
+        }
+        if first + forwarded > 0.0 {
+            first + forwarded + f.a_out
+        } else {
+            0.0
+        }
+    }
+
     /// FAST with one other server: a GPU that balancing tops up has nothing else to send
     /// meanwhile, so it sends its own scale-out bytes while the balancing arrives and the
     /// balanced ones after (its NIC share each): per such GPU max(own, balancing in) +
@@ -284,6 +319,94 @@ impl Terms {
             red: (most(&l.so_in) as f64).max(most(&l.server_in) as f64 / g) * (g - 1.0) / g / f.gpu_up,
             line,
             f,
+        }
+    }
+
+    /// The hardware model's start-up terms along `candidate`'s critical path (the simulator's
+    /// `startup_extra`, summed): every stage after the first pays the per-stage synchronisation,
+    /// every new connection one pipeline-chunk fill of its typical message; the busiest rank's
+    /// other peers in a step add the per-peer cost once. Plus fanout's incast (when a NIC
+    /// downlink gathers more large senders than `incast_flows`, its bytes arrive at
+    /// `incast_goodput`) and the rendezvous (`rendezvous_s`). 0 on a cluster with neutral terms.
+    pub fn hardware_s(&self, candidate: &str, shape: &Shape, l: &Loads) -> f64 {
+        let f = &self.f;
+        if f.neutral {
+            return 0.0;
+        }
+        let remote = l.servers > 1;
+        let (chunk, rate) = if remote { (f.chunk_out, f.nic) } else { (f.chunk_up, f.link) };
+        // The busiest rank's typical message: its bytes over its messages.
+        let msgs = (shape.messages / 2.0).max(1.0);
+        let block = l.rank_bytes_max as f64 / 2.0 / msgs;
+        let peers = match candidate {
+            "native" | "fanout" => msgs,
+            _ => (msgs / shape.steps.max(1.0)).max(1.0),
+        };
+        let stages = match candidate {
+            "spreadout" => (l.n.saturating_sub(1)).max(1) as f64,
+            "native" | "fanout" => 1.0,
+            _ => shape.steps.max(1.0),
+        };
+        // The fill is paid once per connection: per round by spreadout (a new peer each
+        // round); by FAST once per remote server, one after the other along a GPU's chain of
+        // stages (each decomposition stage opens a connection to another server; its first
+        // piece, a pipeline stage's share, pays the fill), once by the others (their later
+        // pieces of a pair stream behind the first). The planners that aggregate by server
+        // send one scale-out message per remote server and GPU (the balanced line's share, or
+        // the rail's), all at once: one fill of that message, not of the matrix's block.
+        let other_servers = l.servers.saturating_sub(1).max(1) as f64;
+        let (fills, message) = match candidate {
+            "spreadout" => (stages, block),
+            "fast" if remote && self.line > 0 => (other_servers, fast_stage_cap(f, self.line as f64) / l.g as f64),
+            "balanced_direct" | "sabre_skewed" if remote => (1.0, self.line as f64 / l.g as f64 / other_servers),
+            "hierarchical" if remote => (1.0, most(&l.rail_up) as f64 / (l.g as f64 / f.nics).max(1.0) / other_servers),
+            _ => (1.0, block),
+        };
+        let fill = if chunk > 0.0 && rate > 0.0 { message.min(chunk) / rate } else { 0.0 };
+        let mut t = (stages - 1.0) * f.step + fills * fill + (peers - 1.0).max(0.0) * f.peer;
+        if matches!(candidate, "native" | "fanout") && remote && f.incast_flows > 0 && block >= f.incast_min {
+            // Remote senders into one NIC: its GPUs' remote peers (dense: every remote rank).
+            let senders = (l.n - l.g) as f64 * (l.g as f64 / f.nics).max(1.0);
+            if senders > f.incast_flows as f64 {
+                t += most(&l.nic_down) as f64 / f.nic * (1.0 / f.incast_goodput - 1.0);
+            }
+        }
+        t + self.rendezvous_s(candidate, l)
+    }
+
+    /// The point-to-point rendezvous (`HardwareTerms::rendezvous`) on the phased candidates:
+    /// a step's receive is posted only when its receiver finished its previous step, so the
+    /// phases that the fitted weights let overlap (fitted on the fluid model, where senders run
+    /// ahead) no longer do. The scale-out into a GPU waits for that GPU's balancing (all of it
+    /// shows, not the weight's share); balanced_direct's and sabre_skewed's redistribution out
+    /// of a GPU's server waits for the scale-out of the GPU it delivers to (all of it shows).
+    /// FAST's redistribution of a stage hides behind the next stage's scale-out on both ends,
+    /// as without the rendezvous, but each pipeline stage now waits for its receiver's
+    /// previous stage, whose start its own receiver delayed: a share of the line time
+    /// (`FAST_RENDEZVOUS`, fitted). sabre_light's forwarded bytes wait for their receiver's
+    /// first step (its group-direct bytes and its forwarding): `rail_after_rendezvous`.
+    /// SpreadOut's rounds each wait for their largest block: in the g − 1 rounds where a GPU's
+    /// own partner is in its server, other pairs of the round still cross the network, so
+    /// those rounds cost a remote block each (the mean one: a lower estimate) beyond the NIC's
+    /// own bytes. 0 without the rendezvous, never negative.
+    fn rendezvous_s(&self, candidate: &str, l: &Loads) -> f64 {
+        let f = &self.f;
+        if !f.rendezvous || self.line == 0 {
+            return 0.0;
+        }
+        let hidden = |w_bal: f64, w_red: f64| (1.0 - w_bal).max(0.0) * self.bal + (1.0 - w_red).max(0.0) * self.red;
+        match candidate {
+            "balanced_direct" => hidden(BALANCED_DIRECT[0], BALANCED_DIRECT[1]),
+            "sabre_skewed" => hidden(SABRE_SKEWED[0], SABRE_SKEWED[1]),
+            "fast" => hidden(FAST[0], 1.0) + FAST_RENDEZVOUS * self.srv,
+            "sabre_light" => (self.rail_after_rendezvous(l).max(self.inside) - self.rail_after_forwarding(l).max(self.inside)).max(0.0),
+            "spreadout" => {
+                let remote_pairs = (l.n * (l.n - l.g)) as f64;
+                let block = l.so_out.iter().map(|&b| b as f64).sum::<f64>() / remote_pairs;
+                let gpu_rate = f.nic * (f.nics / l.g as f64).min(1.0);
+                (l.g - 1) as f64 * block / gpu_rate
+            }
+            _ => 0.0,
         }
     }
 
@@ -354,43 +477,6 @@ pub fn shape(candidate: &str, l: &Loads, c: &Cluster) -> Shape {
         }
         _ => Shape::default(),
     }
-}
-
-/// The hardware model's start-up terms along `candidate`'s critical path (the simulator's
-/// `startup_extra`, summed): every stage after the first pays the per-stage synchronisation,
-/// every new connection one pipeline-chunk fill of its typical message; the busiest rank's other
-/// peers in a step add the per-peer cost once. Plus fanout's incast: when a NIC downlink
-/// gathers more large senders than `incast_flows`, its bytes arrive at `incast_goodput`.
-/// 0 on a cluster with neutral terms.
-pub fn hardware_s(candidate: &str, shape: &Shape, l: &Loads, c: &Cluster) -> f64 {
-    let f = Fabric::new(c);
-    let remote = l.servers > 1;
-    let (chunk, rate) = if remote { (f.chunk_out, f.nic) } else { (f.chunk_up, f.link) };
-    // The busiest rank's typical message: its bytes over its messages.
-    let msgs = (shape.messages / 2.0).max(1.0);
-    let block = l.rank_bytes_max as f64 / 2.0 / msgs;
-    let peers = match candidate {
-        "native" | "fanout" => msgs,
-        _ => (msgs / shape.steps.max(1.0)).max(1.0),
-    };
-    let stages = match candidate {
-        "spreadout" => (l.n.saturating_sub(1)).max(1) as f64,
-        "native" | "fanout" => 1.0,
-        _ => shape.steps.max(1.0),
-    };
-    // The fill is paid once per connection: per round by spreadout (a new peer each round),
-    // once by the others (their later pieces of a pair stream behind the first).
-    let fills = if candidate == "spreadout" { stages } else { 1.0 };
-    let fill = if chunk > 0.0 && rate > 0.0 { block.min(chunk) / rate } else { 0.0 };
-    let mut t = (stages - 1.0) * f.step + fills * fill + (peers - 1.0).max(0.0) * f.peer;
-    if matches!(candidate, "native" | "fanout") && remote && f.incast_flows > 0 && block >= f.incast_min {
-        // Remote senders into one NIC: its GPUs' remote peers (dense: every remote rank).
-        let senders = (l.n - l.g) as f64 * (l.g as f64 / f.nics).max(1.0);
-        if senders > f.incast_flows as f64 {
-            t += most(&l.nic_down) as f64 / f.nic * (1.0 / f.incast_goodput - 1.0);
-        }
-    }
-    t
 }
 
 /// Host overhead (seconds) of running `candidate` with plan `shape` on `backend`
