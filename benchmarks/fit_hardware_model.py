@@ -42,12 +42,14 @@ class Param:
     lo: float
     hi: float
     step: float
-    unit: str  # "" fraction, "KiB" size, "ns" duration
+    unit: str  # "" fraction, "KiB" size, "ns" duration, "GB/s" rate (written in MB/s)
 
     def text(self, x: float) -> str:
         """The spec value of grid point ``x`` (the text written to hardware.json)."""
         if self.unit == "":
             return f"{x:.3f}".rstrip("0").rstrip(".")
+        if self.unit == "GB/s":
+            return f"{int(round(x * 1000))}MB/s"
         return f"{int(round(x))}{self.unit}"
 
     def snap(self, x: float) -> float:
@@ -64,6 +66,10 @@ class Platform:
     start: tuple[float, ...]
     note: str
     fixed: tuple[tuple[str, str], ...] = ()  # structural terms set, not searched (e.g. rendezvous=1)
+    files: tuple[str, ...] = ()  # only rows of these measurement files (empty: every file)
+    # Presets of the same design that take these constants unchanged (never fitted on their
+    # own rows: those are only judged): (preset, row-spec prefix of its validation rows, why).
+    carried_to: tuple[tuple[str, str, str], ...] = ()
 
 
 EFF_UP = Param("eff_scaleup", 0.3, 1.0, 0.005, "")
@@ -85,18 +91,26 @@ PLATFORMS = {
         (0.67, 4096),
         "NCCL all-to-all inside one 4 x A100 node (NVLink3)",
     ),
+    # NCCL's collective kernels only: the nccl-tests rows of vpbench (the DeepEP rows that also
+    # name h100 specs are H800 point-to-point kernels: another preset's, never fitted here).
     "h100": Platform(
         "h100", ("h100:",),
-        (EFF_OUT, EFF_UP, Param("alpha_scaleout", 500, 10_000, 100, "ns"), Param("alpha_scaleup", 500, 10_000, 100, "ns")),
-        (0.9, 0.78, 3000, 2000),
-        "NCCL collectives on 4 x 8 H100 (400 Gb/s IB) and DeepEP normal kernels on H800 (same NVLink4 switch and NICs)",
+        (Param("coll_eff_scaleout", 0.5, 1.0, 0.005, ""), Param("coll_eff_scaleup", 0.3, 1.0, 0.005, ""),
+         Param("coll_step_cost", 0, 20_000, 100, "ns"), Param("ll_alpha_scaleout", 100, 10_000, 100, "ns"),
+         Param("ll_alpha_scaleup", 100, 5_000, 50, "ns"), Param("ll_bw", 0.2, 20, 0.05, "GB/s")),
+        (0.82, 0.8, 3000, 3000, 1200, 1.7),
+        "NCCL collectives (ring/tree allgather and allreduce, Simple and LL protocols) on 4 x 8 H100, 8 x 400 Gb/s IB per node",
+        files=("vpbench_nccl_multinode.csv", "vpbench_nccl_singlenode.csv"),
+        carried_to=(("h200", "h200:", "same DGX design as H100 (NVLink4 switch at 450 GB/s per GPU, 8 x 400 Gb/s "
+                     "ConnectX-7) and the same NCCL collective kernels"),),
     ),
 }
 
 
 def rows_of(platform: Platform, set_name: str):
     """The platform's rows of one set (excluded ones included)."""
-    return [r for r in fidelity.load_rows(set_name) if r.cluster.startswith(platform.prefixes)]
+    return [r for r in fidelity.load_rows(set_name) if r.cluster.startswith(platform.prefixes)
+            and (not platform.files or r.file in platform.files)]
 
 
 def extra_spec(platform: Platform, values) -> str:
@@ -211,6 +225,20 @@ def fitted_entry(platform: Platform, values) -> dict:
     }
 
 
+def carried_entry(platform: Platform, values, entry: dict, preset: str, prefix: str, why: str) -> dict:
+    """hardware.json's entry of a preset that takes ``platform``'s fitted constants (``values``,
+    ``entry``) unchanged: the same constants and fit residuals, its own rows' (``prefix``)
+    errors under those constants as validation."""
+    rows = [r for r in fidelity.load_rows("validation") if r.cluster.startswith(prefix)]
+    extra = extra_spec(platform, values)
+    return {
+        "constants": dict(entry["constants"]),
+        "source": f"carried over from {platform.preset}: {why}; {entry['source']}",
+        "date": DATE,
+        "residuals": {"fit": entry["residuals"]["fit"], "validation": summary(rows, errors(rows, extra))},
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--platform", action="append", choices=sorted(PLATFORMS), help="only these (repeatable)")
@@ -224,6 +252,8 @@ def main() -> None:
         values, best = fit(platform, verbose=True)
         entry = fitted_entry(platform, values)
         table["platforms"][name] = entry
+        for preset, prefix, why in platform.carried_to:
+            table["platforms"][preset] = carried_entry(platform, values, entry, preset, prefix, why)
         r = entry["residuals"]
         print(f"{name}: {entry['constants']}  fit |err| mean {r['fit']['mean_abs_error']} max {r['fit']['max_abs_error']}"
               f" ({r['fit']['rows']} rows); validation mean {r['validation']['mean_abs_error']}"

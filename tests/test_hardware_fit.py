@@ -57,7 +57,8 @@ def test_committed_constants_reproduce_the_recorded_residuals(name):
 def test_the_fit_regenerates_the_committed_constants():
     """Rerun the deterministic fit of the smallest platform and compare with the JSON."""
     mod = _fit_module()
-    name = min(TABLE["platforms"], key=lambda p: len(mod.rows_of(mod.PLATFORMS[p], "fit")))
+    fitted = [p for p in TABLE["platforms"] if p in mod.PLATFORMS]  # carried-over presets are not fitted
+    name = min(fitted, key=lambda p: len(mod.rows_of(mod.PLATFORMS[p], "fit")))
     values, _ = mod.fit(mod.PLATFORMS[name])
     entry = mod.fitted_entry(mod.PLATFORMS[name], values)
     assert entry["constants"] == TABLE["platforms"][name]["constants"]
@@ -105,4 +106,34 @@ def test_cli_simulate_and_clusters_show_the_model():
     r = CliRunner(**kw).invoke(app, ["clusters", "--json"])
     presets = {d["name"]: d for d in json.loads(r.stdout)["presets"]}
     assert presets["mi300x"]["hardware"]["rendezvous"] == "1" and "FAST" in presets["mi300x"]["hardware_source"]
-    assert presets["h200"]["hardware"] == {} and presets["h200"]["hardware_source"] is None
+    assert presets["h200"]["hardware"] == presets["h100"]["hardware"] != {}
+    assert "carried over from h100" in presets["h200"]["hardware_source"]
+
+
+def test_carried_over_presets_name_their_origin_and_take_its_constants():
+    mod = _fit_module()
+    for name, platform in mod.PLATFORMS.items():
+        for preset, _prefix, why in platform.carried_to:
+            entry = TABLE["platforms"][preset]
+            assert entry["constants"] == TABLE["platforms"][name]["constants"], preset
+            assert entry["source"].startswith(f"carried over from {name}: {why}"), preset
+            assert entry["residuals"]["fit"] == TABLE["platforms"][name]["residuals"]["fit"], preset
+
+
+@pytest.mark.parametrize("spec", ["h100:4", "h200:2"])
+def test_nccl_collective_constants_leave_point_to_point_plans_alone(spec):
+    """h100's constants are the collective kernels' (coll_eff_*, coll_step_cost, LL): an
+    all-to-all on h100/h200 is still the fluid model bit for bit; a small ring allgather is not,
+    and its protocol choice makes it faster than the default protocol alone."""
+    from collsched import plan_all_to_all, simulate, traffic
+    from collsched.collectives import plan_collective
+
+    c = Cluster.parse(spec)
+    assert all(k.startswith(("coll_", "ll_")) for k in c.to_dict()["hardware"]), c.to_dict()["hardware"]
+    plan = plan_all_to_all(traffic.uniform(c.num_gpus, 1 << 20, seed=2), spec, "fanout")
+    assert simulate(plan, spec).time_s == simulate(plan, spec, model="fluid").time_s
+    ring = plan_collective("allgather", c.num_gpus, 64, "ring", topology=c)
+    hw = simulate(ring, spec).time_s
+    no_ll = simulate(ring, f"{spec},ll_alpha_scaleup=0ns,ll_alpha_scaleout=0ns").time_s
+    assert hw != simulate(ring, spec, model="fluid").time_s
+    assert hw < no_ll
