@@ -95,10 +95,13 @@ PLATFORMS = {
     # name h100 specs are H800 point-to-point kernels: another preset's, never fitted here).
     "h100": Platform(
         "h100", ("h100:",),
-        (Param("coll_eff_scaleout", 0.5, 1.0, 0.005, ""), Param("coll_eff_scaleup", 0.3, 1.0, 0.005, ""),
-         Param("coll_step_cost", 0, 20_000, 100, "ns"), Param("ll_alpha_scaleout", 100, 10_000, 100, "ns"),
-         Param("ll_alpha_scaleup", 100, 5_000, 50, "ns"), Param("ll_bw", 0.2, 20, 0.05, "GB/s")),
-        (0.82, 0.8, 3000, 3000, 1200, 1.7),
+        # The collective kernels' NVLink efficiency is left neutral: these rows are NIC-bound at
+        # large sizes, so it is not determined by them (a free fit trades it against the NIC's
+        # and lands on NVLink-bound rings at 0.62, which the single-node rows contradict).
+        (Param("coll_eff_scaleout", 0.5, 1.0, 0.005, ""), Param("coll_step_cost", 0, 20_000, 100, "ns"),
+         Param("ll_alpha_scaleout", 100, 10_000, 100, "ns"), Param("ll_alpha_scaleup", 100, 5_000, 50, "ns"),
+         Param("ll_bw", 0.2, 20, 0.05, "GB/s")),
+        (0.8, 1100, 4600, 1200, 7.35),
         "NCCL collectives (ring/tree allgather and allreduce, Simple and LL protocols) on 4 x 8 H100, 8 x 400 Gb/s IB per node",
         files=("vpbench_nccl_multinode.csv", "vpbench_nccl_singlenode.csv"),
         carried_to=(("h200", "h200:", "same DGX design as H100 (NVLink4 switch at 450 GB/s per GPU, 8 x 400 Gb/s "

@@ -7,6 +7,7 @@ use collsched_core::plan::verify::verify;
 use collsched_core::bound::lower_bound;
 use collsched_core::plan::{Options, Plan};
 use collsched_core::sim::{simulate, Model, SimOptions};
+use collsched_core::topology::HardwareTerms;
 use collsched_core::traffic::generators;
 use collsched_core::Cluster;
 use proptest::prelude::*;
@@ -146,10 +147,23 @@ fn presets_with_fitted_constants_simulate_slower_than_fluid() {
         let t = generators::balanced(c.num_gpus() as usize, 8 << 20).unwrap();
         let p = plan_all_to_all(&t, &c, "fanout", &Options::new()).unwrap();
         let (hw, fluid) = (time(&p, &c), simulate(&p, &c, &opts(Model::Fluid)).unwrap().time_s);
-        if c.hw.is_neutral() {
+        // What a point-to-point plan runs under: the terms less the collective-kernel ones.
+        let d = HardwareTerms::default();
+        let p2p = HardwareTerms { coll_eff_scaleup_ppm: d.coll_eff_scaleup_ppm, coll_eff_scaleout_ppm: d.coll_eff_scaleout_ppm, coll_step_ns: 0, ll_alpha_scaleup_ns: 0, ll_alpha_scaleout_ns: 0, ll_payload_ppm: d.ll_payload_ppm, ll_bw: 0, ..c.hw };
+        if p2p.is_neutral() {
             assert_eq!(hw.to_bits(), fluid.to_bits(), "{name}");
         } else {
             assert!(hw > fluid, "{name}: {hw} vs {fluid}");
+        }
+        // Collective kernels (two servers: both tiers' terms show). The low-latency protocol
+        // may beat the fluid model's alpha, so only "different" is asserted.
+        let c = Cluster::parse(&format!("{name}:2")).unwrap();
+        let p = collective::plan("allgather", "ring", c.num_gpus(), 64 << 10, 4, Some(&c), &Options::new()).unwrap();
+        let (hw, fluid) = (time(&p, &c), simulate(&p, &c, &opts(Model::Fluid)).unwrap().time_s);
+        if c.hw.for_collective_kernels().is_neutral() {
+            assert_eq!(hw.to_bits(), fluid.to_bits(), "{name} allgather");
+        } else {
+            assert_ne!(hw.to_bits(), fluid.to_bits(), "{name} allgather");
         }
     }
 }
@@ -226,9 +240,9 @@ fn low_latency_transfers_pay_no_step_synchronisation_or_chunk_fill() {
     let ll = one_gpu(3, ",coll_step_cost=10us,chunk_scaleout=1MB,ll_alpha_scaleout=1us");
     assert_close(time(&ring("allgather", &ll, 1_000), &ll), 2.0 * (1e-6 + 2.0 * 1_000.0 / 100e9));
     // Scale-up hops use their own latency; without ll_alpha_scaleup they stay Simple.
-    let two = Cluster::parse("custom:1,gpus=2,scaleup=400GB/s,alpha_scaleup=2us,ll_alpha_scaleout=1us").unwrap();
+    let two = Cluster::parse("custom:1,gpus=2,scaleup=400GB/s,alpha_local=100ns,alpha_scaleup=2us,ll_alpha_scaleout=1us").unwrap();
     assert_close(time(&ring("allgather", &two, 1_000), &two), 2e-6 + 1_000.0 / 400e9);
-    let two = Cluster::parse("custom:1,gpus=2,scaleup=400GB/s,alpha_scaleup=2us,ll_alpha_scaleup=500ns").unwrap();
+    let two = Cluster::parse("custom:1,gpus=2,scaleup=400GB/s,alpha_local=100ns,alpha_scaleup=2us,ll_alpha_scaleup=500ns").unwrap();
     assert_close(time(&ring("allgather", &two, 1_000), &two), 0.5e-6 + 2.0 * 1_000.0 / 400e9);
 }
 
@@ -318,7 +332,7 @@ proptest! {
         // All-to-all: exactly as without the collective-kernel keys.
         let t = generators::zipf(n as usize, 1.2, 1 << 16, kb).unwrap();
         let a2a = plan_all_to_all(&t, &c, "fanout", &Options::new()).unwrap();
-        let base = Cluster { hw: collsched_core::topology::HardwareTerms { coll_eff_scaleup_ppm: 1_000_000, coll_eff_scaleout_ppm: 1_000_000, ll_alpha_scaleup_ns: 0, ll_alpha_scaleout_ns: 0, coll_step_ns: 0, ll_payload_ppm: 500_000, ll_bw: 0, ..c.hw }, ..c.clone() };
+        let base = Cluster { hw: HardwareTerms { coll_eff_scaleup_ppm: 1_000_000, coll_eff_scaleout_ppm: 1_000_000, ll_alpha_scaleup_ns: 0, ll_alpha_scaleout_ns: 0, coll_step_ns: 0, ll_payload_ppm: 500_000, ll_bw: 0, ..c.hw }, ..c.clone() };
         prop_assert_eq!(simulate(&a2a, &c, &o).unwrap().time_s.to_bits(), simulate(&a2a, &base, &o).unwrap().time_s.to_bits());
     }
 }
