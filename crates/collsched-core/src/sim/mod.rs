@@ -39,7 +39,8 @@ pub enum Model {
     /// The cluster's hardware terms are ignored. The papers' own comparisons use it.
     Fluid,
     /// The fluid model plus the cluster's hardware terms (`Cluster::hw`: efficiency per
-    /// tier, pipeline chunk, per-stage and per-peer costs, incast). With neutral terms
+    /// tier, pipeline chunk, per-stage and per-peer costs, incast; for collective-kernel plans
+    /// their own efficiencies and step cost and the low-latency protocol). With neutral terms
     /// (a `custom:` cluster, a preset without fitted constants) it is the fluid model exactly.
     #[default]
     Hardware,
