@@ -95,7 +95,10 @@ def test_spec_keys_cover_the_overrides():
     assert keys == {"gpus", "fabric", "scaleup", "nics", "nic", "alpha_local", "alpha_scaleup", "alpha_scaleout", "copy",
                     # the hardware model's terms (docs/simulator.md)
                     "eff_scaleup", "eff_scaleout", "chunk_scaleout", "chunk_scaleup", "step_cost", "peer_cost",
-                    "rendezvous", "incast_flows", "incast_goodput", "incast_min"}
+                    "rendezvous", "incast_flows", "incast_goodput", "incast_min",
+                    # ... and its collective-kernel terms (collective efficiencies and step cost, LL protocol)
+                    "coll_eff_scaleup", "coll_eff_scaleout", "coll_step_cost", "ll_alpha_scaleup", "ll_alpha_scaleout",
+                    "ll_payload", "ll_bw"}
 
 
 @pytest.mark.parametrize(

@@ -197,6 +197,24 @@ def test_cli_simulate_and_clusters_show_the_model():
     r = CliRunner(**kw).invoke(app, ["clusters", "--json"])
     presets = {d["name"]: d for d in json.loads(r.stdout)["presets"]}
     assert presets["mi300x"]["hardware"]["rendezvous"] == "1" and "FAST" in presets["mi300x"]["hardware_source"]
-    assert presets["h200"]["hardware"] == {} and presets["h200"]["hardware_source"] is None
     for name in CARRIED:  # carried constants are shown as carried, with their source
         assert presets[name]["hardware"] and presets[name]["hardware_source"].startswith("carried over from")
+
+
+@pytest.mark.parametrize("spec", ["h100:4", "h200:2"])
+def test_nccl_collective_constants_leave_point_to_point_plans_alone(spec):
+    """h100's constants are the collective kernels' (coll_eff_*, coll_step_cost, LL): an
+    all-to-all on h100/h200 is still the fluid model bit for bit; a small ring allgather is not,
+    and its protocol choice makes it faster than the default protocol alone."""
+    from collsched import plan_all_to_all, simulate, traffic
+    from collsched.collectives import plan_collective
+
+    c = Cluster.parse(spec)
+    assert all(k.startswith(("coll_", "ll_")) for k in c.to_dict()["hardware"]), c.to_dict()["hardware"]
+    plan = plan_all_to_all(traffic.uniform(c.num_gpus, 1 << 20, seed=2), spec, "fanout")
+    assert simulate(plan, spec).time_s == simulate(plan, spec, model="fluid").time_s
+    ring = plan_collective("allgather", c.num_gpus, 64, "ring", topology=c)
+    hw = simulate(ring, spec).time_s
+    no_ll = simulate(ring, f"{spec},ll_alpha_scaleup=0ns,ll_alpha_scaleout=0ns").time_s
+    assert hw != simulate(ring, spec, model="fluid").time_s
+    assert hw < no_ll

@@ -398,12 +398,19 @@ def _check_model(model: str) -> None:
         raise ValueError(f"--model must be 'hardware' or 'fluid', got {model!r}")
 
 
+# Hardware-model keys that only collective-kernel plans (allgather, reduce-scatter, allreduce)
+# run under (docs/simulator.md): an all-to-all plan ignores them.
+COLLECTIVE_KERNEL_KEYS = ("coll_", "ll_")
+
+
 def _model_line(c, model: str) -> str:
-    """One line naming the simulator model and the hardware constants it used."""
+    """One line naming the simulator model and the hardware constants an all-to-all plan uses."""
     if model == "fluid":
         return "fluid (links at their peaks, per-tier alpha)"
     d = c.to_dict()
-    terms = ", ".join(f"{k}={v}" for k, v in d["hardware"].items())
+    terms = ", ".join(f"{k}={v}" for k, v in d["hardware"].items() if not k.startswith(COLLECTIVE_KERNEL_KEYS))
+    if not terms and d["hardware"]:
+        return "hardware, no point-to-point terms on this cluster (its collective-kernel terms do not apply): identical to the fluid model"
     if not terms:
         return "hardware, no terms set on this cluster: identical to the fluid model"
     return f"hardware ({terms}; constants: {d['hardware_source'] or 'set by the spec'})"

@@ -209,6 +209,13 @@ impl Plan {
     pub fn deps_of(&self, t: &Transfer) -> &[u32] {
         &self.deps[t.dep_range()]
     }
+    /// Whether the plan runs as a backend's collective kernels (allgather, reduce-scatter,
+    /// allreduce: the ring, tree and forest producers) rather than as point-to-point sends
+    /// (all-to-all, MoE dispatch/combine). The hardware model's collective-kernel terms
+    /// (`coll_eff_*`, the low-latency protocol) apply to the former only.
+    pub fn is_collective_kernel(&self) -> bool {
+        !matches!(self.collective, Collective::AllToAll { .. })
+    }
     /// Bytes carried by one transfer.
     pub fn transfer_bytes(&self, t: &Transfer) -> u64 {
         self.segments_of(t).iter().map(|s| s.len).sum()

@@ -17,6 +17,8 @@ use super::fairshare::FairShare;
 use super::links::{LinkClass, Links};
 use super::SimOptions;
 use crate::plan::Plan;
+use crate::plan::Transfer;
+use crate::topology::hardware::PPM;
 use crate::topology::{Cluster, Tier};
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
@@ -32,7 +34,12 @@ pub struct Flows {
 }
 
 impl Flows {
-    pub fn build(plan: &Plan, links: &Links) -> Flows {
+    /// `ll`: per transfer, whether it uses the low-latency protocol (`sim::protocol`; empty:
+    /// none), whose wire bytes are its bytes / `payload_ppm` (the flags travel too); with
+    /// `ll_caps`, the k-th such transfer also crosses private link `ll_caps + k` (its rate cap).
+    pub fn build(plan: &Plan, links: &Links, ll: &[bool], payload_ppm: u32, ll_caps: Option<u32>) -> Flows {
+        let ll_factor = PPM as f64 / payload_ppm as f64;
+        let mut next_cap = ll_caps;
         let n = plan.transfers.len();
         let mut f = Flows { transfer: Vec::with_capacity(n), bytes: Vec::with_capacity(n), link_off: vec![0], links: Vec::with_capacity(2 * n), flow_begin: Vec::with_capacity(n + 1) };
         for (id, t) in plan.transfers.iter().enumerate() {
@@ -41,10 +48,17 @@ impl Flows {
             if bytes == 0 {
                 continue; // pays alpha only
             }
+            let low_latency = ll.get(id).copied().unwrap_or(false);
+            let wire = if low_latency { bytes as f64 * ll_factor } else { bytes as f64 };
+            let cap = if low_latency { next_cap } else { None };
+            if let Some(c) = cap {
+                next_cap = Some(c + 1);
+            }
             for r in links.route(t.src, t.dst, t.tier) {
                 f.transfer.push(id as u32);
-                f.bytes.push(bytes as f64 * r.share);
+                f.bytes.push(wire * r.share);
                 f.links.extend_from_slice(&r.links);
+                f.links.extend(cap);
                 f.link_off.push(f.links.len() as u32);
             }
         }
@@ -87,12 +101,28 @@ fn chain_depth(plan: &Plan, barrier_steps: bool) -> usize {
     deepest.max(steps).max(1) as usize
 }
 
+/// Per transfer: whether it is the first between its (sender, receiver) pair in plan order,
+/// the one that pays the connection's pipeline-chunk fill (later pieces stream behind it).
+pub(crate) fn first_on_connection(plan: &Plan) -> Vec<bool> {
+    let mut primed = std::collections::HashSet::new();
+    plan.transfers.iter().map(|t| primed.insert((t.src, t.dst))).collect()
+}
+
+/// Whether `t` waits on an earlier step (a dependency of an earlier step, or any later step
+/// under `barrier_steps`): a stage-by-stage schedule's synchronisation point.
+pub(crate) fn is_staged(plan: &Plan, t: &Transfer, barrier_steps: bool) -> bool {
+    (barrier_steps && t.step > 0) || plan.deps_of(t).iter().any(|&d| plan.transfers[d as usize].step < t.step)
+}
+
 /// The hardware model's start-up delay of every transfer beyond its tier's alpha
 /// (`Cluster::hw`, docs/simulator.md): its pipeline chunk's fill time (the first transfer
 /// of each (sender, receiver) pair only: a connection's later pieces stream behind it), the per-stage
 /// synchronisation when it waits on an earlier step, and the per-peer cost of the other
-/// peers its sender has in its step. Empty when the terms are neutral (the fluid model).
-pub fn startup_extra(plan: &Plan, cluster: &Cluster, barrier_steps: bool) -> Vec<f64> {
+/// peers its sender has in its step. A low-latency-protocol transfer (`ll[id]`,
+/// `sim::protocol`) pays neither fill nor synchronisation (its flags travel with the data;
+/// its own latency replaces alpha in the engine), only the per-peer cost. Empty when the
+/// terms are neutral (the fluid model).
+pub fn startup_extra(plan: &Plan, cluster: &Cluster, barrier_steps: bool, ll: &[bool]) -> Vec<f64> {
     let hw = cluster.hw;
     if hw.chunk_scaleout_bytes == 0 && hw.chunk_scaleup_bytes == 0 && hw.step_ns == 0 && hw.peer_ns == 0 {
         return Vec::new();
@@ -100,22 +130,24 @@ pub fn startup_extra(plan: &Plan, cluster: &Cluster, barrier_steps: bool) -> Vec
     let out_rate = super::links::effective(cluster.nic_bw, hw.eff_scaleout_ppm);
     let up_rate = super::links::effective(cluster.scaleup_bw(), hw.eff_scaleup_ppm);
     let peers = if hw.peer_ns > 0 { peers_in_step(plan) } else { Vec::new() };
-    // The fill is paid once per connection: a pair's later pieces stream behind its first.
-    let mut primed = std::collections::HashSet::new();
+    let first = first_on_connection(plan);
     plan.transfers
         .iter()
         .enumerate()
         .map(|(id, t)| {
-            let bytes = if primed.insert((t.src, t.dst)) { plan.transfer_bytes(t) } else { 0 };
+            let others = peers.get(id).map_or(0, |&k| k.saturating_sub(1));
+            let peer = others as f64 * hw.peer_ns as f64 * 1e-9;
+            if ll.get(id).copied().unwrap_or(false) {
+                return peer;
+            }
+            let bytes = if first[id] { plan.transfer_bytes(t) } else { 0 };
             let fill = match t.tier {
                 Tier::ScaleOut => bytes.min(hw.chunk_scaleout_bytes) as f64 / out_rate,
                 Tier::ScaleUp => bytes.min(hw.chunk_scaleup_bytes) as f64 / up_rate,
                 Tier::Local => 0.0,
             };
-            let staged = (barrier_steps && t.step > 0) || plan.deps_of(t).iter().any(|&d| plan.transfers[d as usize].step < t.step);
-            let sync = if staged { hw.step_ns as f64 * 1e-9 } else { 0.0 };
-            let others = peers.get(id).map_or(0, |&k| k.saturating_sub(1));
-            fill + sync + others as f64 * hw.peer_ns as f64 * 1e-9
+            let sync = if is_staged(plan, t, barrier_steps) { hw.step_ns as f64 * 1e-9 } else { 0.0 };
+            fill + sync + peer
         })
         .collect()
 }
@@ -199,6 +231,10 @@ pub struct Engine<'a> {
     flows: &'a Flows,
     opts: &'a SimOptions,
     alpha: [f64; 3],
+    /// Per transfer: whether it uses the low-latency protocol (empty: none), and that
+    /// protocol's latency per tier, which replaces alpha for it.
+    ll: &'a [bool],
+    ll_alpha: [f64; 3],
     /// Per transfer: the hardware model's start-up beyond alpha (empty: none).
     extra: Vec<f64>,
     /// Incast counts only flows of at least this many bytes (`HardwareTerms::incast_min_bytes`;
@@ -225,7 +261,8 @@ pub struct Engine<'a> {
 }
 
 impl<'a> Engine<'a> {
-    pub fn new(plan: &'a Plan, cluster: &Cluster, links: &'a Links, flows: &'a Flows, opts: &'a SimOptions) -> Engine<'a> {
+    /// `ll`: per transfer, whether it uses the low-latency protocol (`sim::protocol::low_latency`; empty: none).
+    pub fn new(plan: &'a Plan, cluster: &Cluster, links: &'a Links, flows: &'a Flows, opts: &'a SimOptions, ll: &'a [bool]) -> Engine<'a> {
         let n = plan.transfers.len();
         let rdv = if cluster.hw.rendezvous { rendezvous_deps(plan) } else { Vec::new() };
         let extra_deps = |id: usize| rdv.get(id).map_or(&[][..], Vec::as_slice);
@@ -267,7 +304,9 @@ impl<'a> Engine<'a> {
             flows,
             opts,
             alpha: [a(Tier::Local), a(Tier::ScaleUp), a(Tier::ScaleOut)],
-            extra: startup_extra(plan, cluster, opts.barrier_steps),
+            ll,
+            ll_alpha: [a(Tier::Local), cluster.hw.ll_alpha_scaleup_ns as f64 * 1e-9, cluster.hw.ll_alpha_scaleout_ns as f64 * 1e-9],
+            extra: startup_extra(plan, cluster, opts.barrier_steps, ll),
             incast_min: cluster.hw.incast_min_bytes as f64,
             large: if cluster.hw.incast_min_bytes > 0 && opts.incast.is_some() { vec![0; links.len()] } else { Vec::new() },
             dependents_off,
@@ -301,7 +340,8 @@ impl<'a> Engine<'a> {
             self.parked[t.step as usize].push(id);
             return;
         }
-        let mut alpha = self.alpha[t.tier as usize];
+        let low_latency = self.ll.get(id as usize).copied().unwrap_or(false);
+        let mut alpha = if low_latency { self.ll_alpha[t.tier as usize] } else { self.alpha[t.tier as usize] };
         if let Some(x) = self.extra.get(id as usize) {
             alpha += x;
         }

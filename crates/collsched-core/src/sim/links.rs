@@ -13,6 +13,9 @@ pub enum LinkClass {
     NicDown = 3,
     /// The optional shared core link (`SimOptions::core_bw`); not in `ALL`, so reports are unchanged.
     Core = 4,
+    /// A low-latency-protocol transfer's own rate cap (`HardwareTerms::ll_bw`): a private
+    /// link only its flows cross; not in `ALL` (not a physical link).
+    Protocol = 5,
 }
 
 impl LinkClass {
@@ -24,6 +27,7 @@ impl LinkClass {
             LinkClass::NicUp => "nic_up",
             LinkClass::NicDown => "nic_down",
             LinkClass::Core => "core",
+            LinkClass::Protocol => "protocol",
         }
     }
 }
@@ -117,6 +121,15 @@ impl Links {
         self
     }
 
+    /// Add `n` private links of `bw` bytes/s (one per low-latency-protocol transfer, whose
+    /// rate they cap); returns the first one's id.
+    pub fn add_private(&mut self, n: usize, bw: f64) -> u32 {
+        let base = self.capacity.len() as u32;
+        self.capacity.extend(std::iter::repeat(bw).take(n));
+        self.class.extend(std::iter::repeat(LinkClass::Protocol).take(n));
+        base
+    }
+
     pub fn len(&self) -> usize {
         self.capacity.len()
     }
@@ -200,6 +213,9 @@ impl Links {
         }
         if Some(l) == self.core {
             return "shared core link".to_string();
+        }
+        if self.class.get(l as usize) == Some(&LinkClass::Protocol) {
+            return "low-latency protocol rate cap".to_string();
         }
         let nics = c.nics_per_server;
         if l < self.nic_down_base {

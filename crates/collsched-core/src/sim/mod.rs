@@ -10,11 +10,13 @@
 pub mod engine;
 pub mod fairshare;
 pub mod links;
+pub mod protocol;
 pub mod report;
 
 use crate::error::Result;
 use crate::invalid;
 use crate::plan::Plan;
+use crate::topology::hardware::PPM;
 use crate::topology::Cluster;
 
 pub use links::LinkClass;
@@ -37,7 +39,8 @@ pub enum Model {
     /// The cluster's hardware terms are ignored. The papers' own comparisons use it.
     Fluid,
     /// The fluid model plus the cluster's hardware terms (`Cluster::hw`: efficiency per
-    /// tier, pipeline chunk, per-stage and per-peer costs, incast). With neutral terms
+    /// tier, pipeline chunk, per-stage and per-peer costs, incast; for collective-kernel plans
+    /// their own efficiencies and step cost and the low-latency protocol). With neutral terms
     /// (a `custom:` cluster, a preset without fitted constants) it is the fluid model exactly.
     #[default]
     Hardware,
@@ -144,12 +147,24 @@ pub fn simulate(plan: &Plan, cluster: &Cluster, opts: &SimOptions) -> Result<Sim
     } else {
         cluster
     };
+    // A collective-kernel plan runs at the collective kernels' efficiencies (`coll_eff_*`).
+    let coll;
+    let cluster = if plan.is_collective_kernel() && cluster.hw.for_collective_kernels() != cluster.hw {
+        coll = Cluster { hw: cluster.hw.for_collective_kernels(), ..cluster.clone() };
+        &coll
+    } else {
+        cluster
+    };
     // The cluster's incast term, unless the caller set one explicitly.
     let hw = cluster.hw;
     let incast = opts.incast.or((hw.incast_flows > 0).then(|| Incast { threshold: hw.incast_flows, goodput: hw.incast_goodput() }));
     let opts = &SimOptions { incast, ..*opts };
-    let links = links::Links::new(cluster).with_core(opts.core_bw);
-    let flows = engine::Flows::build(plan, &links);
-    let timeline = engine::Engine::new(plan, cluster, &links, &flows, opts).run().map_err(crate::error::Error::InvalidInput)?;
+    let mut links = links::Links::new(cluster).with_core(opts.core_bw);
+    let ll = protocol::low_latency(plan, cluster, opts.barrier_steps);
+    // Each low-latency transfer's own rate cap, in wire bytes (data rate ll_bw).
+    let capped = ll.iter().filter(|&&x| x).count();
+    let ll_caps = (hw.ll_bw > 0 && capped > 0).then(|| links.add_private(capped, hw.ll_bw as f64 * PPM as f64 / hw.ll_payload_ppm as f64));
+    let flows = engine::Flows::build(plan, &links, &ll, hw.ll_payload_ppm, ll_caps);
+    let timeline = engine::Engine::new(plan, cluster, &links, &flows, opts, &ll).run().map_err(crate::error::Error::InvalidInput)?;
     report::build(plan, cluster, &links, &flows, timeline)
 }

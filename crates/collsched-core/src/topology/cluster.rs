@@ -93,6 +93,13 @@ pub const SPEC_KEYS: &[(&str, &str)] = &[
     ("incast_goodput", "hardware model: fraction of the NIC rate delivered under incast, in (0, 1]"),
     ("rendezvous", "hardware model: 1 = a transfer also waits until its receiver finished its previous step (grouped send/recv in stream order); 0 = off"),
     ("incast_min", "hardware model: only flows of at least this size count towards incast_flows (buffered bursts do not), e.g. 1MiB"),
+    ("coll_eff_scaleup", "hardware model: fraction of the scale-up peak the collective kernels (ring, tree, forest plans) reach, in (0, 1]; eff_scaleup stays point-to-point's"),
+    ("coll_eff_scaleout", "hardware model: fraction of the NIC peak the collective kernels reach, in (0, 1]"),
+    ("coll_step_cost", "hardware model: synchronisation per step of the collective kernels (replaces step_cost for ring, tree, forest plans), e.g. 3us"),
+    ("ll_alpha_scaleup", "hardware model: per-hop latency of the low-latency protocol (NCCL LL) on scale-up, which a collective-kernel transfer uses when cheaper (0: none), e.g. 1us"),
+    ("ll_alpha_scaleout", "hardware model: the same on scale-out, e.g. 3us"),
+    ("ll_payload", "hardware model: fraction of the low-latency protocol's wire bytes that carry data, in (0, 1] (LL: 0.5)"),
+    ("ll_bw", "hardware model: data rate one low-latency-protocol transfer reaches at most (0: no cap), e.g. 2GB/s"),
 ];
 
 impl Cluster {

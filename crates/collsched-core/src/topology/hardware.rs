@@ -6,7 +6,7 @@
 //! `benchmarks/fit_hardware_model.py` from the published measurements it cites).
 use crate::error::Result;
 use crate::invalid;
-use crate::units::{parse_bytes, parse_duration_ns};
+use crate::units::{parse_bandwidth, parse_bytes, parse_duration_ns};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
@@ -44,11 +44,34 @@ pub struct HardwareTerms {
     /// Point-to-point rendezvous: a transfer also waits until its receiver has finished its
     /// previous step (a receive is posted only when the receiver's stream reaches it).
     pub rendezvous: bool,
+    /// Fraction of a scale-up link's peak the backend's *collective kernels* reach, ppm: it
+    /// replaces `eff_scaleup_ppm` for plans of the collective producers
+    /// (`Plan::is_collective_kernel`); `eff_*` stay the point-to-point efficiencies.
+    pub coll_eff_scaleup_ppm: u32,
+    /// The same for the NICs.
+    pub coll_eff_scaleout_ppm: u32,
+    /// The collective kernels' synchronisation per step (the default protocol's flag and
+    /// fence per ring/tree hop), ns: replaces `step_ns` for collective-kernel plans.
+    pub coll_step_ns: u64,
+    /// Per-hop latency of the low-latency protocol (NCCL/RCCL "LL") on scale-up, ns; 0: the
+    /// tier has no such protocol. Collective-kernel transfers may use it (`sim::protocol`).
+    pub ll_alpha_scaleup_ns: u64,
+    /// The same on scale-out.
+    pub ll_alpha_scaleout_ns: u64,
+    /// Fraction of the low-latency protocol's wire bytes that carry data, ppm (LL: every
+    /// 8-byte word is 4 bytes of data and a 4-byte flag, 0.5).
+    pub ll_payload_ppm: u32,
+    /// Data rate one low-latency-protocol transfer reaches at most, bytes/s (its flagged
+    /// stores are issued and polled by one group of GPU threads per connection); 0: no cap.
+    pub ll_bw: u64,
 }
+
+/// NCCL's LL protocol: half of every 8-byte store is the flag.
+pub const LL_PAYLOAD_PPM: u32 = PPM / 2;
 
 impl Default for HardwareTerms {
     fn default() -> Self {
-        HardwareTerms { eff_scaleup_ppm: PPM, eff_scaleout_ppm: PPM, chunk_scaleout_bytes: 0, chunk_scaleup_bytes: 0, step_ns: 0, peer_ns: 0, incast_flows: 0, incast_goodput_ppm: PPM, incast_min_bytes: 0, rendezvous: false }
+        HardwareTerms { eff_scaleup_ppm: PPM, eff_scaleout_ppm: PPM, chunk_scaleout_bytes: 0, chunk_scaleup_bytes: 0, step_ns: 0, peer_ns: 0, incast_flows: 0, incast_goodput_ppm: PPM, incast_min_bytes: 0, rendezvous: false, coll_eff_scaleup_ppm: PPM, coll_eff_scaleout_ppm: PPM, coll_step_ns: 0, ll_alpha_scaleup_ns: 0, ll_alpha_scaleout_ns: 0, ll_payload_ppm: LL_PAYLOAD_PPM, ll_bw: 0 }
     }
 }
 
@@ -84,6 +107,13 @@ impl HardwareTerms {
                 "0" | "false" | "no" => self.rendezvous = false,
                 _ => return invalid!("cluster field 'rendezvous' must be 1 or 0, got '{value}'"),
             },
+            "coll_eff_scaleup" => self.coll_eff_scaleup_ppm = parse_fraction(key, value)?,
+            "coll_eff_scaleout" => self.coll_eff_scaleout_ppm = parse_fraction(key, value)?,
+            "coll_step_cost" => self.coll_step_ns = parse_duration_ns(value)?,
+            "ll_alpha_scaleup" => self.ll_alpha_scaleup_ns = parse_duration_ns(value)?,
+            "ll_alpha_scaleout" => self.ll_alpha_scaleout_ns = parse_duration_ns(value)?,
+            "ll_payload" => self.ll_payload_ppm = parse_fraction(key, value)?,
+            "ll_bw" => self.ll_bw = parse_bandwidth(value)?,
             _ => return Ok(false),
         }
         Ok(true)
@@ -124,6 +154,27 @@ impl HardwareTerms {
         if self.rendezvous {
             v.push(("rendezvous", "1".to_string()));
         }
+        if self.coll_eff_scaleup_ppm != d.coll_eff_scaleup_ppm {
+            v.push(("coll_eff_scaleup", fraction_text(self.coll_eff_scaleup_ppm)));
+        }
+        if self.coll_eff_scaleout_ppm != d.coll_eff_scaleout_ppm {
+            v.push(("coll_eff_scaleout", fraction_text(self.coll_eff_scaleout_ppm)));
+        }
+        if self.coll_step_ns != 0 {
+            v.push(("coll_step_cost", format!("{}ns", self.coll_step_ns)));
+        }
+        if self.ll_alpha_scaleup_ns != 0 {
+            v.push(("ll_alpha_scaleup", format!("{}ns", self.ll_alpha_scaleup_ns)));
+        }
+        if self.ll_alpha_scaleout_ns != 0 {
+            v.push(("ll_alpha_scaleout", format!("{}ns", self.ll_alpha_scaleout_ns)));
+        }
+        if self.ll_payload_ppm != d.ll_payload_ppm {
+            v.push(("ll_payload", fraction_text(self.ll_payload_ppm)));
+        }
+        if self.ll_bw != 0 {
+            v.push(("ll_bw", format!("{}B/s", self.ll_bw)));
+        }
         v
     }
 
@@ -138,6 +189,15 @@ impl HardwareTerms {
     }
     pub fn incast_goodput(&self) -> f64 {
         self.incast_goodput_ppm as f64 / PPM as f64
+    }
+    /// The terms a collective-kernel plan runs under: the collective efficiencies and step
+    /// cost in place of the point-to-point ones (every other term as it is).
+    pub fn for_collective_kernels(&self) -> HardwareTerms {
+        HardwareTerms { eff_scaleup_ppm: self.coll_eff_scaleup_ppm, eff_scaleout_ppm: self.coll_eff_scaleout_ppm, step_ns: self.coll_step_ns, ..*self }
+    }
+    /// Whether any tier has a low-latency protocol (`ll_alpha_*` set).
+    pub fn has_low_latency_protocol(&self) -> bool {
+        self.ll_alpha_scaleup_ns > 0 || self.ll_alpha_scaleout_ns > 0
     }
 }
 
@@ -181,7 +241,7 @@ mod tests {
     fn keys_parse_and_print_back() {
         let mut t = HardwareTerms::default();
         assert!(t.spec_pairs().is_empty() && t.is_neutral());
-        for (k, v) in [("eff_scaleup", "0.8"), ("eff_scaleout", "0.913"), ("chunk_scaleout", "2MiB"), ("chunk_scaleup", "1000B"), ("step_cost", "20us"), ("peer_cost", "700ns"), ("incast_flows", "4"), ("incast_goodput", "0.5"), ("incast_min", "1MiB"), ("rendezvous", "1")] {
+        for (k, v) in [("eff_scaleup", "0.8"), ("eff_scaleout", "0.913"), ("chunk_scaleout", "2MiB"), ("chunk_scaleup", "1000B"), ("step_cost", "20us"), ("peer_cost", "700ns"), ("incast_flows", "4"), ("incast_goodput", "0.5"), ("incast_min", "1MiB"), ("rendezvous", "1"), ("coll_eff_scaleup", "0.7"), ("coll_eff_scaleout", "0.85"), ("coll_step_cost", "3us"), ("ll_alpha_scaleup", "800ns"), ("ll_alpha_scaleout", "2us"), ("ll_payload", "0.25"), ("ll_bw", "2GB/s")] {
             assert!(t.set(k, v).unwrap(), "{k}");
         }
         let mut back = HardwareTerms::default();
@@ -191,12 +251,38 @@ mod tests {
         assert_eq!(back, t);
         assert_eq!(t.chunk_scaleout_bytes, 2 << 20);
         assert_eq!(t.step_ns, 20_000);
+        assert_eq!((t.ll_alpha_scaleup_ns, t.ll_alpha_scaleout_ns, t.ll_payload_ppm), (800, 2_000, 250_000));
+        assert_eq!(t.ll_bw, 2_000_000_000);
         assert!(!t.set("nic", "1Gbps").unwrap());
+    }
+    #[test]
+    fn collective_efficiencies_are_neutral_by_default_not_the_p2p_ones() {
+        let mut t = HardwareTerms::default();
+        t.set("eff_scaleout", "0.8").unwrap();
+        t.set("eff_scaleup", "0.6").unwrap();
+        t.set("step_cost", "4us").unwrap();
+        let coll = t.for_collective_kernels();
+        assert_eq!((coll.eff_scaleout_ppm, coll.eff_scaleup_ppm, coll.step_ns), (PPM, PPM, 0), "p2p terms must not reach collective kernels");
+        t.set("coll_eff_scaleout", "0.9").unwrap();
+        let coll = t.for_collective_kernels();
+        assert_eq!((coll.eff_scaleout_ppm, coll.eff_scaleup_ppm, coll.coll_eff_scaleout_ppm), (900_000, PPM, 900_000));
+        t.set("coll_step_cost", "2us").unwrap();
+        assert_eq!(t.for_collective_kernels().step_ns, 2_000);
+        assert!(HardwareTerms::default().for_collective_kernels().is_neutral());
+    }
+    #[test]
+    fn low_latency_protocol_is_off_until_a_tier_has_its_latency() {
+        let mut t = HardwareTerms::default();
+        assert!(!t.has_low_latency_protocol());
+        t.set("ll_payload", "0.5").unwrap();
+        assert!(!t.has_low_latency_protocol() && t.is_neutral(), "the default payload is LL's");
+        t.set("ll_alpha_scaleout", "3us").unwrap();
+        assert!(t.has_low_latency_protocol() && !t.is_neutral());
     }
     #[test]
     fn bad_values_name_the_key() {
         let mut t = HardwareTerms::default();
-        for (k, v) in [("eff_scaleout", "1.5"), ("eff_scaleup", "0"), ("eff_scaleup", "x"), ("incast_goodput", "-1"), ("incast_flows", "-2"), ("step_cost", "soon")] {
+        for (k, v) in [("eff_scaleout", "1.5"), ("eff_scaleup", "0"), ("eff_scaleup", "x"), ("incast_goodput", "-1"), ("incast_flows", "-2"), ("step_cost", "soon"), ("coll_eff_scaleout", "1.2"), ("coll_eff_scaleup", "0"), ("ll_payload", "2")] {
             let e = t.set(k, v).unwrap_err().to_string();
             assert!(e.contains(k) || k == "step_cost", "{k}: {e}");
         }
