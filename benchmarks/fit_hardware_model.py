@@ -172,7 +172,7 @@ CARRIED["mi355x"] = Carried(
 def rows_of(platform: Platform | Carried, set_name: str):
     """The platform's rows of one set (excluded ones included)."""
     return [r for r in fidelity.load_rows(set_name) if r.cluster.startswith(platform.prefixes)
-            and (not platform.files or r.file in platform.files)]
+            and (not getattr(platform, "files", ()) or r.file in platform.files)]
 
 
 def extra_spec(platform: Platform, values) -> str:
