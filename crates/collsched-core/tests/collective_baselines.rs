@@ -154,6 +154,16 @@ fn ring_on_cluster_crosses_servers_once_per_server() {
 }
 
 #[test]
+fn default_channels_are_capped_where_a_server_has_more_nics_than_nccl_builds_rings() {
+    // Two NVL72 racks: 72 NICs per server, so one ring per NIC would be 72 channels; the
+    // default stops at 64 and the plan is still a correct allgather (checked against the data).
+    let c = Cluster::parse("gb200:2").unwrap();
+    let p = check("allgather", "ring", c.num_gpus(), 64 * 1024, 4, Some(&c), 1);
+    let from_rank0 = p.transfers.iter().filter(|t| t.src == 0 && t.dst != 0).count();
+    assert_eq!(from_rank0, 143 * 64, "rank 0 forwards P - 1 shards on each of 64 channels");
+}
+
+#[test]
 fn tree_sends_everything_through_the_root() {
     let p = check("allreduce", "tree", 7, 64, 4, None, 1);
     let into_root: u64 = p.transfers.iter().filter(|t| t.dst == 0 && t.src != 0).map(|t| p.transfer_bytes(t)).sum();
