@@ -91,7 +91,7 @@ check-wheel: build
 	.ci/check-wheel
 
 bench: build
-	cargo bench -p collsched-core
+	cargo bench -p collsched-bench
 	for f in benchmarks/*.py; do echo "== $$f"; $(PY) $$f || exit 1; done
 
 clean:
