@@ -34,8 +34,8 @@ $(VENV)/.deps: requirements-dev.txt
 	[ "$$($(PY) -V 2>&1)" = "$$($(PYTHON) -V 2>&1)" ] || rm -rf $(VENV)
 	$(PYTHON) -m venv $(VENV)
 	@# uv (from PyPI, into the venv) installs the ~5.5 GB of wheels: parallel downloads, and no
-	@# byte-compiling of all ~16 000 modules (pip's default, most of its time on 2 cores): Python
-	@# writes the .pyc of the ~1 000 modules the tests import on first use (see unexport above).
+	@# byte-compiling of all ~8 000 modules (pip's default, most of its time on 2 cores): Python
+	@# writes the .pyc of the modules the tests import (~900 for torch) on first use (see unexport above).
 	@# No cache kept (--no-cache: a clean clone installs the same way every time); the system's
 	@# certificate store, as pip's (behind a TLS-inspecting proxy too).
 	$(PY) -m pip install -q $(UV_PIN)
