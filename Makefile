@@ -18,6 +18,13 @@ export PYTHON
 # puts this folder first on PYTHONPATH in a subprocess (the wheel is ~3 MB; its deps are the newest's).
 MEGATRON_OLDEST := 0.16.1
 MEGATRON_OLDEST_DIR := $(VENV)/side/megatron-core-$(MEGATRON_OLDEST)
+# The installer of .venv's dependencies (the .deps recipe).
+UV_PIN := uv==0.13.9
+UV := $(VENV)/bin/uv pip install -q --no-cache --system-certs --python $(PY)
+# Python writes each module's .pyc on its first import (uv installs none): a
+# PYTHONDONTWRITEBYTECODE=1 in the caller's environment would make every process of the tests
+# compile torch's ~900 modules again (seconds each).
+unexport PYTHONDONTWRITEBYTECODE
 RUST_SRC := $(shell find crates -name '*.rs' -o -name '*.json' -o -name Cargo.toml) Cargo.toml pyproject.toml
 
 .PHONY: demo test test-rust test-python build bench clean check-install wheel check-wheel
@@ -26,16 +33,21 @@ $(VENV)/.deps: requirements-dev.txt
 	@# A venv of another Python (PYTHON changed): start afresh rather than mix two site-packages.
 	[ "$$($(PY) -V 2>&1)" = "$$($(PYTHON) -V 2>&1)" ] || rm -rf $(VENV)
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -r requirements-dev.txt
+	@# uv (from PyPI, into the venv) installs the ~5.5 GB of wheels: parallel downloads, and no
+	@# byte-compiling of all ~8 000 modules (pip's default, most of its time on 2 cores): Python
+	@# writes the .pyc of the modules the tests import (~900 for torch) on first use (see unexport above).
+	@# No cache kept (--no-cache: a clean clone installs the same way every time); the system's
+	@# certificate store, as pip's (behind a TLS-inspecting proxy too).
+	$(PY) -m pip install -q $(UV_PIN)
+	$(UV) -r requirements-dev.txt
 	# tests/test_moe_torchtitan.py: torchtitan without its training extras (datasets, wandb,
 	# tensorboard: ~500 MB the tests never import; docs/torchtitan.md, "Install"). tyro (which
 	# torchtitan imports) goes first: a pip install with dependencies after the --no-deps one
 	# would print a resolver ERROR listing torchtitan's missing extras.
-	$(PY) -m pip install -q tyro
-	$(PY) -m pip install -q --no-deps torchtitan==0.3.0 spmd_types==0.2.3
+	$(UV) tyro
+	$(UV) --no-deps torchtitan==0.3.0 spmd_types==0.2.3
 	rm -rf $(MEGATRON_OLDEST_DIR)
-	$(PY) -m pip install -q --no-deps --target $(MEGATRON_OLDEST_DIR) megatron-core==$(MEGATRON_OLDEST)
+	$(UV) --no-deps --target $(MEGATRON_OLDEST_DIR) megatron-core==$(MEGATRON_OLDEST)
 	touch $@
 
 # maturin builds the Rust extension (profile `ext`: release with LTO, see Cargo.toml) and
@@ -79,7 +91,7 @@ check-wheel: build
 	.ci/check-wheel
 
 bench: build
-	cargo bench -p collsched-core
+	cargo bench -p collsched-bench
 	for f in benchmarks/*.py; do echo "== $$f"; $(PY) $$f || exit 1; done
 
 clean:

@@ -210,7 +210,11 @@ def test_matches_torch_on_gloo():
     for kind in C.KINDS:
         cases += [(kind, "ring", "int32", 37, None, 3, None), (kind, "ring", "int32", 37, 2, None, two_by_two),
                   (kind, "ring", "int64", 1000, None, 5, two_by_two)]
-    ctx = mp.get_context("spawn")
+    # Forked ranks (Gloo, CUDA untouched: run_local's choice) share the torch this process has
+    # imported; spawned ones would import it again, seconds each on a 2-core machine.
+    from collsched.comm.launch import default_start_method
+
+    ctx = mp.get_context(default_start_method("gloo"))
     queue = ctx.Queue()
     port = _free_port()
     procs = [ctx.Process(target=_worker, args=(r, port, cases, queue, stand_in), daemon=True) for r in range(WORLD)]

@@ -1,7 +1,7 @@
 //! Max-flow on integer capacities: Dinic's algorithm on a compact CSR residual graph,
 //! with an optional flow limit (stop as soon as `limit` units arrive, which is all a
 //! feasibility test needs) and min-cut extraction. `edmonds_karp` is the simple
-//! reference implementation the tests and `benches/maxflow.rs` compare against.
+//! reference implementation the tests and `crates/collsched-bench/benches/maxflow.rs` compare against.
 //!
 //! Capacities are u64; `INF` stands for "uncuttable" edges and must dominate any finite
 //! cut (callers keep finite capacities far below it).
