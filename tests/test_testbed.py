@@ -233,7 +233,10 @@ def test_ctrl_c_tears_the_fabric_down():
     # unshaped scale-up path and the whole run could end first: Ctrl-C then met an exiting process.)
     proc = subprocess.Popen([sys.executable, "-m", "collsched.cli", "testbed", "run", "--servers", "2", "--gpus", "1",
                              "--nic", "100Mbps", "--workload", "balanced", "--mean", "4MiB", "--algorithms", "torch",
-                             "--iters", "50"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             "--iters", "50"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            # A pytest started with SIGINT ignored (nohup, `&` in a script) passes
+                            # that on, and Python then installs no KeyboardInterrupt handler.
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     prefix = f"collsched-{proc.pid}-"
     deadline = time.monotonic() + 30
     while not _ours(prefix) and time.monotonic() < deadline and proc.poll() is None:
@@ -253,6 +256,7 @@ def test_signals_wait_for_the_block_even_when_another_thread_takes_them():
     # during a run); a mask in this thread alone let KeyboardInterrupt cut the teardown short.
     import threading
 
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # even under nohup
     stop = threading.Event()
     other = threading.Thread(target=stop.wait, daemon=True)
     other.start()
@@ -273,6 +277,7 @@ def test_signals_wait_for_the_block_even_when_another_thread_takes_them():
     assert done == ["block", "after"]  # the block finished first, then the Ctrl-C was raised
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    signal.signal(signal.SIGINT, previous)
 
 
 def test_bench_testbed_spec_is_parsed_or_refused():
