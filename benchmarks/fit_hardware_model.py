@@ -136,6 +136,7 @@ class Carried:
     prefixes: tuple[str, ...]
     operations: tuple[str, ...]
     note: str
+    files: tuple[str, ...] = ()  # as Platform.files: only rows of these files (empty: every file)
 
 
 # NCCL's point-to-point copies over NVLink: SABRE's A100 node (NVLink3 mesh) is the only NVIDIA
@@ -172,7 +173,7 @@ CARRIED["mi355x"] = Carried(
 def rows_of(platform: Platform | Carried, set_name: str):
     """The platform's rows of one set (excluded ones included)."""
     return [r for r in fidelity.load_rows(set_name) if r.cluster.startswith(platform.prefixes)
-            and (not getattr(platform, "files", ()) or r.file in platform.files)]
+            and (not platform.files or r.file in platform.files)]
 
 
 def extra_spec(platform: Platform, values) -> str:

@@ -20,13 +20,15 @@ const MAX_SEARCHED_MESH: u32 = 16;
 const SEARCH_BUDGET: u64 = 2_000_000;
 
 /// The channel count NCCL/RCCL would use here: one ring per NIC of a server
-/// across servers, one per disjoint mesh cycle on a single full-mesh server, else 1.
+/// across servers, one per disjoint mesh cycle on a single full-mesh server, else 1;
+/// at most `MAX_CHANNELS` (an NVL72 rack has 72 NICs).
 pub(crate) fn default_channels(cluster: Option<&Cluster>) -> u64 {
-    match cluster {
+    let n = match cluster {
         Some(c) if c.servers > 1 => c.nics_per_server as u64,
         Some(c) if matches!(c.scaleup, ScaleUp::FullMesh { .. }) && c.gpus_per_server > 2 => mesh_cycles(c.gpus_per_server).len() as u64,
         _ => 1,
-    }
+    };
+    n.min(super::MAX_CHANNELS)
 }
 
 /// One ring: `order[i]` is the rank at position i.

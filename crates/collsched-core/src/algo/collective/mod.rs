@@ -118,8 +118,7 @@ pub fn plan(kind: &str, algorithm: &str, ranks: u32, bytes: u64, elem_bytes: u32
     if algorithm != "ring" && opts.contains_key("channels") {
         return invalid!("option 'channels' applies to algorithm 'ring' only, not '{algorithm}'");
     }
-    // The default follows the NICs (72 on an NVL72 rack), capped at what NCCL builds.
-    let channels = option_u64(opts, "channels", channels::default_channels(cluster).min(MAX_CHANNELS))?;
+    let channels = option_u64(opts, "channels", channels::default_channels(cluster))?;
     if channels == 0 || channels > MAX_CHANNELS {
         return invalid!("option 'channels' must be between 1 and {MAX_CHANNELS}, got {channels}");
     }
